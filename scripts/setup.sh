@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs everything hfx needs to build and test on a fresh Debian 12 machine, then builds.
+# Idempotent: a second run installs nothing new and rebuilds incrementally.
+#   scripts/setup.sh            system packages + Python venv + build
+#   HFX_SKIP_APT=1 ...          skip apt-get (packages already there)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+apt_packages=(build-essential cmake ninja-build pkg-config
+  libprotobuf-dev protobuf-compiler libonnx-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev
+  libgtest-dev libgmock-dev libopenblas-dev libssl-dev)
+
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${HFX_SKIP_APT:-0}" != 1 ] && [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python venv with the oracles (Transformers eager, ONNX checker, ONNX Runtime).
+# torch is pinned to 2.13.0: the CPU wheel of that version is on the machine's disk.
+venv="$root/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+stamp="$venv/.hfx-requirements"
+if ! cmp -s requirements-test.txt "$stamp" 2>/dev/null; then
+  echo "setup: installing Python test oracles into .venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q torch==2.13.0
+  "$venv/bin/pip" install -q -r requirements-test.txt
+  cp requirements-test.txt "$stamp"
+fi
+
+# Build (Release, warnings as errors).
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHFX_WERROR=ON >/dev/null
+cmake --build build

@@ -1,0 +1,373 @@
+#include "backends/onnx/onnx_writer.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <onnx/onnx_pb.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::onnx_backend {
+
+namespace {
+
+constexpr int64_t kIrVersion = 10;
+constexpr size_t kInlineLimit = 1024;  // weights up to this many bytes go inline
+
+// --- dtypes -----------------------------------------------------------------------------------
+
+struct DTypePair {
+  DType hfx;
+  onnx::TensorProto_DataType onnx;
+};
+constexpr DTypePair kDTypes[] = {
+    {DType::F32, onnx::TensorProto_DataType_FLOAT},   {DType::F16, onnx::TensorProto_DataType_FLOAT16},
+    {DType::BF16, onnx::TensorProto_DataType_BFLOAT16}, {DType::F64, onnx::TensorProto_DataType_DOUBLE},
+    {DType::I64, onnx::TensorProto_DataType_INT64},   {DType::I32, onnx::TensorProto_DataType_INT32},
+    {DType::I16, onnx::TensorProto_DataType_INT16},   {DType::I8, onnx::TensorProto_DataType_INT8},
+    {DType::U8, onnx::TensorProto_DataType_UINT8},    {DType::Bool, onnx::TensorProto_DataType_BOOL},
+};
+
+// --- attributes -------------------------------------------------------------------------------
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
+void set_attr(onnx::NodeProto& proto, const std::string& key, const ir::Attr& value) {
+  onnx::AttributeProto* a = proto.add_attribute();
+  a->set_name(key);
+  std::visit(Overloaded{
+                 [&](int64_t v) {
+                   a->set_type(onnx::AttributeProto_AttributeType_INT);
+                   a->set_i(v);
+                 },
+                 [&](double v) {
+                   a->set_type(onnx::AttributeProto_AttributeType_FLOAT);
+                   a->set_f(float(v));
+                 },
+                 [&](const std::string& v) {
+                   a->set_type(onnx::AttributeProto_AttributeType_STRING);
+                   a->set_s(v);
+                 },
+                 [&](const std::vector<int64_t>& v) {
+                   a->set_type(onnx::AttributeProto_AttributeType_INTS);
+                   for (auto x : v) a->add_ints(x);
+                 },
+                 [&](const std::vector<double>& v) {
+                   a->set_type(onnx::AttributeProto_AttributeType_FLOATS);
+                   for (auto x : v) a->add_floats(float(x));
+                 },
+             },
+             value);
+}
+
+ir::Attr attr_from_proto(const onnx::AttributeProto& a) {
+  switch (a.type()) {
+    case onnx::AttributeProto_AttributeType_INT: return int64_t(a.i());
+    case onnx::AttributeProto_AttributeType_FLOAT: return double(a.f());
+    case onnx::AttributeProto_AttributeType_STRING: return a.s();
+    case onnx::AttributeProto_AttributeType_INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    case onnx::AttributeProto_AttributeType_FLOATS: {
+      std::vector<double> v;
+      for (float f : a.floats()) v.push_back(double(f));
+      return v;
+    }
+    default:
+      unsupported("attribute `{}` has ONNX type {}, which hfx does not read", a.name(),
+                  onnx::AttributeProto_AttributeType_Name(a.type()));
+  }
+}
+
+// Every attribute as is (the IR uses ONNX attribute names and semantics). std::map order keeps the
+// output deterministic.
+void lower_passthrough(const ir::Node& node, onnx::NodeProto& proto) {
+  for (const auto& [key, value] : node.attrs) set_attr(proto, key, value);
+}
+
+ir::Attrs raise_passthrough(const onnx::NodeProto& proto) {
+  ir::Attrs attrs;
+  for (const auto& a : proto.attribute()) {
+    if (attrs.count(a.name())) bad_input("attribute `{}` appears twice", a.name());
+    attrs[a.name()] = attr_from_proto(a);
+  }
+  return attrs;
+}
+
+// Cast: the IR's `to` is an hfx dtype name; ONNX's is a TensorProto.DataType.
+void lower_cast(const ir::Node& node, onnx::NodeProto& proto) {
+  for (const auto& [key, value] : node.attrs) {
+    if (key != "to") {
+      set_attr(proto, key, value);
+      continue;
+    }
+    const auto* name = std::get_if<std::string>(&value);
+    HFX_CHECK(name, "Cast node {}: `to` is not a dtype name", node.name);
+    auto dtype = dtype_from_name(*name);
+    HFX_CHECK(dtype, "Cast node {}: `to` = {} is not an hfx dtype", node.name, *name);
+    set_attr(proto, "to", int64_t(onnx_elem_type(*dtype)));
+  }
+  HFX_CHECK(node.has_attr("to"), "Cast node {} has no `to`", node.name);
+}
+
+ir::Attrs raise_cast(const onnx::NodeProto& proto) {
+  ir::Attrs attrs = raise_passthrough(proto);
+  auto it = attrs.find("to");
+  if (it == attrs.end() || !std::holds_alternative<int64_t>(it->second))
+    bad_input("Cast without an integer `to` attribute");
+  auto elem = std::get<int64_t>(it->second);
+  auto dtype = dtype_from_onnx(int32_t(elem));
+  if (!dtype || elem != int64_t(int32_t(elem))) unsupported("Cast to ONNX element type {}", elem);
+  it->second = std::string(dtype_name(*dtype));
+  return attrs;
+}
+
+// --- model building ---------------------------------------------------------------------------
+
+void set_type(onnx::ValueInfoProto& info, const ir::Value& v) {
+  info.set_name(v.name);
+  auto* tensor = info.mutable_type()->mutable_tensor_type();
+  tensor->set_elem_type(onnx_elem_type(v.dtype));
+  auto* shape = tensor->mutable_shape();
+  for (const Dim& d : v.shape) {
+    auto* dim = shape->add_dim();
+    if (d.is_fixed())
+      dim->set_dim_value(d.value);
+    else if (d.is_symbol())
+      dim->set_dim_param(d.symbol);
+    // else: neither set, which ONNX reads as an unknown dim
+  }
+}
+
+void check_plain_file_name(const std::string& what, const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\\') != std::string::npos)
+    bad_input("onnx: {} `{}` must be a plain file name", what, name);
+}
+
+// A binary output file with a large buffer; every failure is an Io error naming the path.
+class OutFile {
+ public:
+  explicit OutFile(fs::path path) : path_(std::move(path)), buffer_(kBufferSize) {
+    file_ = std::fopen(path_.c_str(), "wb");
+    if (!file_) fail(ErrorKind::Io, "{}: cannot create: {}", path_.string(), std::strerror(errno));
+    std::setvbuf(file_, buffer_.data(), _IOFBF, buffer_.size());
+  }
+  ~OutFile() {
+    if (file_) std::fclose(file_);
+  }
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
+
+  void write(const void* data, size_t size) {
+    const auto* p = static_cast<const char*>(data);
+    while (size > 0) {
+      const size_t chunk = std::min<size_t>(size, size_t(1) << 28);
+      if (std::fwrite(p, 1, chunk, file_) != chunk)
+        fail(ErrorKind::Io, "{}: write failed: {}", path_.string(), std::strerror(errno));
+      p += chunk;
+      size -= chunk;
+      written_ += chunk;
+    }
+  }
+  void pad_to(size_t offset) {
+    static const char zeros[4096] = {};
+    HFX_CHECK(offset >= written_, "pad_to({}) below {}", offset, written_);
+    while (written_ < offset) write(zeros, std::min(sizeof(zeros), offset - written_));
+  }
+  size_t written() const { return written_; }
+  void close() {
+    std::FILE* f = file_;
+    file_ = nullptr;
+    if (std::fclose(f) != 0)
+      fail(ErrorKind::Io, "{}: write failed: {}", path_.string(), std::strerror(errno));
+  }
+
+ private:
+  static constexpr size_t kBufferSize = size_t(8) << 20;
+  fs::path path_;
+  std::vector<char> buffer_;
+  std::FILE* file_ = nullptr;
+  size_t written_ = 0;
+};
+
+void add_external_entry(onnx::TensorProto& t, const std::string& key, const std::string& value) {
+  auto* e = t.add_external_data();
+  e->set_key(key);
+  e->set_value(value);
+}
+
+}  // namespace
+
+int32_t onnx_elem_type(DType t) {
+  for (const auto& p : kDTypes)
+    if (p.hfx == t) return int32_t(p.onnx);
+  HFX_CHECK(false, "no ONNX type for dtype {}", int(t));
+  return 0;
+}
+
+std::optional<DType> dtype_from_onnx(int32_t elem_type) {
+  for (const auto& p : kDTypes)
+    if (int32_t(p.onnx) == elem_type) return p.hfx;
+  return std::nullopt;
+}
+
+const std::map<std::string, OpLowering>& onnx_lowering_table() {
+  static const std::map<std::string, OpLowering> table = [] {
+    std::map<std::string, OpLowering> t;
+    // Primitives with ONNX's own name, attributes and semantics (see ir/ops.h).
+    for (const char* op :
+         {"Add",      "Sub",       "Mul",       "Div",        "Pow",       "Equal",     "Less",
+          "LessOrEqual", "Greater", "GreaterOrEqual", "And",    "Or",        "Neg",       "Sqrt",
+          "Reciprocal", "Exp",     "Log",       "Sin",        "Cos",       "Tanh",      "Erf",
+          "Sigmoid",  "Not",       "Identity",  "MatMul",     "Gather",    "Softmax",   "ReduceMean",
+          "ReduceMax", "ReduceSum", "Transpose", "Reshape",   "Unsqueeze", "Squeeze",   "Concat",
+          "Slice",    "Expand",    "Where",     "Range",      "Shape",     "CumSum"})
+      t[op] = OpLowering{op, lower_passthrough, raise_passthrough};
+    // Special cases.
+    t["Cast"] = OpLowering{"Cast", lower_cast, raise_cast};
+    return t;
+  }();
+  return table;
+}
+
+const OpLowering* find_onnx_lowering(const std::string& ir_op) {
+  const auto& table = onnx_lowering_table();
+  auto it = table.find(ir_op);
+  return it == table.end() ? nullptr : &it->second;
+}
+
+OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, const OnnxWriteOptions& opts) {
+  check_plain_file_name("model file", opts.model_file);
+  check_plain_file_name("data file", opts.data_file);
+  if (opts.model_file == opts.data_file) bad_input("onnx: model and data file are both `{}`", opts.model_file);
+  if (opts.alignment == 0) bad_input("onnx: alignment must be at least 1");
+  {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec) fail(ErrorKind::Io, "{}: cannot create: {}", out_dir.string(), ec.message());
+  }
+
+  OnnxWriteResult result;
+  result.model_path = out_dir / opts.model_file;
+
+  onnx::ModelProto model;
+  model.set_ir_version(kIrVersion);
+  auto* opset = model.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(opts.opset);
+  model.set_producer_name(opts.producer);
+  model.set_producer_version(HFX_VERSION);
+  for (const auto& [key, value] : opts.metadata) {  // std::map: sorted by key
+    auto* p = model.add_metadata_props();
+    p->set_key(key);
+    p->set_value(value);
+  }
+
+  onnx::GraphProto* g = model.mutable_graph();
+  g->set_name(graph.name());
+  for (ir::ValueId id : graph.inputs()) set_type(*g->add_input(), graph.value(id));
+
+  // Nodes first: an op without a lowering fails before gigabytes of weights are written.
+  for (const ir::Node& node : graph.nodes()) {
+    const OpLowering* lowering = find_onnx_lowering(node.op);
+    if (!lowering) unsupported("onnx backend: op {} (node {}) has no lowering", node.op, node.name);
+    onnx::NodeProto* p = g->add_node();
+    p->set_name(node.name);
+    p->set_op_type(lowering->onnx_op);
+    size_t num_inputs = node.inputs.size();
+    while (num_inputs > 0 && node.inputs[num_inputs - 1] == ir::kNone) --num_inputs;  // trailing optionals
+    for (size_t i = 0; i < num_inputs; ++i)
+      p->add_input(node.inputs[i] == ir::kNone ? std::string() : graph.value(node.inputs[i]).name);
+    for (ir::ValueId out : node.outputs) p->add_output(graph.value(out).name);
+    with_context("onnx: node " + node.name + " (" + node.op + ")", [&] { lowering->lower(node, *p); });
+  }
+
+  for (ir::ValueId id : graph.outputs()) set_type(*g->add_output(), graph.value(id));
+
+  // Initializers: small ones and constants inline, the rest streamed into one data file.
+  std::unique_ptr<OutFile> data;
+  for (ir::ValueId id : graph.weights()) {
+    const ir::Value& value = graph.value(id);
+    const ir::WeightRef* w = graph.weight(id);
+    HFX_CHECK(w, "weight value {} has no WeightRef", value.name);
+    with_context("onnx: writing weight " + value.name, [&] {
+      onnx::TensorProto* t = g->add_initializer();
+      t->set_name(value.name);
+      t->set_data_type(onnx_elem_type(w->dtype()));
+      for (int64_t d : w->shape()) t->add_dims(d);
+      const size_t nbytes = w->nbytes();
+      const bool inline_data = w->is_constant() || nbytes <= kInlineLimit;
+
+      if (!inline_data && !data) {
+        result.data_path = out_dir / opts.data_file;
+        data = std::make_unique<OutFile>(result.data_path);
+      }
+      size_t offset = 0;
+      if (!inline_data) {
+        offset = (data->written() + opts.alignment - 1) / opts.alignment * opts.alignment;
+        data->pad_to(offset);
+      }
+      auto emit = [&](std::span<const uint8_t> bytes) {
+        HFX_CHECK(bytes.size() == nbytes, "{} bytes for a tensor of {}", bytes.size(), nbytes);
+        if (inline_data)
+          t->set_raw_data(bytes.data(), bytes.size());
+        else
+          data->write(bytes.data(), bytes.size());
+      };
+      if (auto raw = w->raw_bytes()) {
+        emit(*raw);  // straight from the mapped checkpoint
+      } else {
+        Tensor tensor = w->materialize();  // dropped at the end of this weight
+        emit({tensor.data(), tensor.nbytes()});
+      }
+      if (!inline_data) {
+        t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
+        add_external_entry(*t, "location", opts.data_file);
+        add_external_entry(*t, "offset", std::to_string(offset));
+        add_external_entry(*t, "length", std::to_string(nbytes));
+      }
+    });
+    ++result.num_weights;
+    if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));
+  }
+  if (data) {
+    result.data_bytes = int64_t(data->written());
+    data->close();
+  }
+
+  // Deterministic serialization (map fields and unknown fields in a fixed order).
+  const size_t size = model.ByteSizeLong();
+  if (size > size_t(INT_MAX))
+    unsupported("onnx: the model proto would be {} bytes, above protobuf's 2 GB limit", size);
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    model.SerializeWithCachedSizes(&coded);
+    HFX_CHECK(!coded.HadError(), "serializing the ONNX model failed");
+  }
+  OutFile out(result.model_path);
+  out.write(bytes.data(), bytes.size());
+  out.close();
+  return result;
+}
+
+}  // namespace hfx::onnx_backend

@@ -1,0 +1,67 @@
+// The ONNX backend's writer: lowers an IR graph of primitive ops one to one to ONNX (ai.onnx opset
+// 21, IR version 10) and streams its weights into one external data file, one tensor in memory at a
+// time, so models far above protobuf's 2 GB limit export with a small .onnx file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/dtype.h"
+#include "ir/graph.h"
+
+namespace onnx {
+class NodeProto;
+}
+
+namespace hfx::onnx_backend {
+
+struct OnnxWriteOptions {
+  int64_t opset = 21;        // ai.onnx opset; the model's ir_version is 10
+  size_t alignment = 65536;  // every external tensor starts at a multiple of this (zero padding)
+  std::string model_file = "model.onnx";
+  std::string data_file = "model.onnx_data";  // plain file name, next to the model
+  std::map<std::string, std::string> metadata;  // ModelProto.metadata_props, sorted by key
+  std::string producer = "hfx";
+  // Progress: called after each weight with increments (1, bytes of that tensor), so it can feed
+  // Progress::advance directly. May be empty.
+  std::function<void(int64_t tensors, int64_t bytes)> on_weight_written;
+};
+
+struct OnnxWriteResult {
+  std::filesystem::path model_path;
+  std::filesystem::path data_path;  // empty when every weight was small enough to go inline
+  int64_t num_weights = 0;          // initializers written (inline + external)
+  int64_t data_bytes = 0;           // size of the external data file, padding included
+};
+
+// Writes `out_dir`/model_file (and `out_dir`/data_file when any weight is external); `out_dir` is
+// created if needed. Weights (graph.weights(), in order) go inline as raw_data when they are
+// constants or at most 1 KiB, else external. The output is byte-for-byte deterministic.
+// Throws Unsupported for an op without a lowering (a composite op that was not decomposed), Io
+// when a file cannot be written.
+OnnxWriteResult write_onnx(const ir::Graph& graph, const std::filesystem::path& out_dir,
+                           const OnnxWriteOptions& opts);
+
+// ONNX TensorProto.DataType of an hfx dtype, and back (nullopt for types hfx does not have).
+int32_t onnx_elem_type(DType t);
+std::optional<DType> dtype_from_onnx(int32_t elem_type);
+
+// The lowering table: the one place that says how each IR primitive becomes an ONNX node (default
+// domain) and, for the reader, how such a node's attributes come back. Keyed by IR op name.
+struct OpLowering {
+  std::string onnx_op;
+  // Fills op_type and attributes (inputs, outputs and name are set by the writer).
+  std::function<void(const ir::Node&, onnx::NodeProto&)> lower;
+  // The IR attributes of a node of this op read from a file. Throws BadInput/Unsupported for
+  // attributes of other types.
+  std::function<ir::Attrs(const onnx::NodeProto&)> raise;
+};
+const std::map<std::string, OpLowering>& onnx_lowering_table();
+// nullptr when the op has no lowering.
+const OpLowering* find_onnx_lowering(const std::string& ir_op);
+
+}  // namespace hfx::onnx_backend

@@ -1,0 +1,31 @@
+// A read-only memory map of a whole file. Weights are read through it without copies; pages the
+// export never touches are never read from disk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+
+namespace hfx {
+
+class MappedFile {
+ public:
+  // Throws Io naming the path when the file cannot be opened or mapped.
+  static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::filesystem::path path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace hfx

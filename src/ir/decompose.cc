@@ -1,0 +1,155 @@
+// Reference decompositions of the composite ops into primitives. Each one is the op's spec (the
+// reference executor's fused kernels are tested against it), the fallback for backends without a
+// fused form, and what the ONNX backend writes today.
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "ir/builder.h"
+#include "ir/ops.h"
+
+namespace hfx::ir {
+
+namespace {
+
+std::vector<ValueId> embedding(Builder& b, const Node& n) {
+  return {b.add1("Gather", {n.inputs[0], n.inputs[1]}, {{"axis", int64_t(0)}})};
+}
+
+// x @ W^T + bias. The Transpose of a weight is folded into the stored tensor by the
+// fold-weight-transforms pass, so backends see a plain MatMul against a [in, out] initializer.
+std::vector<ValueId> linear(Builder& b, const Node& n) {
+  ValueId wt = b.transpose(n.inputs[1], {1, 0});
+  ValueId y = b.matmul(n.inputs[0], wt);
+  if (n.input(2) != kNone) y = b.plus(y, n.inputs[2]);
+  return {y};
+}
+
+// Transformers' RMSNorm: x * rsqrt(mean(x^2, -1) + eps) * weight, computed in f32.
+std::vector<ValueId> rms_norm(Builder& b, const Node& n) {
+  ValueId x = n.inputs[0];
+  ValueId sq = b.times(x, x);
+  ValueId mean = b.add1("ReduceMean", {sq, b.i64s({-1})}, {{"keepdims", int64_t(1)}});
+  ValueId denom = b.add1("Sqrt", {b.plus(mean, b.f32(float(n.attr_float("epsilon"))))});
+  ValueId normed = b.times(x, b.add1("Reciprocal", {denom}));
+  return {b.times(normed, n.inputs[1])};
+}
+
+std::vector<ValueId> swiglu(Builder& b, const Node& n) {
+  ValueId gate = n.inputs[0];
+  ValueId silu = b.times(gate, b.add1("Sigmoid", {gate}));
+  return {b.times(silu, n.inputs[1])};
+}
+
+// cos/sin tables for the positions given. With dynamic NTK scaling (Transformers' "dynamic" rope),
+// inv_freq is recomputed from the longest position in the batch once it passes the original
+// context length:  base' = base * (factor * L / L0 - (factor - 1)) ^ (d / (d - 2)).
+std::vector<ValueId> rope_cos_sin(Builder& b, const Node& n) {
+  ValueId pos = b.cast(n.inputs[0], DType::F32);
+  ValueId inv_freq = n.inputs[1];
+  if (n.attr_int("dynamic", 0)) {
+    const double base = n.attr_float("dynamic_base");
+    const double factor = n.attr_float("dynamic_factor");
+    const double max_pos = double(n.attr_int("dynamic_max_position"));
+    const int64_t dim = n.attr_int("rotary_dim");
+    ValueId seq_len = b.plus(b.add1("ReduceMax", {pos}, {{"keepdims", int64_t(0)}}), b.f32(1.0f));
+    ValueId longer = b.add1("Greater", {seq_len, b.f32(float(max_pos))});
+    ValueId ratio = b.minus(b.times(b.f32(float(factor / max_pos)), seq_len), b.f32(float(factor - 1)));
+    ValueId scaled_base = b.times(b.f32(float(base)), b.add1("Pow", {ratio, b.f32(float(dim) / float(dim - 2))}));
+    std::vector<float> exponents;
+    for (int64_t i = 0; i < dim; i += 2) exponents.push_back(float(i) / float(dim));
+    ValueId exps = b.constant(Tensor::from_vector<float>(DType::F32, {int64_t(exponents.size())}, exponents), "rope_exponents");
+    ValueId dyn = b.add1("Reciprocal", {b.add1("Pow", {scaled_base, exps})});
+    inv_freq = b.add1("Where", {longer, dyn, inv_freq});
+  }
+  ValueId freqs = b.times(b.unsqueeze(pos, {-1}), inv_freq);  // [b, s, d/2]
+  ValueId emb = b.concat({freqs, freqs}, -1);                  // [b, s, d]
+  ValueId cos = b.add1("Cos", {emb});
+  ValueId sin = b.add1("Sin", {emb});
+  const double scaling = n.attr_float("attention_scaling", 1.0);
+  if (scaling != 1.0) {
+    cos = b.times(cos, b.f32(float(scaling)));
+    sin = b.times(sin, b.f32(float(scaling)));
+  }
+  return {cos, sin};
+}
+
+// Rotate-half rope on the first r = cos.shape[-1] dims of x [b, h, s, d]; the rest passes through.
+std::vector<ValueId> rotary_embedding(Builder& b, const Node& n) {
+  const Graph& g = b.graph();
+  ValueId x = n.inputs[0];
+  const Dim& d = g.value(x).shape.back();
+  const Dim& r = g.value(n.inputs[1]).shape.back();
+  HFX_CHECK(d.is_fixed() && r.is_fixed() && r.value % 2 == 0, "{}: rotary dims must be fixed and even", n.name);
+  ValueId cos = b.unsqueeze(n.inputs[1], {1});  // [b, 1, s, r]
+  ValueId sin = b.unsqueeze(n.inputs[2], {1});
+  ValueId rot = r.value == d.value ? x : b.slice(x, 0, r.value, -1);
+  ValueId x1 = b.slice(rot, 0, r.value / 2, -1);
+  ValueId x2 = b.slice(rot, r.value / 2, r.value, -1);
+  ValueId rotated = b.concat({b.add1("Neg", {x2}), x1}, -1);
+  ValueId out = b.plus(b.times(rot, cos), b.times(rotated, sin));
+  if (r.value != d.value) out = b.concat({out, b.slice(x, r.value, d.value, -1)}, -1);
+  return {out};
+}
+
+// Additive attention bias [b, 1, s, t]: 0 where allowed, the lowest f32 elsewhere. Query i sits at
+// cache position p + i with p = t - s (the past length).
+std::vector<ValueId> attention_bias(Builder& b, const Node& n) {
+  ValueId mask = n.inputs[0];  // [b, t]
+  ValueId t = b.squeeze(b.shape_of(mask, 1, 2), {0});
+  ValueId s = b.squeeze(b.shape_of(n.inputs[1], 1, 2), {0});
+  ValueId past = b.minus(t, s);
+  ValueId kv_idx = b.unsqueeze(b.add1("Range", {b.i64(0), t, b.i64(1)}), {0});     // [1, t]
+  ValueId q_pos = b.unsqueeze(b.add1("Range", {past, t, b.i64(1)}), {1});          // [s, 1]
+  ValueId allowed = b.add1("LessOrEqual", {kv_idx, q_pos});                         // [s, t]
+  const int64_t window = n.attr_int("sliding_window", 0);
+  if (window > 0) {
+    ValueId in_window = b.add1("Greater", {kv_idx, b.minus(q_pos, b.i64(window))});
+    allowed = b.add1("And", {allowed, in_window});
+  }
+  ValueId keep = b.unsqueeze(b.cast(mask, DType::Bool), {1, 2});                  // [b, 1, 1, t]
+  allowed = b.add1("And", {allowed, keep});                                        // [b, 1, s, t]
+  return {b.add1("Where", {allowed, b.f32(0.0f), b.f32(std::numeric_limits<float>::lowest())})};
+}
+
+// Eager attention as Transformers writes it: concat the cache, repeat kv heads for GQA,
+// softmax(q k^T * scale + bias) v.
+std::vector<ValueId> attention(Builder& b, const Node& n) {
+  const Graph& g = b.graph();
+  ValueId q = n.inputs[0];
+  ValueId present_k = b.concat({n.inputs[3], n.inputs[1]}, 2);
+  ValueId present_v = b.concat({n.inputs[4], n.inputs[2]}, 2);
+  const Dim& hq = g.value(q).shape[1];
+  const Dim& hkv = g.value(n.inputs[1]).shape[1];
+  const Dim& hd = g.value(q).shape[3];
+  HFX_CHECK(hq.is_fixed() && hkv.is_fixed() && hd.is_fixed() && hq.value % hkv.value == 0,
+            "{}: head counts must be fixed, q heads a multiple of kv heads", n.name);
+  ValueId k = present_k, v = present_v;
+  if (const int64_t rep = hq.value / hkv.value; rep > 1) {
+    auto repeat = [&](ValueId x) {
+      ValueId e = b.add1("Expand", {b.unsqueeze(x, {2}), b.i64s({1, 1, rep, 1, 1})});
+      return b.reshape(e, {0, hq.value, -1, hd.value});
+    };
+    k = repeat(k);
+    v = repeat(v);
+  }
+  ValueId scores = b.times(b.matmul(q, b.transpose(k, {0, 1, 3, 2})), b.f32(float(n.attr_float("scale"))));
+  scores = b.plus(scores, n.inputs[5]);
+  ValueId probs = b.add1("Softmax", {scores}, {{"axis", int64_t(-1)}});
+  return {b.matmul(probs, v), present_k, present_v};
+}
+
+}  // namespace
+
+void register_decompositions(std::vector<OpSchema>& table) {
+  const std::map<std::string, std::function<std::vector<ValueId>(Builder&, const Node&)>> fns = {
+      {"Embedding", embedding},         {"Linear", linear},
+      {"RMSNorm", rms_norm},            {"SwiGLU", swiglu},
+      {"RopeCosSin", rope_cos_sin},     {"RotaryEmbedding", rotary_embedding},
+      {"AttentionBias", attention_bias}, {"Attention", attention},
+  };
+  for (auto& s : table)
+    if (auto it = fns.find(s.name); it != fns.end()) s.decompose = it->second;
+}
+
+}  // namespace hfx::ir

@@ -1,0 +1,401 @@
+#include "ir/ops.h"
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace hfx::ir {
+
+namespace {
+
+const Value& in(const Graph& g, const Node& n, size_t i) {
+  HFX_CHECK(i < n.inputs.size() && n.inputs[i] != kNone, "{} ({}) has no input {}", n.name, n.op, i);
+  return g.value(n.inputs[i]);
+}
+
+int64_t norm_axis(int64_t axis, size_t rank, const Node& n) {
+  if (axis < 0) axis += int64_t(rank);
+  if (axis < 0 || axis >= int64_t(rank))
+    fail(ErrorKind::Internal, "{} ({}): axis out of range for rank {}", n.name, n.op, rank);
+  return axis;
+}
+
+// The values of a constant int input (axes, shapes, slice bounds), if it is a constant.
+std::optional<std::vector<int64_t>> const_ints(const Graph& g, const Node& n, size_t i) {
+  if (i >= n.inputs.size() || n.inputs[i] == kNone) return std::nullopt;
+  auto t = g.constant(n.inputs[i]);
+  if (!t) return std::nullopt;
+  return t->to_i64_vector();
+}
+
+std::vector<Value> same_as_input0(const Graph& g, const Node& n) { return {{"", in(g, n, 0).dtype, in(g, n, 0).shape}}; }
+
+std::vector<Value> binary(const Graph& g, const Node& n, std::optional<DType> out) {
+  const auto& a = in(g, n, 0);
+  const auto& b = in(g, n, 1);
+  if (!out && a.dtype != b.dtype)
+    bad_input("{} ({}): input dtypes differ: {} vs {}", n.name, n.op, dtype_name(a.dtype), dtype_name(b.dtype));
+  return {{"", out.value_or(a.dtype), broadcast_shapes(a.shape, b.shape)}};
+}
+
+Dim sum_dims(const Graph& g, const Dim& a, const Dim& b) {
+  if (a.is_fixed() && b.is_fixed()) return Dim::fixed(a.value + b.value);
+  if (a.is_fixed() && a.value == 0) return b;
+  if (b.is_fixed() && b.value == 0) return a;
+  if (a.is_symbol() && b.is_symbol()) return Dim::sym(g.symbols().sum_of(a.symbol, b.symbol));
+  return Dim::unknown();
+}
+
+std::vector<Value> infer_matmul(const Graph& g, const Node& n) {
+  const auto& a = in(g, n, 0);
+  const auto& b = in(g, n, 1);
+  HFX_CHECK(a.shape.size() >= 2 && b.shape.size() >= 2, "{}: MatMul needs rank >= 2", n.name);
+  Shape ab(a.shape.begin(), a.shape.end() - 2), bb(b.shape.begin(), b.shape.end() - 2);
+  const Dim& ka = a.shape[a.shape.size() - 1];
+  const Dim& kb = b.shape[b.shape.size() - 2];
+  if (ka.is_fixed() && kb.is_fixed() && ka.value != kb.value)
+    bad_input("{}: MatMul inner dims differ: {} vs {}", n.name, ka.value, kb.value);
+  Shape out = broadcast_shapes(ab, bb);
+  out.push_back(a.shape[a.shape.size() - 2]);
+  out.push_back(b.shape.back());
+  return {{"", a.dtype, out}};
+}
+
+std::vector<Value> infer_gather(const Graph& g, const Node& n) {
+  const auto& data = in(g, n, 0);
+  const auto& idx = in(g, n, 1);
+  const int64_t axis = norm_axis(n.attr_int("axis", 0), data.shape.size(), n);
+  Shape out(data.shape.begin(), data.shape.begin() + axis);
+  out.insert(out.end(), idx.shape.begin(), idx.shape.end());
+  out.insert(out.end(), data.shape.begin() + axis + 1, data.shape.end());
+  return {{"", data.dtype, out}};
+}
+
+std::vector<Value> infer_reduce(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  auto axes = const_ints(g, n, 1);
+  const bool keep = n.attr_int("keepdims", 1) != 0;
+  std::vector<bool> reduced(x.shape.size(), !axes || axes->empty());
+  if (axes)
+    for (auto a : *axes) reduced[size_t(norm_axis(a, x.shape.size(), n))] = true;
+  Shape out;
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    if (!reduced[i]) out.push_back(x.shape[i]);
+    else if (keep) out.push_back(Dim::fixed(1));
+  }
+  return {{"", x.dtype, out}};
+}
+
+std::vector<Value> infer_transpose(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  std::vector<int64_t> perm = n.has_attr("perm") ? n.attr_ints("perm") : std::vector<int64_t>{};
+  if (perm.empty())
+    for (size_t i = x.shape.size(); i-- > 0;) perm.push_back(int64_t(i));
+  HFX_CHECK(perm.size() == x.shape.size(), "{}: perm rank {} vs input rank {}", n.name, perm.size(), x.shape.size());
+  Shape out;
+  for (auto p : perm) out.push_back(x.shape[size_t(p)]);
+  return {{"", x.dtype, out}};
+}
+
+std::vector<Value> infer_reshape(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  auto target = const_ints(g, n, 1);
+  if (!target) {
+    const auto& s = in(g, n, 1);
+    Shape out(size_t(s.shape.at(0).is_fixed() ? s.shape[0].value : 0), Dim::unknown());
+    return {{"", x.dtype, out}};
+  }
+  Shape out;
+  int64_t infer_at = -1;
+  for (size_t i = 0; i < target->size(); ++i) {
+    int64_t t = (*target)[i];
+    if (t == 0) out.push_back(i < x.shape.size() ? x.shape[i] : Dim::unknown());
+    else if (t == -1) { infer_at = int64_t(i); out.push_back(Dim::unknown()); }
+    else out.push_back(Dim::fixed(t));
+  }
+  if (infer_at >= 0) {
+    // Resolve -1 when the remaining dims make it exact: all-fixed, or the same symbols cancel.
+    auto in_numel = fixed_numel(x.shape);
+    Shape rest = out;
+    rest.erase(rest.begin() + infer_at);
+    auto rest_numel = fixed_numel(rest);
+    if (in_numel && rest_numel && *rest_numel > 0) {
+      out[size_t(infer_at)] = Dim::fixed(*in_numel / *rest_numel);
+    } else {
+      std::multiset<std::string> syms_in, syms_rest;
+      int64_t fixed_in = 1, fixed_rest = 1;
+      bool ok = true;
+      for (const auto& d : x.shape) d.is_fixed() ? void(fixed_in *= d.value) : d.is_symbol() ? void(syms_in.insert(d.symbol)) : void(ok = false);
+      for (const auto& d : rest) d.is_fixed() ? void(fixed_rest *= d.value) : d.is_symbol() ? void(syms_rest.insert(d.symbol)) : void(ok = false);
+      if (ok && fixed_rest > 0 && fixed_in % fixed_rest == 0 && std::includes(syms_in.begin(), syms_in.end(), syms_rest.begin(), syms_rest.end())) {
+        std::multiset<std::string> left;
+        std::set_difference(syms_in.begin(), syms_in.end(), syms_rest.begin(), syms_rest.end(), std::inserter(left, left.begin()));
+        if (left.empty()) out[size_t(infer_at)] = Dim::fixed(fixed_in / fixed_rest);
+        else if (left.size() == 1 && fixed_in == fixed_rest) out[size_t(infer_at)] = Dim::sym(*left.begin());
+      }
+    }
+  }
+  return {{"", x.dtype, out}};
+}
+
+std::vector<Value> infer_unsqueeze(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  auto axes = const_ints(g, n, 1);
+  HFX_CHECK(axes, "{}: Unsqueeze axes must be a constant", n.name);
+  const size_t rank = x.shape.size() + axes->size();
+  std::vector<bool> inserted(rank, false);
+  for (auto a : *axes) inserted[size_t(norm_axis(a, rank, n))] = true;
+  Shape out;
+  size_t j = 0;
+  for (size_t i = 0; i < rank; ++i) out.push_back(inserted[i] ? Dim::fixed(1) : x.shape[j++]);
+  return {{"", x.dtype, out}};
+}
+
+std::vector<Value> infer_squeeze(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  auto axes = const_ints(g, n, 1);
+  std::vector<bool> removed(x.shape.size(), false);
+  if (axes) {
+    for (auto a : *axes) removed[size_t(norm_axis(a, x.shape.size(), n))] = true;
+  } else {
+    for (size_t i = 0; i < x.shape.size(); ++i) removed[i] = x.shape[i].is_fixed() && x.shape[i].value == 1;
+  }
+  Shape out;
+  for (size_t i = 0; i < x.shape.size(); ++i)
+    if (!removed[i]) out.push_back(x.shape[i]);
+  return {{"", x.dtype, out}};
+}
+
+std::vector<Value> infer_concat(const Graph& g, const Node& n) {
+  const auto& first = in(g, n, 0);
+  const int64_t axis = norm_axis(n.attr_int("axis"), first.shape.size(), n);
+  Shape out = first.shape;
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    const auto& v = in(g, n, i);
+    if (v.dtype != first.dtype) bad_input("{}: Concat of {} and {}", n.name, dtype_name(first.dtype), dtype_name(v.dtype));
+    HFX_CHECK(v.shape.size() == out.size(), "{}: Concat of ranks {} and {}", n.name, out.size(), v.shape.size());
+    for (size_t d = 0; d < out.size(); ++d) {
+      if (int64_t(d) == axis) out[d] = sum_dims(g, out[d], v.shape[d]);
+      else if (!(out[d] == v.shape[d]) && !out[d].is_fixed() && v.shape[d].is_fixed()) out[d] = v.shape[d];
+    }
+  }
+  return {{"", first.dtype, out}};
+}
+
+std::vector<Value> infer_slice(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  auto starts = const_ints(g, n, 1), ends = const_ints(g, n, 2), axes = const_ints(g, n, 3), steps = const_ints(g, n, 4);
+  Shape out = x.shape;
+  if (!starts || !ends) {
+    for (auto& d : out) d = Dim::unknown();
+    return {{"", x.dtype, out}};
+  }
+  for (size_t i = 0; i < starts->size(); ++i) {
+    const int64_t axis = norm_axis(axes ? (*axes)[i] : int64_t(i), x.shape.size(), n);
+    const int64_t step = steps ? (*steps)[i] : 1;
+    const Dim& d = x.shape[size_t(axis)];
+    int64_t s = (*starts)[i], e = (*ends)[i];
+    if (d.is_fixed() && step > 0) {
+      const int64_t len = d.value;
+      if (s < 0) s += len;
+      if (e < 0) e += len;
+      s = std::clamp<int64_t>(s, 0, len);
+      e = std::clamp<int64_t>(e, 0, len);
+      out[size_t(axis)] = Dim::fixed(std::max<int64_t>(0, (e - s + step - 1) / step));
+    } else if (step == 1 && s >= 0 && e >= 0 && e != INT64_MAX) {
+      out[size_t(axis)] = Dim::unknown();  // min(e, len) - s: depends on a symbol
+    } else if (step == 1 && s == 0 && e == INT64_MAX) {
+      // whole axis
+    } else {
+      out[size_t(axis)] = Dim::unknown();
+    }
+  }
+  return {{"", x.dtype, out}};
+}
+
+std::vector<Value> infer_expand(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  auto shape = const_ints(g, n, 1);
+  if (!shape) return {{"", x.dtype, Shape(size_t(std::max<int64_t>(in(g, n, 1).shape.at(0).value, 0)), Dim::unknown())}};
+  Shape target;
+  for (auto v : *shape) target.push_back(Dim::fixed(v));
+  return {{"", x.dtype, broadcast_shapes(x.shape, target)}};
+}
+
+std::vector<Value> infer_where(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 1);
+  const auto& y = in(g, n, 2);
+  if (x.dtype != y.dtype) bad_input("{}: Where of {} and {}", n.name, dtype_name(x.dtype), dtype_name(y.dtype));
+  return {{"", x.dtype, broadcast_shapes(in(g, n, 0).shape, broadcast_shapes(x.shape, y.shape))}};
+}
+
+std::vector<Value> infer_cast(const Graph& g, const Node& n) {
+  auto to = dtype_from_name(n.attr_str("to"));
+  HFX_CHECK(to, "{}: Cast to unknown dtype {}", n.name, n.attr_str("to"));
+  return {{"", *to, in(g, n, 0).shape}};
+}
+
+std::vector<Value> infer_shape(const Graph& g, const Node& n) {
+  const auto rank = int64_t(in(g, n, 0).shape.size());
+  int64_t start = n.attr_int("start", 0), end = n.attr_int("end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, 0, rank);
+  return {{"", DType::I64, {Dim::fixed(std::max<int64_t>(0, end - start))}}};
+}
+
+// --- composite ops ---
+
+std::vector<Value> infer_embedding(const Graph& g, const Node& n) {
+  const auto& w = in(g, n, 0);
+  Shape out = in(g, n, 1).shape;
+  out.push_back(w.shape.at(1));
+  return {{"", w.dtype, out}};
+}
+
+std::vector<Value> infer_linear(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  const auto& w = in(g, n, 1);
+  HFX_CHECK(w.shape.size() == 2, "{}: Linear weight rank {}", n.name, w.shape.size());
+  if (x.shape.back().is_fixed() && w.shape[1].is_fixed() && x.shape.back().value != w.shape[1].value)
+    bad_input("{}: Linear input has {} features, weight expects {}", n.name, x.shape.back().value, w.shape[1].value);
+  Shape out = x.shape;
+  out.back() = w.shape[0];
+  return {{"", x.dtype, out}};
+}
+
+std::vector<Value> infer_rope_cos_sin(const Graph& g, const Node& n) {
+  Shape out = in(g, n, 0).shape;
+  const Dim& half = in(g, n, 1).shape.at(0);
+  out.push_back(half.is_fixed() ? Dim::fixed(2 * half.value) : Dim::unknown());
+  return {{"", DType::F32, out}, {"", DType::F32, out}};
+}
+
+std::vector<Value> infer_attention_bias(const Graph& g, const Node& n) {
+  const auto& mask = in(g, n, 0);
+  const auto& ids = in(g, n, 1);
+  return {{"", DType::F32, {mask.shape.at(0), Dim::fixed(1), ids.shape.at(1), mask.shape.at(1)}}};
+}
+
+std::vector<Value> infer_attention(const Graph& g, const Node& n) {
+  const auto& q = in(g, n, 0);
+  const auto& k = in(g, n, 1);
+  const auto& past = in(g, n, 3);
+  HFX_CHECK(q.shape.size() == 4 && k.shape.size() == 4 && past.shape.size() == 4, "{}: Attention expects rank-4 q/k/past",
+            n.name);
+  Shape present = past.shape;
+  present[2] = sum_dims(g, past.shape[2], k.shape[2]);
+  return {{"", q.dtype, q.shape}, {"", k.dtype, present}, {"", k.dtype, present}};
+}
+
+using Infer = std::function<std::vector<Value>(const Graph&, const Node&)>;
+
+OpSchema make(std::string name, size_t min_in, size_t max_in, size_t outs, Infer infer, bool composite = false) {
+  OpSchema s;
+  s.name = std::move(name);
+  s.min_inputs = min_in;
+  s.max_inputs = max_in;
+  s.num_outputs = outs;
+  s.infer = std::move(infer);
+  s.composite = composite;
+  return s;
+}
+
+std::map<std::string, OpSchema> build_table() {
+  std::vector<OpSchema> t;
+  auto same = [](const Graph& g, const Node& n) { return same_as_input0(g, n); };
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow"})
+    t.push_back(make(op, 2, 2, 1, [](const Graph& g, const Node& n) { return binary(g, n, std::nullopt); }));
+  for (const char* op : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or"})
+    t.push_back(make(op, 2, 2, 1, [](const Graph& g, const Node& n) { return binary(g, n, DType::Bool); }));
+  for (const char* op : {"Neg", "Sqrt", "Reciprocal", "Exp", "Log", "Sin", "Cos", "Tanh", "Erf", "Sigmoid", "Not",
+                         "Identity", "Softmax", "CumSum"})
+    t.push_back(make(op, 1, std::string(op) == "CumSum" ? 2 : 1, 1, same));
+  t.push_back(make("MatMul", 2, 2, 1, infer_matmul));
+  t.push_back(make("Gather", 2, 2, 1, infer_gather));
+  for (const char* op : {"ReduceMean", "ReduceMax", "ReduceSum"}) t.push_back(make(op, 1, 2, 1, infer_reduce));
+  t.push_back(make("Transpose", 1, 1, 1, infer_transpose));
+  t.push_back(make("Reshape", 2, 2, 1, infer_reshape));
+  t.push_back(make("Unsqueeze", 2, 2, 1, infer_unsqueeze));
+  t.push_back(make("Squeeze", 1, 2, 1, infer_squeeze));
+  t.push_back(make("Concat", 1, 64, 1, infer_concat));
+  t.push_back(make("Slice", 3, 5, 1, infer_slice));
+  t.push_back(make("Expand", 2, 2, 1, infer_expand));
+  t.push_back(make("Where", 3, 3, 1, infer_where));
+  t.push_back(make("Cast", 1, 1, 1, infer_cast));
+  t.push_back(make("Range", 3, 3, 1, [](const Graph& g, const Node& n) {
+    return std::vector<Value>{{"", in(g, n, 0).dtype, {Dim::unknown()}}};
+  }));
+  t.push_back(make("Shape", 1, 1, 1, infer_shape));
+
+  t.push_back(make("Embedding", 2, 2, 1, infer_embedding, true));
+  t.push_back(make("Linear", 2, 3, 1, infer_linear, true));
+  t.push_back(make("RMSNorm", 2, 2, 1, same, true));
+  t.push_back(make("SwiGLU", 2, 2, 1, same, true));
+  t.push_back(make("RopeCosSin", 2, 2, 2, infer_rope_cos_sin, true));
+  t.push_back(make("RotaryEmbedding", 3, 3, 1, same, true));
+  t.push_back(make("AttentionBias", 2, 2, 1, infer_attention_bias, true));
+  t.push_back(make("Attention", 6, 6, 3, infer_attention, true));
+  register_decompositions(t);
+
+  std::map<std::string, OpSchema> table;
+  for (auto& s : t) {
+    HFX_CHECK(!s.composite || s.decompose, "composite op {} has no decomposition", s.name);
+    table.emplace(s.name, std::move(s));
+  }
+  return table;
+}
+
+const std::map<std::string, OpSchema>& table() {
+  static const std::map<std::string, OpSchema> t = build_table();
+  return t;
+}
+
+}  // namespace
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const Dim* da = i < rank - a.size() ? nullptr : &a[i - (rank - a.size())];
+    const Dim* db = i < rank - b.size() ? nullptr : &b[i - (rank - b.size())];
+    if (!da) { out[i] = *db; continue; }
+    if (!db) { out[i] = *da; continue; }
+    if (*da == *db) out[i] = *da;
+    else if (da->is_fixed() && da->value == 1) out[i] = *db;
+    else if (db->is_fixed() && db->value == 1) out[i] = *da;
+    else if (da->is_fixed() && db->is_fixed()) bad_input("cannot broadcast {} with {}", shape_str(a), shape_str(b));
+    else if (da->is_fixed()) out[i] = *da;  // a symbol that must equal the fixed dim at run time
+    else if (db->is_fixed()) out[i] = *db;
+    else out[i] = da->is_symbol() ? *da : *db;
+  }
+  return out;
+}
+
+const OpSchema& op_schema(const std::string& op) {
+  auto it = table().find(op);
+  if (it == table().end()) unsupported("unknown op `{}`", op);
+  return it->second;
+}
+
+bool is_known_op(const std::string& op) { return table().count(op) > 0; }
+
+std::vector<std::string> all_op_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : table()) names.push_back(name);
+  return names;
+}
+
+std::vector<Value> infer_outputs(const Graph& graph, const Node& node) {
+  const OpSchema& s = op_schema(node.op);
+  if (node.inputs.size() < s.min_inputs || node.inputs.size() > s.max_inputs)
+    fail(ErrorKind::Internal, "{} ({}): {} inputs, expected {}..{}", node.name, node.op, node.inputs.size(), s.min_inputs,
+         s.max_inputs);
+  return s.infer(graph, node);
+}
+
+}  // namespace hfx::ir

@@ -1,0 +1,74 @@
+// Op schemas: one table of every op the IR knows, with its arity, shape/dtype inference and, for
+// composite ops, the decomposition into primitives that is both its spec and its fallback.
+//
+// Primitives have exactly ONNX's semantics (opset 21) and ONNX's names for ops and attributes, so a
+// backend lowers them one to one. Exceptions: Cast's `to` is an hfx dtype name ("f32", "i64",
+// "bool"), because the IR is target-blind.
+//
+//   Elementwise (numpy broadcasting): Add Sub Mul Div Pow | Equal Less LessOrEqual Greater
+//     GreaterOrEqual -> bool | And Or (bool) | unary: Neg Sqrt Reciprocal Exp Log Sin Cos Tanh Erf
+//     Sigmoid Not Identity
+//   MatMul(a, b)                         numpy matmul with batch broadcasting (rank >= 2)
+//   Gather(data, indices; axis=0)        ONNX Gather
+//   Softmax(x; axis=-1)
+//   ReduceMean/ReduceMax/ReduceSum(x, axes; keepdims=1)   axes is a 1-D int64 constant input
+//   Transpose(x; perm) Reshape(x, shape) (0 copies, -1 infers) Unsqueeze(x, axes) Squeeze(x, axes)
+//   Concat(xs...; axis) Slice(x, starts, ends, axes[, steps]) Expand(x, shape) Where(c, x, y)
+//   Cast(x; to) Range(start, limit, delta) Shape(x; start, end) CumSum(x, axis)
+//
+// Composite (high-level) ops; hfx's own domain, each decomposed in decompose.cc:
+//   Embedding(weight[V,H], ids[...]) -> [..., H]                      = Gather(weight, ids)
+//   Linear(x[..., in], weight[out, in], bias[out]?) -> [..., out]     = x @ weight^T + bias
+//   RMSNorm(x[..., n], weight[n]; epsilon) -> x * rsqrt(mean(x^2) + eps) * weight
+//   SwiGLU(gate, up) -> silu(gate) * up
+//   RopeCosSin(position_ids[b,s] i64, inv_freq[d/2] f32; attention_scaling=1,
+//              dynamic_* attrs, see decompose.cc) -> cos[b,s,d], sin[b,s,d] (f32)
+//       freqs = position * inv_freq; emb = concat(freqs, freqs); cos = cos(emb) * scaling ...
+//   RotaryEmbedding(x[b,h,s,d], cos[b,s,r], sin[b,s,r]) -> [b,h,s,d]
+//       rotate-half rope on the first r dims of x (r = d unless partial), the rest passes through
+//   AttentionBias(attention_mask[b,t] i64, input_ids[b,s]; sliding_window=0) -> [b,1,s,t] f32
+//       0 where query i (at cache position t - s + i) may see key j: j <= pos_i, mask[b,j] != 0,
+//       and, with a window w > 0, pos_i - j < w; the lowest f32 elsewhere (as Transformers does)
+//   Attention(q[b,hq,s,d], k[b,hkv,s,d], v[b,hkv,s,d], past_k[b,hkv,p,d], past_v[b,hkv,p,d],
+//             bias[b,1,s,p+s]; scale) -> out[b,hq,s,d], present_k[b,hkv,p+s,d], present_v
+//       present = concat(past, new) on axis 2; each group of hq/hkv query heads shares one kv head;
+//       out = softmax(q @ k^T * scale + bias) @ v
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace hfx::ir {
+
+class Builder;
+
+struct OpSchema {
+  std::string name;
+  size_t min_inputs = 0;
+  size_t max_inputs = 0;
+  size_t num_outputs = 1;
+  bool composite = false;
+  // Output dtypes and shapes (names are set by the caller).
+  std::function<std::vector<Value>(const Graph&, const Node&)> infer;
+  // For composite ops: emits primitives computing the node's outputs, in order.
+  std::function<std::vector<ValueId>(Builder&, const Node&)> decompose;
+};
+
+// Throws Unsupported naming the op when it is unknown.
+const OpSchema& op_schema(const std::string& op);
+bool is_known_op(const std::string& op);
+std::vector<std::string> all_op_names();
+
+// Checks arity and runs the schema's inference.
+std::vector<Value> infer_outputs(const Graph& graph, const Node& node);
+
+// Numpy broadcasting of symbolic shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+// Registers the composite ops' decompositions (called once by op_schema's table).
+void register_decompositions(std::vector<OpSchema>& table);
+
+}  // namespace hfx::ir

@@ -1,0 +1,47 @@
+// Graph-to-graph rewriting: passes copy a graph node by node into a new one, replacing what they
+// match. Weights are copied lazily on first use, so a rewrite that stops using a weight drops it.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "ir/builder.h"
+#include "ir/graph.h"
+
+namespace hfx::ir {
+
+class Rewriter {
+ public:
+  explicit Rewriter(const Graph& src);
+  const Graph& source() const { return src_; }
+  Builder& builder() { return builder_; }
+  Graph& target() { return dst_; }
+
+  // The node with its inputs mapped into the target graph (weights copied on demand).
+  Node mapped(const Node& node);
+  // New id of a source value (copying a weight the first time it is used).
+  ValueId map(ValueId src_id);
+  // Copies `node` (already mapped) unchanged, keeping its name and its outputs' names.
+  void copy(const Node& src_node, const Node& mapped_node);
+  // Records that `src_node`'s outputs are now `values`; they take the source outputs' names.
+  void replace(const Node& src_node, const std::vector<ValueId>& values);
+  // Declares how a source weight is copied (e.g. with a folded transform); default is as is.
+  void set_weight(ValueId src_id, ValueId dst_id) { map_[size_t(src_id)] = dst_id; }
+
+  // Finishes: graph outputs mapped, unused nodes pruned.
+  Graph finish();
+
+ private:
+  const Graph& src_;
+  Graph dst_;
+  Builder builder_;
+  std::vector<ValueId> map_;
+};
+
+// Drops nodes that nothing reads (and weights only they read).
+Graph prune(const Graph& graph);
+// Number of nodes reading each value, plus one for each graph output it is.
+std::vector<int> use_counts(const Graph& graph);
+
+}  // namespace hfx::ir

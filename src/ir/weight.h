@@ -1,0 +1,53 @@
+// Weights as lazy references: a leaf points into a memory-mapped checkpoint file (or holds a small
+// constant), and a chain of transforms (transpose, cast, concat, add-scalar) says how to turn it into
+// the tensor a backend writes. Nothing is materialised until a backend asks for one tensor, so peak
+// memory stays near the largest tensor, not the model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "core/tensor.h"
+
+namespace hfx::ir {
+
+class WeightRef {
+ public:
+  // A tensor stored in a checkpoint: `nbytes` bytes at `offset` in `file`.
+  static WeightRef source(std::shared_ptr<const MappedFile> file, std::string name, DType dtype,
+                          std::vector<int64_t> shape, size_t offset);
+  static WeightRef constant(Tensor value);
+  static WeightRef concat(std::vector<WeightRef> parts, int64_t axis);
+
+  WeightRef transposed(std::vector<int64_t> perm) const;
+  WeightRef cast(DType to) const;
+  WeightRef plus_scalar(double offset) const;  // e.g. Gemma's (1 + w) norm weights
+
+  DType dtype() const;
+  const std::vector<int64_t>& shape() const;
+  size_t nbytes() const;
+  bool is_constant() const;
+  // A one-line description of where the tensor comes from: "model.norm.weight^T(1,0) as f32".
+  std::string describe() const;
+  // Names of the checkpoint tensors this weight reads.
+  std::vector<std::string> source_names() const;
+
+  // The bytes as stored, when no transform applies (zero copy from the mapped file).
+  std::optional<std::span<const uint8_t>> raw_bytes() const;
+  // Computes the tensor (reads the mapped source pages, applies transforms).
+  Tensor materialize() const;
+
+  struct Node;
+
+ private:
+  explicit WeightRef(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
+  std::shared_ptr<const Node> node_;
+};
+
+}  // namespace hfx::ir

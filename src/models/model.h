@@ -1,0 +1,51 @@
+// What every architecture definition provides: a typed summary (for `inspect` and the manifest) and
+// a build hook that emits canonical IR for one forward step. Tasks (src/tasks) own the graph I/O:
+// they create the inputs, call build(), and name the outputs by the contract.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "ir/builder.h"
+
+namespace hfx::models {
+
+// Inputs of one causal-LM step, created by the task.
+struct CausalLmInputs {
+  ir::ValueId input_ids = ir::kNone;       // i64 [batch, seq]
+  ir::ValueId attention_mask = ir::kNone;  // i64 [batch, past + seq]
+  ir::ValueId position_ids = ir::kNone;    // i64 [batch, seq]
+  std::vector<ir::ValueId> past_key, past_value;  // per layer [batch, kv_heads, past, head_dim]
+};
+
+struct CausalLmOutputs {
+  ir::ValueId logits = ir::kNone;  // f32 [batch, seq, vocab]
+  std::vector<ir::ValueId> present_key, present_value;
+};
+
+struct CacheGeometry {
+  int64_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  std::vector<int64_t> sliding_window;  // per layer, 0 = full attention
+};
+
+struct ModelSummary {
+  std::string model_type;
+  std::string hf_class;  // the Transformers class this definition reproduces
+  int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0;
+  std::vector<std::pair<std::string, std::string>> features;  // ("rope", "llama3"), ("qk_norm", "yes")
+  std::vector<int64_t> eos_token_ids;
+  std::optional<int64_t> bos_token_id, pad_token_id;
+};
+
+class CausalLm {
+ public:
+  virtual ~CausalLm() = default;
+  virtual const ModelSummary& summary() const = 0;
+  virtual CacheGeometry cache() const = 0;
+  // Emits the graph for one step. Weights are bound lazily from the checkpoint (no copies).
+  virtual CausalLmOutputs build(ir::Builder& b, const CausalLmInputs& in) const = 0;
+};
+
+}  // namespace hfx::models

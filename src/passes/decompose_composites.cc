@@ -1,0 +1,25 @@
+#include "core/error.h"
+#include "ir/ops.h"
+#include "ir/rewrite.h"
+#include "passes/pass.h"
+
+namespace hfx::passes {
+
+ir::Graph decompose_composites(const ir::Graph& graph) {
+  ir::Rewriter r(graph);
+  for (const auto& node : graph.nodes()) {
+    ir::Node n = r.mapped(node);
+    const ir::OpSchema& schema = ir::op_schema(n.op);
+    if (!schema.composite) {
+      r.copy(node, n);
+      continue;
+    }
+    // Primitives are named under the composite's own name: "/model/layers.0/attn/Attention/MatMul".
+    auto scope = r.builder().scope(n.name.substr(n.name.front() == '/' ? 1 : 0));
+    auto outs = with_context("decomposing " + n.name, [&] { return schema.decompose(r.builder(), n); });
+    r.replace(node, outs);
+  }
+  return r.finish();
+}
+
+}  // namespace hfx::passes

@@ -1,0 +1,35 @@
+// Passes are declared as data: a stable kebab-case name, what it does, why it exists, and when it
+// can be deleted. The CLI help, the docs and the manifest's pass list come from this one table.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace hfx::passes {
+
+enum class Stage { Model, IrRepair, BackendTranslation, BackendFix };
+
+struct PassInfo {
+  std::string name;
+  Stage stage;
+  std::string summary;
+  std::string reason;
+  std::string delete_when;
+  std::function<ir::Graph(const ir::Graph&)> run;
+};
+
+const std::vector<PassInfo>& all_passes();
+const PassInfo& find_pass(const std::string& name);
+
+// Runs the named passes in order; returns the final graph. `applied` receives their names.
+ir::Graph run_pipeline(const ir::Graph& graph, const std::vector<std::string>& names,
+                       std::vector<std::string>* applied = nullptr);
+
+// The passes themselves (one file each).
+ir::Graph decompose_composites(const ir::Graph& graph);
+ir::Graph fold_weight_transforms(const ir::Graph& graph);
+
+}  // namespace hfx::passes

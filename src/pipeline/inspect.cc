@@ -1,0 +1,124 @@
+#include "pipeline/inspect.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+#include "core/progress.h"
+#include "passes/pass.h"
+#include "pipeline/export.h"
+#include "tasks/causal_lm.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::pipeline {
+
+namespace {
+
+// What the export will hold in memory at once: one weight materialised with its transforms (a cast
+// copy and a transposed copy for Linear weights), the protobuf of the graph, and the process itself.
+Preflight preflight(const LoadedModel& m) {
+  Preflight p;
+  ir::Graph g = passes::run_pipeline(m.graph, backend_passes("onnx"));
+  constexpr int64_t kAlign = 65536;
+  int64_t worst_transient = 0;
+  for (auto id : g.weights()) {
+    const auto* w = g.weight(id);
+    const auto bytes = int64_t(w->nbytes());
+    if (bytes > 1024) p.disk_bytes += (bytes + kAlign - 1) / kAlign * kAlign;
+    // A weight written from the mapped file as is costs nothing beyond page cache; a transformed one
+    // costs its result plus one intermediate of the same size.
+    const int64_t transient = w->raw_bytes() ? 0 : 2 * bytes;
+    if (transient > worst_transient) worst_transient = transient;
+    if (bytes > p.largest_tensor_bytes) {
+      p.largest_tensor_bytes = bytes;
+      p.largest_tensor = g.value(id).name;
+    }
+  }
+  for (const auto& f : m.checkpoint->side_files()) p.disk_bytes += 2 * int64_t(fs::file_size(f));
+  p.disk_bytes += int64_t(g.nodes().size()) * 256;  // model.onnx: a few hundred bytes a node
+  constexpr int64_t kBaseline = 40ll << 20;         // binary, libraries, allocator
+  p.peak_memory_bytes = kBaseline + worst_transient + int64_t(g.nodes().size()) * 1024;
+  return p;
+}
+
+}  // namespace
+
+std::string inspect_report(const fs::path& model_dir, bool as_json) {
+  LoadedModel m = load_model(model_dir);
+  const auto& s = m.model->summary();
+  int64_t params = 0;
+  std::map<std::string, int64_t> dtypes;
+  for (const auto& [name, t] : m.checkpoint->tensors()) {
+    int64_t n = 1;
+    for (auto d : t.shape) n *= d;
+    params += n;
+    dtypes[std::string(dtype_name(t.dtype))] += n;
+  }
+  Preflight p = preflight(m);
+  auto inputs = tasks::causal_lm_inputs(*m.model);
+  auto outputs = tasks::causal_lm_outputs(*m.model);
+
+  if (as_json) {
+    nlohmann::ordered_json j;
+    j["model_type"] = s.model_type;
+    j["hf_class"] = s.hf_class;
+    j["parameters"] = params;
+    j["dtypes"] = dtypes;
+    for (const auto& [k, v] : s.features) j["features"][k] = v;
+    auto io = [](const std::vector<tasks::IoSpec>& specs) {
+      auto arr = nlohmann::ordered_json::array();
+      for (const auto& x : specs) {
+        std::vector<std::string> dims;
+        for (const auto& d : x.shape) dims.push_back(d.str());
+        arr.push_back({{"name", x.name}, {"dtype", dtype_name(x.dtype)}, {"shape", dims}});
+      }
+      return arr;
+    };
+    j["inputs"] = io(inputs);
+    j["outputs"] = io(outputs);
+    j["preflight"] = {{"disk_bytes", p.disk_bytes},
+                      {"peak_memory_bytes", p.peak_memory_bytes},
+                      {"largest_tensor", p.largest_tensor},
+                      {"largest_tensor_bytes", p.largest_tensor_bytes}};
+    return j.dump(2) + "\n";
+  }
+
+  std::string out;
+  out += fmt::format("model        {} ({})\n", s.model_type, s.hf_class);
+  out += fmt::format("layers       {}   hidden {}   vocab {}\n", s.num_layers, s.hidden_size, s.vocab_size);
+  out += fmt::format("parameters   {} ({:.1f} M)\n", params, double(params) / 1e6);
+  std::vector<std::string> dt;
+  for (const auto& [k, v] : dtypes) dt.push_back(fmt::format("{} {}", k, v));
+  out += fmt::format("dtypes       {}\n", fmt::join(dt, ", "));
+  for (const auto& [k, v] : s.features) out += fmt::format("{:<12} {}\n", k, v);
+  out += "\nI/O contract of an export (decoder step, symbolic query axis):\n";
+  auto line = [&](const char* dir, const tasks::IoSpec& x) {
+    std::vector<std::string> dims;
+    for (const auto& d : x.shape) dims.push_back(d.str());
+    out += fmt::format("  {} {:<28} {:<4} [{}]\n", dir, x.name, dtype_name(x.dtype), fmt::join(dims, ", "));
+  };
+  const size_t shown = 7;  // inputs: ids, mask, positions, and the first two layers' cache
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i == shown && inputs.size() > shown + 1) {
+      out += fmt::format("     ... {} more cache inputs\n", inputs.size() - shown - 1);
+      i = inputs.size() - 1;
+    }
+    line("in ", inputs[i]);
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (i == 5 && outputs.size() > 6) {
+      out += fmt::format("     ... {} more cache outputs\n", outputs.size() - 6);
+      i = outputs.size() - 1;
+    }
+    line("out", outputs[i]);
+  }
+  out += "  total_sequence_length = past_sequence_length + sequence_length\n";
+  out += fmt::format("\npreflight (onnx, f32): disk {}, peak memory {} (largest tensor {}: {})\n",
+                     human_bytes(p.disk_bytes), human_bytes(p.peak_memory_bytes), p.largest_tensor,
+                     human_bytes(p.largest_tensor_bytes));
+  return out;
+}
+
+}  // namespace hfx::pipeline

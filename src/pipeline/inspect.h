@@ -1,0 +1,19 @@
+// `hfx inspect`: what an export of a checkpoint would be, without writing anything.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace hfx::pipeline {
+
+struct Preflight {
+  int64_t disk_bytes = 0;         // files an ONNX export writes
+  int64_t peak_memory_bytes = 0;  // predicted peak resident memory of the export
+  int64_t largest_tensor_bytes = 0;
+  std::string largest_tensor;
+};
+
+// Human-readable report (or JSON with `as_json`) on stdout's behalf.
+std::string inspect_report(const std::filesystem::path& model_dir, bool as_json);
+
+}  // namespace hfx::pipeline

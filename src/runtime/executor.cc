@@ -1,0 +1,287 @@
+#include "runtime/executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <optional>
+#include <set>
+
+#include "core/error.h"
+#include "ir/builder.h"
+#include "ir/ops.h"
+#include "runtime/kernels.h"
+
+namespace hfx::runtime {
+
+using detail::KernelFn;
+
+namespace {
+
+bool is_composite(const std::string& op) { return ir::is_known_op(op) && ir::op_schema(op).composite; }
+
+// Whether a node of `op` runs through its decomposition rather than a kernel.
+bool decomposes(const std::string& op, bool use_composite_kernels) {
+  if (!is_composite(op)) return false;
+  return !use_composite_kernels || !detail::composite_kernels().count(op);
+}
+
+// Copies `src` into a new graph, replacing the composite nodes that `decomposes` selects with their
+// decompositions. `map` receives each source value's id in the new graph. Copied values get an "@"
+// prefix so they cannot collide with the names the Builder gives decomposition values ("/const/...",
+// "/decomposed/..."); names in the new graph only serve diagnostics.
+ir::Graph expand(const ir::Graph& src, bool use_composite_kernels, std::vector<ir::ValueId>& map, bool& changed) {
+  ir::Graph dst(src.name());
+  dst.symbols() = src.symbols();
+  ir::Builder b(dst);
+  map.assign(src.num_values(), ir::kNone);
+  changed = false;
+  for (auto id : src.inputs()) {
+    const auto& v = src.value(id);
+    map[size_t(id)] = dst.add_input("@" + v.name, v.dtype, v.shape);
+  }
+  for (auto id : src.weights()) map[size_t(id)] = dst.add_weight("@" + src.value(id).name, *src.weight(id));
+  for (const auto& node : src.nodes()) {
+    ir::Node n = node;
+    for (auto& in : n.inputs) in = in == ir::kNone ? ir::kNone : map[size_t(in)];
+    if (decomposes(node.op, use_composite_kernels)) {
+      const auto& schema = ir::op_schema(node.op);
+      if (!schema.decompose)
+        unsupported("reference executor: no kernel for op {} (node {}) and no decomposition", node.op, node.name);
+      auto scope = b.scope("decomposed" + (node.name.starts_with("/") ? node.name : "/" + node.name));
+      auto outs = with_context("decomposing node " + node.name, [&] { return schema.decompose(b, n); });
+      HFX_CHECK(outs.size() == node.outputs.size(), "decomposition of {} ({}) gave {} values for {} outputs", node.name,
+                node.op, outs.size(), node.outputs.size());
+      for (size_t i = 0; i < outs.size(); ++i) map[size_t(node.outputs[i])] = outs[i];
+      changed = true;
+    } else {
+      std::vector<ir::Value> outs;
+      for (auto o : node.outputs) {
+        ir::Value v = src.value(o);
+        v.name = "@" + v.name;
+        outs.push_back(std::move(v));
+      }
+      const auto& added = dst.add_node(std::move(n), outs);
+      for (size_t i = 0; i < node.outputs.size(); ++i) map[size_t(node.outputs[i])] = added.outputs[i];
+    }
+  }
+  for (auto id : src.outputs()) dst.add_output(map[size_t(id)]);
+  return dst;
+}
+
+bool has_decomposable(const ir::Graph& g, bool use_composite_kernels) {
+  for (const auto& n : g.nodes())
+    if (decomposes(n.op, use_composite_kernels)) return true;
+  return false;
+}
+
+}  // namespace
+
+struct Executor::Impl {
+  ExecOptions options;
+  ir::Graph source;                 // the graph as given: input contract, value names
+  std::optional<ir::Graph> expanded;  // with composite ops decomposed, when any are
+  const ir::Graph* exec = nullptr;  // the graph that runs: `expanded` or `source`
+  std::vector<ir::ValueId> map;     // source value id -> exec value id
+  std::vector<KernelFn> kernels;    // per exec node
+  std::vector<int32_t> last_use;    // per exec value: index of the last node reading it
+  std::vector<std::pair<std::string, ir::ValueId>> results;  // returned values: source name, exec id
+  std::vector<std::shared_ptr<const Tensor>> weight_cache;   // per exec value id
+
+  explicit Impl(const ir::Graph& graph, ExecOptions opts) : options(std::move(opts)), source(graph) {
+    source.validate();
+    map.resize(source.num_values());
+    for (size_t i = 0; i < map.size(); ++i) map[i] = ir::ValueId(i);
+    exec = &source;
+    for (int pass = 0; has_decomposable(*exec, options.use_composite_kernels); ++pass) {
+      HFX_CHECK(pass < 8, "decompositions of graph {} do not terminate", source.name());
+      std::vector<ir::ValueId> step;
+      bool changed = false;
+      ir::Graph next = expand(*exec, options.use_composite_kernels, step, changed);
+      for (auto& m : map) m = m == ir::kNone ? ir::kNone : step[size_t(m)];
+      expanded = std::move(next);
+      exec = &*expanded;
+    }
+
+    const auto& nodes = exec->nodes();
+    kernels.resize(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const auto& n = nodes[i];
+      const auto& table = is_composite(n.op) ? detail::composite_kernels() : detail::primitive_kernels();
+      auto it = table.find(n.op);
+      if (it == table.end()) unsupported("reference executor: no kernel for op {} (node {})", n.op, n.name);
+      kernels[i] = it->second;
+    }
+
+    for (auto id : source.outputs()) results.emplace_back(source.value(id).name, map[size_t(id)]);
+    for (const auto& name : options.keep_values) {
+      auto id = source.find(name);
+      if (!id) bad_input("keep_values: the graph has no value named `{}`", name);
+      results.emplace_back(name, map[size_t(*id)]);
+    }
+
+    last_use.assign(exec->num_values(), -1);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (auto in : nodes[i].inputs)
+        if (in != ir::kNone) last_use[size_t(in)] = int32_t(i);
+      for (auto out : nodes[i].outputs) last_use[size_t(out)] = std::max(last_use[size_t(out)], int32_t(i));
+    }
+    for (const auto& [name, id] : results) last_use[size_t(id)] = INT32_MAX;
+    weight_cache.resize(exec->num_values());
+  }
+
+  // Symbol -> (value, "input X dim D") as bound by the inputs of one run.
+  struct Binding {
+    int64_t value;
+    std::string input;
+  };
+  using Bindings = std::map<std::string, Binding>;
+
+  Bindings validate_inputs(const std::map<std::string, Tensor>& inputs) const {
+    std::vector<std::string> names;
+    for (auto id : source.inputs()) names.push_back(source.value(id).name);
+    for (const auto& [name, t] : inputs)
+      if (std::find(names.begin(), names.end(), name) == names.end())
+        bad_input("unknown input `{}` (the graph's inputs are {})", name, fmt::join(names, ", "));
+    Bindings bound;
+    const auto& symbols = source.symbols();
+    for (auto id : source.inputs()) {
+      const auto& v = source.value(id);
+      auto it = inputs.find(v.name);
+      if (it == inputs.end()) bad_input("missing input `{}` (the graph's inputs are {})", v.name, fmt::join(names, ", "));
+      const Tensor& t = it->second;
+      if (t.dtype() != v.dtype)
+        bad_input("input {} has dtype {} but the graph expects {}", v.name, dtype_name(t.dtype()), dtype_name(v.dtype));
+      if (t.rank() != int64_t(v.shape.size()))
+        bad_input("input {} has rank {} (shape {}) but the graph expects rank {} ({})", v.name, t.rank(),
+                  detail::shape_string(t.shape()), v.shape.size(), shape_str(v.shape));
+      for (size_t d = 0; d < v.shape.size(); ++d) {
+        const Dim& dim = v.shape[d];
+        const int64_t got = t.shape()[d];
+        if (dim.is_fixed()) {
+          if (got != dim.value)
+            bad_input("input {} dim {} = {} but the graph fixes it to {}", v.name, d, got, dim.value);
+        } else if (dim.is_symbol()) {
+          auto b = bound.find(dim.symbol);
+          if (b != bound.end()) {
+            if (b->second.value != got)
+              bad_input("input {} dim {} (`{}`) = {} but {} gave {}", v.name, d, dim.symbol, got, b->second.input,
+                        b->second.value);
+          } else {
+            symbols.check(dim.symbol, got, fmt::format("input {} dim {}", v.name, d));
+            bound.emplace(dim.symbol, Binding{got, v.name});
+          }
+        }
+      }
+    }
+    for (const auto& r : symbols.relations()) {
+      auto s = bound.find(r.sum), a = bound.find(r.a), b = bound.find(r.b);
+      if (s == bound.end() || a == bound.end() || b == bound.end()) continue;
+      if (s->second.value != a->second.value + b->second.value)
+        bad_input("input {} gives `{}` = {} but `{}` + `{}` = {} + {} = {} (from {} and {})", s->second.input, r.sum,
+                  s->second.value, r.a, r.b, a->second.value, b->second.value, a->second.value + b->second.value,
+                  a->second.input, b->second.input);
+    }
+    return bound;
+  }
+
+  // The run-time value a declared dim must have, when the inputs determine it.
+  std::optional<int64_t> expected_dim(const Dim& d, const Bindings& bound) const {
+    if (d.is_fixed()) return d.value;
+    if (!d.is_symbol()) return std::nullopt;
+    if (auto it = bound.find(d.symbol); it != bound.end()) return it->second.value;
+    for (const auto& r : exec->symbols().relations()) {
+      if (r.sum != d.symbol) continue;
+      auto a = bound.find(r.a), b = bound.find(r.b);
+      if (a != bound.end() && b != bound.end()) return a->second.value + b->second.value;
+    }
+    // An undeclared sum is spelled "a + b".
+    int64_t total = 0;
+    size_t pos = 0;
+    while (true) {
+      size_t next = d.symbol.find(" + ", pos);
+      std::string term = d.symbol.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+      auto it = bound.find(term);
+      if (it == bound.end()) return std::nullopt;
+      total += it->second.value;
+      if (next == std::string::npos) break;
+      pos = next + 3;
+    }
+    return total;
+  }
+
+  void check_declared(const ir::Node& node, ir::ValueId id, const Tensor& t, const Bindings& bound) const {
+    const ir::Value& v = exec->value(id);
+    bool ok = detail::compute_dtype(v.dtype) == t.dtype() && int64_t(v.shape.size()) == t.rank();
+    for (size_t d = 0; ok && d < v.shape.size(); ++d)
+      if (auto want = expected_dim(v.shape[d], bound)) ok = *want == t.shape()[d];
+    if (!ok)
+      fail(ErrorKind::Internal, "reference executor: node {} ({}) computed {}{} but the graph declares {}{}", node.name,
+           node.op, dtype_name(t.dtype()), detail::shape_string(t.shape()), dtype_name(v.dtype), shape_str(v.shape));
+  }
+
+  std::shared_ptr<const Tensor> weight(ir::ValueId id) {
+    auto& cached = weight_cache[size_t(id)];
+    if (!cached) {
+      const ir::WeightRef* w = exec->weight(id);
+      HFX_CHECK(w, "value {} is read before it is computed", exec->value(id).name);
+      cached = std::make_shared<const Tensor>(
+          with_context("weight " + exec->value(id).name, [&] { return detail::to_compute(w->materialize()); }));
+    }
+    return cached;
+  }
+
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) {
+    const Bindings bound = validate_inputs(inputs);
+    std::vector<std::shared_ptr<const Tensor>> vals(exec->num_values());
+    for (auto id : source.inputs())
+      vals[size_t(map[size_t(id)])] = std::make_shared<const Tensor>(detail::to_compute(inputs.at(source.value(id).name)));
+
+    const auto& nodes = exec->nodes();
+    detail::KernelInputs args;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const ir::Node& node = nodes[i];
+      args.clear();
+      for (auto in : node.inputs) {
+        if (in == ir::kNone) {
+          args.push_back(nullptr);
+          continue;
+        }
+        auto& slot = vals[size_t(in)];
+        if (!slot) slot = weight(in);
+        args.push_back(slot.get());
+      }
+      std::vector<Tensor> outs = with_context(fmt::format("node {} ({})", node.name, node.op),
+                                              [&] { return kernels[i](node, args); });
+      HFX_CHECK(outs.size() == node.outputs.size(), "kernel {} gave {} outputs for {}", node.op, outs.size(),
+                node.outputs.size());
+      for (size_t o = 0; o < outs.size(); ++o) {
+        if (options.check_declared_shapes) check_declared(node, node.outputs[o], outs[o], bound);
+        vals[size_t(node.outputs[o])] = std::make_shared<const Tensor>(std::move(outs[o]));
+      }
+      for (auto in : node.inputs)
+        if (in != ir::kNone && last_use[size_t(in)] == int32_t(i)) vals[size_t(in)].reset();
+      for (auto out : node.outputs)
+        if (last_use[size_t(out)] == int32_t(i)) vals[size_t(out)].reset();
+    }
+
+    std::map<std::string, Tensor> result;
+    for (const auto& [name, id] : results) {
+      auto& slot = vals[size_t(id)];
+      if (!slot) slot = weight(id);
+      result[name] = *slot;
+    }
+    return result;
+  }
+};
+
+Executor::Executor(const ir::Graph& graph, ExecOptions options)
+    : impl_(std::make_unique<Impl>(graph, std::move(options))) {}
+
+Executor::~Executor() = default;
+
+std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
+  return impl_->run(inputs);
+}
+
+}  // namespace hfx::runtime

@@ -1,0 +1,60 @@
+// The reference executor: runs an ir::Graph on the CPU, in f32, to compute "eager" outputs natively
+// and to run graphs read back from exported files.
+//
+// Compute dtypes: every float value (f32, f16, bf16, f64) is computed and stored as F32, every integer
+// value as I64, booleans as Bool (one byte, 0 or 1). Float weights are converted to F32 when first
+// used (once per Executor; the converted weights stay cached for later runs), integer weights to I64.
+// A Cast to f16 or bf16 rounds each value to that type (round to nearest even) but stores the result
+// back as F32; a Cast to f64 is F32; a Cast to a narrower integer wraps into its range and stays I64.
+// So outputs come back in compute dtypes, whatever dtype the graph declares for them.
+//
+// Composite ops run through fused kernels by default; with use_composite_kernels = false each one
+// runs through its decomposition (ir::op_schema(op).decompose, expanded once when the Executor is
+// built), which is how the fused kernels are tested.
+//
+// Inputs are checked against the graph's inputs: names, dtypes, ranks, fixed dims, symbolic dims bound
+// consistently across inputs and within the bounds of graph.symbols(), and declared sums
+// (total = past + new). Violations are BadInput errors naming input, dim, value and bounds.
+// Intermediate values are freed after their last use.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace hfx::runtime {
+
+struct ExecOptions {
+  // false: run each composite op through its decomposition into primitives.
+  bool use_composite_kernels = true;
+  // Names of intermediate values (of the graph given to the Executor) to return too, for
+  // layer-by-layer diffs.
+  std::vector<std::string> keep_values;
+  // Check each computed value against the dtype, rank and dims the graph declares for it (fixed
+  // dims, and symbols bound by the inputs). A mismatch is an Internal error: shape inference and the
+  // kernels disagree.
+  bool check_declared_shapes = true;
+};
+
+class Executor {
+ public:
+  // The graph is copied (weights stay lazy references), so it need not outlive the Executor.
+  explicit Executor(const ir::Graph& graph, ExecOptions options = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Inputs by graph input name; returns the graph outputs (and the kept values) by name, in compute
+  // dtypes (see above).
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hfx::runtime

@@ -1,0 +1,150 @@
+// Private to the reference executor: the kernel table and the helpers the kernel families share
+// (strided iteration with broadcasting, axis normalisation, softmax rows, sgemm wrappers).
+//
+// Every value a kernel sees is in a compute dtype: F32 for floats, I64 for integers, Bool (one byte,
+// 0 or 1) for booleans. Kernels produce compute dtypes only.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace hfx::runtime::detail {
+
+// Inputs are given in node order; an absent optional input is nullptr.
+using KernelInputs = std::vector<const Tensor*>;
+using KernelFn = std::vector<Tensor> (*)(const ir::Node& node, const KernelInputs& in);
+using KernelTable = std::map<std::string, KernelFn>;
+
+void register_elementwise_kernels(KernelTable& table);
+void register_shape_kernels(KernelTable& table);
+void register_reduce_kernels(KernelTable& table);
+void register_matmul_kernels(KernelTable& table);
+void register_composite_kernels(KernelTable& table);
+
+// Kernels of primitive ops, and kernels of composite ops (fused forms of the decompositions).
+const KernelTable& primitive_kernels();
+const KernelTable& composite_kernels();
+
+// The compute dtype a declared dtype runs in (F16 -> F32, I32 -> I64, ...).
+DType compute_dtype(DType declared);
+// `t` converted to its compute dtype (no copy when it already is).
+Tensor to_compute(Tensor t);
+
+// --- argument access -----------------------------------------------------------------------------
+
+// The i-th input; throws BadInput naming the node when it is absent.
+const Tensor& arg(const ir::Node& node, const KernelInputs& in, size_t i);
+// Throws BadInput unless `t` has dtype `want`.
+void expect_dtype(const ir::Node& node, const Tensor& t, DType want, const char* what);
+// Values of an integer tensor (any compute dtype but Bool), as int64.
+std::vector<int64_t> int_values(const Tensor& t);
+// The single value of a scalar (or one-element) tensor, as int64 / double.
+int64_t scalar_int(const ir::Node& node, const Tensor& t, const char* what);
+double scalar_double(const ir::Node& node, const Tensor& t, const char* what);
+// Normalises a possibly negative axis into [0, rank); BadInput when out of range.
+int64_t normalize_axis(const ir::Node& node, int64_t axis, int64_t rank);
+std::string shape_string(const std::vector<int64_t>& shape);
+
+// --- strided iteration -----------------------------------------------------------------------------
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
+// Numpy broadcast of shapes; BadInput naming the node when they do not broadcast.
+std::vector<int64_t> broadcast_shape(const ir::Node& node, const std::vector<std::vector<int64_t>>& shapes);
+// Element strides that read a contiguous tensor of `in` shape as `out` shape (right-aligned, 0 on
+// broadcast dims).
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& in, const std::vector<int64_t>& out);
+
+// Iteration over a shape with K operands, each with its own element strides and base offset. Dims of
+// extent 1 are dropped and dims that are contiguous for every operand are merged, so most loops end
+// up as a few long runs.
+template <size_t K>
+struct StridedPlan {
+  std::vector<int64_t> dims;                    // outermost first; empty = one element
+  std::array<std::vector<int64_t>, K> strides;  // per operand, per dim
+  std::array<int64_t, K> base{};
+  bool empty = false;
+};
+
+template <size_t K>
+StridedPlan<K> make_plan(const std::vector<int64_t>& dims, const std::array<std::vector<int64_t>, K>& strides,
+                         std::array<int64_t, K> base = {}) {
+  StridedPlan<K> p;
+  p.base = base;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 0) p.empty = true;
+    if (dims[d] == 1) continue;
+    if (!p.dims.empty()) {
+      bool mergeable = true;
+      for (size_t k = 0; k < K; ++k)
+        if (p.strides[k].back() != strides[k][d] * dims[d]) mergeable = false;
+      if (mergeable) {
+        p.dims.back() *= dims[d];
+        for (size_t k = 0; k < K; ++k) p.strides[k].back() = strides[k][d];
+        continue;
+      }
+    }
+    p.dims.push_back(dims[d]);
+    for (size_t k = 0; k < K; ++k) p.strides[k].push_back(strides[k][d]);
+  }
+  return p;
+}
+
+// Calls f(offsets, n, inner_strides) for each run along the innermost dim: operand k's elements are
+// at offsets[k] + i * inner_strides[k] for i in [0, n).
+template <size_t K, typename F>
+void for_each_run(const StridedPlan<K>& p, F&& f) {
+  if (p.empty) return;
+  std::array<int64_t, K> off = p.base;
+  const size_t r = p.dims.size();
+  if (r == 0) {
+    std::array<int64_t, K> zero{};
+    f(off, int64_t(1), zero);
+    return;
+  }
+  std::array<int64_t, K> inner;
+  for (size_t k = 0; k < K; ++k) inner[k] = p.strides[k][r - 1];
+  const int64_t n = p.dims[r - 1];
+  std::vector<int64_t> idx(r, 0);
+  while (true) {
+    f(off, n, inner);
+    size_t d = r - 1;
+    while (true) {
+      if (d == 0) return;
+      --d;
+      for (size_t k = 0; k < K; ++k) off[k] += p.strides[k][d];
+      if (++idx[d] < p.dims[d]) break;
+      for (size_t k = 0; k < K; ++k) off[k] -= p.strides[k][d] * p.dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// Copies `src` (read with `src_strides` from `src_base`, in elements) into a new contiguous tensor
+// of `out_shape`. Used by Transpose, Slice, Expand.
+Tensor strided_copy(const Tensor& src, const std::vector<int64_t>& out_shape, const std::vector<int64_t>& src_strides,
+                    int64_t src_base = 0);
+
+// --- numerics shared by primitive and composite kernels ------------------------------------------------
+
+// Pow as the Pow kernel computes it (x * x for an exponent of 2, else powf), shared so fused kernels
+// reproduce their decompositions bit for bit.
+inline float pow_f32(float x, float y) { return y == 2.0f ? x * x : std::pow(x, y); }
+
+// Numerically stable softmax over `n` contiguous floats, in place: subtract the max, exponentiate,
+// sum in float, multiply by the reciprocal of the sum.
+void softmax_row(float* x, int64_t n);
+
+// Row-major C[m, n] = alpha * op(A) * op(B) (+ C when accumulate), op = transpose when trans_*.
+// lda/ldb/ldc are row strides as in cblas. Handles m, n or k of 0.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate = false);
+
+}  // namespace hfx::runtime::detail

@@ -1,0 +1,177 @@
+// Helpers shared by the kernel families, and the kernel tables.
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "runtime/kernels.h"
+
+namespace hfx::runtime::detail {
+
+const KernelTable& primitive_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    register_elementwise_kernels(t);
+    register_shape_kernels(t);
+    register_reduce_kernels(t);
+    register_matmul_kernels(t);
+    return t;
+  }();
+  return table;
+}
+
+const KernelTable& composite_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    register_composite_kernels(t);
+    return t;
+  }();
+  return table;
+}
+
+DType compute_dtype(DType declared) {
+  if (declared == DType::Bool) return DType::Bool;
+  return is_float(declared) ? DType::F32 : DType::I64;
+}
+
+Tensor to_compute(Tensor t) {
+  const DType want = compute_dtype(t.dtype());
+  if (want == t.dtype()) return t;
+  return t.cast(want);
+}
+
+const Tensor& arg(const ir::Node& node, const KernelInputs& in, size_t i) {
+  if (i >= in.size() || !in[i]) bad_input("{} has no input {}", node.op, i);
+  return *in[i];
+}
+
+void expect_dtype(const ir::Node& node, const Tensor& t, DType want, const char* what) {
+  if (t.dtype() != want)
+    bad_input("{}: {} must be {}, got {}", node.op, what, dtype_name(want), dtype_name(t.dtype()));
+}
+
+std::vector<int64_t> int_values(const Tensor& t) {
+  if (t.dtype() == DType::I64) return std::vector<int64_t>(t.as<int64_t>(), t.as<int64_t>() + t.numel());
+  return t.to_i64_vector();
+}
+
+int64_t scalar_int(const ir::Node& node, const Tensor& t, const char* what) {
+  if (t.numel() != 1) bad_input("{}: {} must have one element, got shape {}", node.op, what, shape_string(t.shape()));
+  if (is_float(t.dtype())) bad_input("{}: {} must be an integer, got {}", node.op, what, dtype_name(t.dtype()));
+  return int_values(t)[0];
+}
+
+double scalar_double(const ir::Node& node, const Tensor& t, const char* what) {
+  if (t.numel() != 1) bad_input("{}: {} must have one element, got shape {}", node.op, what, shape_string(t.shape()));
+  if (t.dtype() == DType::F32) return double(t.as<float>()[0]);
+  if (t.dtype() == DType::I64) return double(t.as<int64_t>()[0]);
+  double v;
+  convert_elements(t.dtype(), t.data(), DType::F64, &v, 1);
+  return v;
+}
+
+int64_t normalize_axis(const ir::Node& node, int64_t axis, int64_t rank) {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) bad_input("{}: axis {} is out of range for rank {}", node.op, axis, rank);
+  return a;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+std::vector<int64_t> broadcast_shape(const ir::Node& node, const std::vector<std::vector<int64_t>>& shapes) {
+  size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<int64_t> out(rank, 1);
+  for (const auto& s : shapes) {
+    const size_t lead = rank - s.size();
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t& o = out[lead + i];
+      if (s[i] == o || s[i] == 1) continue;
+      if (o == 1) {
+        o = s[i];
+        continue;
+      }
+      std::vector<std::string> all;
+      for (const auto& x : shapes) all.push_back(shape_string(x));
+      bad_input("{}: shapes {} do not broadcast", node.op, fmt::join(all, " and "));
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  std::vector<int64_t> s(out.size(), 0);
+  const auto cs = contiguous_strides(in);
+  const size_t lead = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) s[lead + i] = in[i] == 1 ? 0 : cs[i];
+  return s;
+}
+
+namespace {
+template <typename T>
+void copy_runs(const StridedPlan<2>& plan, const T* src, T* dst) {
+  for_each_run(plan, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+    T* d = dst + off[0];
+    const T* s = src + off[1];
+    if (st[1] == 1) {
+      std::memcpy(d, s, size_t(n) * sizeof(T));
+    } else if (st[1] == 0) {
+      std::fill(d, d + n, *s);
+    } else {
+      const int64_t step = st[1];
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i * step];
+    }
+  });
+}
+}  // namespace
+
+Tensor strided_copy(const Tensor& src, const std::vector<int64_t>& out_shape, const std::vector<int64_t>& src_strides,
+                    int64_t src_base) {
+  Tensor out(src.dtype(), out_shape);
+  auto plan = make_plan<2>(out_shape, {contiguous_strides(out_shape), src_strides}, {0, src_base});
+  switch (dtype_size(src.dtype())) {
+    case 1: copy_runs(plan, src.as<uint8_t>(), out.as<uint8_t>()); break;
+    case 2: copy_runs(plan, src.as<uint16_t>(), out.as<uint16_t>()); break;
+    case 4: copy_runs(plan, src.as<uint32_t>(), out.as<uint32_t>()); break;
+    case 8: copy_runs(plan, src.as<uint64_t>(), out.as<uint64_t>()); break;
+    default: HFX_CHECK(false, "element size {}", dtype_size(src.dtype()));
+  }
+  return out;
+}
+
+void softmax_row(float* x, int64_t n) {
+  if (n <= 0) return;
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+  HFX_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX,
+            "gemm dims too large: {}x{}x{}", m, n, k);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
+              int(k), alpha, a, int(lda), b, int(ldb), accumulate ? 1.0f : 0.0f, c, int(ldc));
+}
+
+}  // namespace hfx::runtime::detail

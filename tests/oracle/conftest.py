@@ -1,0 +1,58 @@
+"""Shared fixtures of the oracle tests: the hfx binary, tiny checkpoints, and running hfx."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import tiny_models  # noqa: E402
+
+
+def hfx_binary() -> Path:
+    path = Path(os.environ.get("HFX_BIN", ROOT / "build" / "hfx"))
+    if not path.exists():
+        pytest.exit(f"hfx binary not found at {path}: build first (scripts/setup.sh)", returncode=2)
+    return path
+
+
+def run_hfx(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(hfx_binary()), *map(str, args)], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"hfx {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """Returns a function case -> folder of the saved tiny checkpoint (made once per session)."""
+    made: dict[str, Path] = {}
+    base = tmp_path_factory.mktemp("checkpoints")
+
+    def get(case: str) -> Path:
+        if case not in made:
+            made[case] = tiny_models.make(case, base / case)
+        return made[case]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def exported(tiny_checkpoint, tmp_path_factory):
+    """Returns a function case -> folder of the hfx ONNX export of that checkpoint (once per session)."""
+    done: dict[str, Path] = {}
+    base = tmp_path_factory.mktemp("exports")
+
+    def get(case: str) -> Path:
+        if case not in done:
+            out = base / case
+            run_hfx("export", "--model", tiny_checkpoint(case), "--format", "onnx", "--quiet", out)
+            done[case] = out
+        return done[case]
+
+    return get
