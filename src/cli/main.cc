@@ -66,16 +66,14 @@ int main(int argc, char** argv) {
   CLI::App app{kDescription, "hfx"};
   app.set_version_flag("--version", std::string("hfx ") + HFX_VERSION);
   app.require_subcommand(1);
-  app.formatter()->column_width(34);
 
   pipeline::ExportOptions ex;
   auto* exp = app.add_subcommand("export", "Export a checkpoint to one or more formats (atomic: all or nothing).");
   exp->add_option("--model,-m", ex.model_dir, "Checkpoint folder: config.json, model.safetensors or a sharded index")
       ->required()
       ->check(CLI::ExistingDirectory);
-  exp->add_option("--format,-f", ex.formats, "Formats to write, comma separated (onnx)")
-      ->delimiter(',')
-      ->default_str("onnx");
+  std::string formats = "onnx";
+  exp->add_option("--format,-f", formats, "Formats to write, comma separated (onnx)")->capture_default_str();
   exp->add_option("out", ex.out_dir, "Output folder (written to a temporary folder, renamed when complete)")->required();
   exp->add_flag("--overwrite", ex.overwrite, "Replace an existing output folder");
   exp->add_flag("--quiet,-q", ex.quiet, "Print nothing on success");
@@ -108,7 +106,16 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*exp) return cmd_export(ex);
+    if (*exp) {
+      ex.formats.clear();
+      for (size_t start = 0; start <= formats.size();) {
+        size_t end = formats.find(',', start);
+        if (end == std::string::npos) end = formats.size();
+        if (end > start) ex.formats.push_back(formats.substr(start, end - start));
+        start = end + 1;
+      }
+      return cmd_export(ex);
+    }
     if (*ins) {
       std::cout << pipeline::inspect_report(inspect_dir, inspect_json);
       return 0;

@@ -16,9 +16,13 @@ std::string Builder::node_name(const std::string& op) {
   std::string base;
   for (const auto& p : prefix_) base += "/" + p;
   base += "/" + op;
+  // Unique within this builder, and against values already in the graph (a rewrite copies them).
   int& count = used_names_[base];
-  std::string name = count == 0 ? base : fmt::format("{}_{}", base, count);
-  ++count;
+  std::string name;
+  do {
+    name = count == 0 ? base : fmt::format("{}_{}", base, count);
+    ++count;
+  } while (taken(name + "/output_0"));
   return name;
 }
 
@@ -45,8 +49,11 @@ ValueId Builder::constant(const Tensor& value, const std::string& hint) {
     if (auto it = constants_.find(key); it != constants_.end()) return it->second;
   }
   int& count = used_names_["/const/" + hint];
-  std::string name = count == 0 ? "/const/" + hint : fmt::format("/const/{}_{}", hint, count);
-  ++count;
+  std::string name;
+  do {
+    name = count == 0 ? "/const/" + hint : fmt::format("/const/{}_{}", hint, count);
+    ++count;
+  } while (taken(name));
   ValueId id = graph_.add_weight(name, WeightRef::constant(value));
   if (!key.empty()) constants_[key] = id;
   return id;

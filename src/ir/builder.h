@@ -14,6 +14,8 @@ namespace hfx::ir {
 class Builder {
  public:
   explicit Builder(Graph& graph) : graph_(graph) {}
+  // Also avoids the value names of `other` (a rewrite copies values from its source lazily).
+  void avoid_names_of(const Graph* other) { avoid_ = other; }
   Graph& graph() { return graph_; }
 
   // Names nodes "/a/b/Op" while in scope; scopes nest. Keep the returned object alive.
@@ -58,7 +60,11 @@ class Builder {
 
  private:
   std::string node_name(const std::string& op);
+  bool taken(const std::string& value_name) const {
+    return graph_.find(value_name) || (avoid_ && avoid_->find(value_name));
+  }
   Graph& graph_;
+  const Graph* avoid_ = nullptr;
   std::vector<std::string> prefix_;
   std::map<std::string, int> used_names_;
   std::map<std::string, ValueId> constants_;

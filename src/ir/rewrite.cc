@@ -6,6 +6,7 @@ namespace hfx::ir {
 
 Rewriter::Rewriter(const Graph& src) : src_(src), dst_(src.name()), builder_(dst_), map_(src.num_values(), kNone) {
   dst_.symbols() = src.symbols();
+  builder_.avoid_names_of(&src_);
   for (auto id : src.inputs()) {
     const Value& v = src.value(id);
     map_[size_t(id)] = dst_.add_input(v.name, v.dtype, v.shape);

@@ -33,6 +33,9 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     head_dim = c.hidden_size / c.num_heads;
   }
   c.head_dim = *head_dim;
+  const auto act = io::optional_string(f, j, "hidden_act").value_or("silu");
+  if (act != "silu" && act != "swish")
+    unsupported("{}: hidden_act \"{}\" is not supported by the {} decoder (expected silu)", file_name(f), act, c.model_type);
   c.max_position_embeddings = io::optional_int(f, j, "max_position_embeddings", 1).value_or(2048);
   c.rms_norm_eps = io::optional_number(f, j, "rms_norm_eps").value_or(1e-6);
   c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(false);

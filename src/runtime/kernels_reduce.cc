@@ -102,7 +102,7 @@ std::vector<Tensor> softmax_kernel(const ir::Node& node, const KernelInputs& in)
     for (int64_t o = 0; o < outer; ++o) softmax_row(p + o * n, n);
     return {std::move(out)};
   }
-  std::vector<float> row(size_t(n));
+  std::vector<float> row(static_cast<size_t>(n));
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < inner; ++j) {
       float* base = p + o * n * inner + j;

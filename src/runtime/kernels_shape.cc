@@ -182,7 +182,7 @@ std::vector<Tensor> slice_kernel(const ir::Node& node, const KernelInputs& in) {
     shape[size_t(a)] = len;
   }
   const auto cs = contiguous_strides(x.shape());
-  std::vector<int64_t> strides(size_t(rank));
+  std::vector<int64_t> strides(static_cast<size_t>(rank));
   int64_t base = 0;
   bool empty = false;
   for (int64_t d = 0; d < rank; ++d) {
