@@ -66,7 +66,7 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
     # everything so that a weight read from the wrong place can't hide.
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
-            p.copy_(torch.randn(p.shape, dtype=torch.float32).to(p.dtype) * (0.5 if p.dim() > 1 else 0.2)
+            p.copy_(torch.randn(p.shape, dtype=torch.float32).to(p.dtype) * (0.25 if p.dim() > 1 else 0.2)
                     + (1.0 if "norm" in name else 0.0))
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
