@@ -97,10 +97,14 @@ std::vector<ValueId> rotary_embedding(Builder& b, const Node& n) {
 std::vector<ValueId> attention_bias(Builder& b, const Node& n) {
   ValueId mask = n.inputs[0];  // [b, t]
   ValueId t = b.squeeze(b.shape_of(mask, 1, 2), {0});
-  ValueId s = b.squeeze(b.shape_of(n.inputs[1], 1, 2), {0});
-  ValueId past = b.minus(t, s);
   ValueId kv_idx = b.unsqueeze(b.add1("Range", {b.i64(0), t, b.i64(1)}), {0});     // [1, t]
-  ValueId q_pos = b.unsqueeze(b.add1("Range", {past, t, b.i64(1)}), {1});          // [s, 1]
+  ValueId q_pos;                                                                   // [s, 1]
+  if (n.input(2) != kNone) {
+    q_pos = b.unsqueeze(n.inputs[2], {1});
+  } else {
+    ValueId s = b.squeeze(b.shape_of(n.inputs[1], 1, 2), {0});
+    q_pos = b.unsqueeze(b.add1("Range", {b.minus(t, s), t, b.i64(1)}), {1});
+  }
   ValueId allowed = b.add1("LessOrEqual", {kv_idx, q_pos});                         // [s, t]
   const int64_t window = n.attr_int("sliding_window", 0);
   if (window > 0) {
@@ -112,19 +116,16 @@ std::vector<ValueId> attention_bias(Builder& b, const Node& n) {
   return {b.add1("Where", {allowed, b.f32(0.0f), b.f32(std::numeric_limits<float>::lowest())})};
 }
 
-// Eager attention as Transformers writes it: concat the cache, repeat kv heads for GQA,
-// softmax(q k^T * scale + bias) v.
+// Eager attention as Transformers writes it: repeat kv heads for GQA, softmax(q k^T * scale + bias) v.
 std::vector<ValueId> attention(Builder& b, const Node& n) {
   const Graph& g = b.graph();
   ValueId q = n.inputs[0];
-  ValueId present_k = b.concat({n.inputs[3], n.inputs[1]}, 2);
-  ValueId present_v = b.concat({n.inputs[4], n.inputs[2]}, 2);
+  ValueId k = n.inputs[1], v = n.inputs[2];
   const Dim& hq = g.value(q).shape[1];
   const Dim& hkv = g.value(n.inputs[1]).shape[1];
   const Dim& hd = g.value(q).shape[3];
   HFX_CHECK(hq.is_fixed() && hkv.is_fixed() && hd.is_fixed() && hq.value % hkv.value == 0,
             "{}: head counts must be fixed, q heads a multiple of kv heads", n.name);
-  ValueId k = present_k, v = present_v;
   if (const int64_t rep = hq.value / hkv.value; rep > 1) {
     auto repeat = [&](ValueId x) {
       ValueId e = b.add1("Expand", {b.unsqueeze(x, {2}), b.i64s({1, 1, rep, 1, 1})});
@@ -134,9 +135,17 @@ std::vector<ValueId> attention(Builder& b, const Node& n) {
     v = repeat(v);
   }
   ValueId scores = b.times(b.matmul(q, b.transpose(k, {0, 1, 3, 2})), b.f32(float(n.attr_float("scale"))));
-  scores = b.plus(scores, n.inputs[5]);
+  scores = b.plus(scores, n.inputs[3]);
   ValueId probs = b.add1("Softmax", {scores}, {{"axis", int64_t(-1)}});
-  return {b.matmul(probs, v), present_k, present_v};
+  return {b.matmul(probs, v)};
+}
+
+// Writes new [b, h, s, d] into cache [b, h, n, d] at slots cache_position[s]: ScatterElements on
+// axis 2 with the slot index broadcast over b, h and d.
+std::vector<ValueId> cache_update(Builder& b, const Node& n) {
+  ValueId slots = b.reshape(n.inputs[2], {1, 1, -1, 1});
+  ValueId indices = b.add1("Expand", {slots, b.add1("Shape", {n.inputs[1]})});
+  return {b.add1("ScatterElements", {n.inputs[0], indices, n.inputs[1]}, {{"axis", int64_t(2)}})};
 }
 
 }  // namespace
@@ -147,6 +156,7 @@ void register_decompositions(std::vector<OpSchema>& table) {
       {"RMSNorm", rms_norm},            {"SwiGLU", swiglu},
       {"RopeCosSin", rope_cos_sin},     {"RotaryEmbedding", rotary_embedding},
       {"AttentionBias", attention_bias}, {"Attention", attention},
+      {"CacheUpdate", cache_update},
   };
   for (auto& s : table)
     if (auto it = fns.find(s.name); it != fns.end()) s.decompose = it->second;

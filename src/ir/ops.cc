@@ -284,12 +284,8 @@ std::vector<Value> infer_attention_bias(const Graph& g, const Node& n) {
 std::vector<Value> infer_attention(const Graph& g, const Node& n) {
   const auto& q = in(g, n, 0);
   const auto& k = in(g, n, 1);
-  const auto& past = in(g, n, 3);
-  HFX_CHECK(q.shape.size() == 4 && k.shape.size() == 4 && past.shape.size() == 4, "{}: Attention expects rank-4 q/k/past",
-            n.name);
-  Shape present = past.shape;
-  present[2] = sum_dims(g, past.shape[2], k.shape[2]);
-  return {{"", q.dtype, q.shape}, {"", k.dtype, present}, {"", k.dtype, present}};
+  HFX_CHECK(q.shape.size() == 4 && k.shape.size() == 4, "{}: Attention expects rank-4 q and k", n.name);
+  return {{"", q.dtype, q.shape}};
 }
 
 using Infer = std::function<std::vector<Value>(const Graph&, const Node&)>;
@@ -331,6 +327,7 @@ std::map<std::string, OpSchema> build_table() {
     return std::vector<Value>{{"", in(g, n, 0).dtype, {Dim::unknown()}}};
   }));
   t.push_back(make("Shape", 1, 1, 1, infer_shape));
+  t.push_back(make("ScatterElements", 3, 3, 1, same));
 
   t.push_back(make("Embedding", 2, 2, 1, infer_embedding, true));
   t.push_back(make("Linear", 2, 3, 1, infer_linear, true));
@@ -338,8 +335,9 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("SwiGLU", 2, 2, 1, same, true));
   t.push_back(make("RopeCosSin", 2, 2, 2, infer_rope_cos_sin, true));
   t.push_back(make("RotaryEmbedding", 3, 3, 1, same, true));
-  t.push_back(make("AttentionBias", 2, 2, 1, infer_attention_bias, true));
-  t.push_back(make("Attention", 6, 6, 3, infer_attention, true));
+  t.push_back(make("AttentionBias", 2, 3, 1, infer_attention_bias, true));
+  t.push_back(make("Attention", 4, 4, 1, infer_attention, true));
+  t.push_back(make("CacheUpdate", 3, 3, 1, same, true));
   register_decompositions(t);
 
   std::map<std::string, OpSchema> table;

@@ -15,6 +15,7 @@
 //   Transpose(x; perm) Reshape(x, shape) (0 copies, -1 infers) Unsqueeze(x, axes) Squeeze(x, axes)
 //   Concat(xs...; axis) Slice(x, starts, ends, axes[, steps]) Expand(x, shape) Where(c, x, y)
 //   Cast(x; to) Range(start, limit, delta) Shape(x; start, end) CumSum(x, axis)
+//   ScatterElements(data, indices, updates; axis)
 //
 // Composite (high-level) ops; hfx's own domain, each decomposed in decompose.cc:
 //   Embedding(weight[V,H], ids[...]) -> [..., H]                      = Gather(weight, ids)
@@ -26,13 +27,16 @@
 //       freqs = position * inv_freq; emb = concat(freqs, freqs); cos = cos(emb) * scaling ...
 //   RotaryEmbedding(x[b,h,s,d], cos[b,s,r], sin[b,s,r]) -> [b,h,s,d]
 //       rotate-half rope on the first r dims of x (r = d unless partial), the rest passes through
-//   AttentionBias(attention_mask[b,t] i64, input_ids[b,s]; sliding_window=0) -> [b,1,s,t] f32
-//       0 where query i (at cache position t - s + i) may see key j: j <= pos_i, mask[b,j] != 0,
-//       and, with a window w > 0, pos_i - j < w; the lowest f32 elsewhere (as Transformers does)
-//   Attention(q[b,hq,s,d], k[b,hkv,s,d], v[b,hkv,s,d], past_k[b,hkv,p,d], past_v[b,hkv,p,d],
-//             bias[b,1,s,p+s]; scale) -> out[b,hq,s,d], present_k[b,hkv,p+s,d], present_v
-//       present = concat(past, new) on axis 2; each group of hq/hkv query heads shares one kv head;
-//       out = softmax(q @ k^T * scale + bias) @ v
+//   AttentionBias(attention_mask[b,t] i64, input_ids[b,s], cache_position[s] i64?; sliding_window=0)
+//             -> [b,1,s,t] f32
+//       0 where query i (at cache position pos_i = cache_position[i], or t - s + i without it) may
+//       see key j: j <= pos_i, mask[b,j] != 0, and, with a window w > 0, pos_i - j < w; the lowest
+//       f32 elsewhere (as Transformers' eager mask does)
+//   Attention(q[b,hq,s,d], k[b,hkv,t,d], v[b,hkv,t,d], bias[b,1,s,t]; scale) -> out[b,hq,s,d]
+//       each group of hq/hkv query heads shares one kv head; out = softmax(q @ k^T * scale + bias) @ v
+//       (the caller assembles k and v: Concat(past, new) for a growing cache, CacheUpdate for a static one)
+//   CacheUpdate(cache[b,h,n,d], new[b,h,s,d], cache_position[s] i64) -> [b,h,n,d]
+//       the cache with new written at slots cache_position (a static cache's in-place write)
 #pragma once
 
 #include <functional>

@@ -63,7 +63,9 @@ class Decoder final : public CausalLm {
     auto attention_bias = [&](int64_t window) {
       if (auto it = bias_by_window.find(window); it != bias_by_window.end()) return it->second;
       auto s = b.scope(window ? fmt::format("mask_sliding_{}", window) : "mask");
-      ir::ValueId bias = b.add1("AttentionBias", {in.attention_mask, in.input_ids}, {{"sliding_window", window}});
+      std::vector<ir::ValueId> args = {in.attention_mask, in.input_ids};
+      if (in.cache_position != ir::kNone) args.push_back(in.cache_position);
+      ir::ValueId bias = b.add1("AttentionBias", args, {{"sliding_window", window}});
       return bias_by_window[window] = bias;
     };
 
@@ -73,7 +75,7 @@ class Decoder final : public CausalLm {
       const std::string p = fmt::format("model.layers.{}.", i);
       ir::ValueId x = rms_norm(b, h, p + "input_layernorm.weight", c_.hidden_size, "input_layernorm");
       auto [attn, present_k, present_v] =
-          attention(b, x, p, in.past_key[size_t(i)], in.past_value[size_t(i)], cos_sin, attention_bias(c_.sliding_window[size_t(i)]));
+          attention(b, x, p, in, i, cos_sin, attention_bias(c_.sliding_window[size_t(i)]));
       out.present_key.push_back(present_k);
       out.present_value.push_back(present_v);
       h = b.plus(h, attn);
@@ -109,7 +111,7 @@ class Decoder final : public CausalLm {
   }
 
   std::tuple<ir::ValueId, ir::ValueId, ir::ValueId> attention(ir::Builder& b, ir::ValueId x, const std::string& p,
-                                                              ir::ValueId past_k, ir::ValueId past_v,
+                                                              const CausalLmInputs& in, int64_t layer,
                                                               const std::vector<ir::ValueId>& cos_sin,
                                                               ir::ValueId bias) const {
     auto s = b.scope("self_attn");
@@ -131,12 +133,21 @@ class Decoder final : public CausalLm {
     ir::ValueId v = heads("v_proj", c_.num_kv_heads, false);
     q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});
     k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});
-    auto outs = b.add("Attention", {q, k, v, past_k, past_v, bias}, {{"scale", 1.0 / std::sqrt(double(c_.head_dim))}});
-    ir::ValueId o = b.transpose(outs[0], {0, 2, 1, 3});  // [b, s, heads, head_dim]
+    // The cache: appended to (growing) or written in place (static); absent for a prefill graph.
+    auto update = [&](const std::vector<ir::ValueId>& past, ir::ValueId cur) {
+      if (past.empty()) return cur;
+      ir::ValueId p = past[size_t(layer)];
+      if (in.cache_position != ir::kNone) return b.add1("CacheUpdate", {p, cur, in.cache_position});
+      return b.concat({p, cur}, 2);
+    };
+    ir::ValueId present_k = update(in.past_key, k);
+    ir::ValueId present_v = update(in.past_value, v);
+    ir::ValueId attn = b.add1("Attention", {q, present_k, present_v, bias}, {{"scale", 1.0 / std::sqrt(double(c_.head_dim))}});
+    ir::ValueId o = b.transpose(attn, {0, 2, 1, 3});  // [b, s, heads, head_dim]
     o = b.reshape(o, {0, 0, c_.q_size()});
     auto os = b.scope("o_proj");
     o = linear(b, o, a + "o_proj", c_.q_size(), c_.hidden_size, c_.o_bias, why);
-    return {o, outs[1], outs[2]};
+    return {o, present_k, present_v};
   }
 
   ir::ValueId mlp(ir::Builder& b, ir::ValueId x, const std::string& p) const {

@@ -17,7 +17,11 @@ struct CausalLmInputs {
   ir::ValueId input_ids = ir::kNone;       // i64 [batch, seq]
   ir::ValueId attention_mask = ir::kNone;  // i64 [batch, past + seq]
   ir::ValueId position_ids = ir::kNone;    // i64 [batch, seq]
-  std::vector<ir::ValueId> past_key, past_value;  // per layer [batch, kv_heads, past, head_dim]
+  // Per layer [batch, kv_heads, past, head_dim]; empty for a graph that always starts from an empty
+  // cache (prefill). With a static cache they are [batch, kv_heads, max_cache_len, head_dim] buffers
+  // and cache_position (i64 [seq]) says which slots this step writes.
+  std::vector<ir::ValueId> past_key, past_value;
+  ir::ValueId cache_position = ir::kNone;
 };
 
 struct CausalLmOutputs {

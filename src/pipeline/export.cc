@@ -1,7 +1,6 @@
 #include "pipeline/export.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <chrono>
 
@@ -11,7 +10,7 @@
 #include "core/progress.h"
 #include "models/registry.h"
 #include "passes/pass.h"
-#include "tasks/causal_lm.h"
+#include "pipeline/manifest.h"
 
 namespace fs = std::filesystem;
 
@@ -35,30 +34,25 @@ void check_weight_accounting(const io::Checkpoint& ckpt, const std::string& mode
             leftovers.size() > shown ? ", ..." : "");
 }
 
-nlohmann::ordered_json io_json(const std::vector<tasks::IoSpec>& specs) {
-  auto arr = nlohmann::ordered_json::array();
-  for (const auto& s : specs) {
-    std::vector<std::string> dims;
-    for (const auto& d : s.shape) dims.push_back(d.str());
-    arr.push_back({{"name", s.name}, {"dtype", dtype_name(s.dtype)}, {"shape", dims}});
-  }
-  return arr;
-}
-
-std::vector<fs::path> list_files(const fs::path& root) {
-  std::vector<fs::path> files;
-  for (const auto& e : fs::recursive_directory_iterator(root))
-    if (e.is_regular_file()) files.push_back(fs::relative(e.path(), root));
-  std::sort(files.begin(), files.end());
-  return files;
+std::map<std::string, std::string> onnx_metadata(const models::CausalLm& model, const tasks::Component& c,
+                                                 const ir::Graph& g) {
+  std::map<std::string, std::string> md;
+  md["hfx.version"] = HFX_VERSION;
+  md["hfx.model_type"] = model.summary().model_type;
+  md["hfx.role"] = c.role;
+  // The shape contract: each symbol's bounds and relations, readable by any ONNX consumer.
+  for (const auto& [name, bounds] : g.symbols().all()) md["hfx.dim." + name] = bounds.str();
+  for (const auto& r : g.symbols().relations()) md["hfx.relation." + r.sum] = r.a + " + " + r.b;
+  for (const auto& [in, out] : c.shared_buffers) md["hfx.shared_buffer." + in] = out;
+  return md;
 }
 
 }  // namespace
 
-LoadedModel load_model(const fs::path& model_dir) {
-  LoadedModel m{std::make_unique<io::Checkpoint>(io::Checkpoint::open(model_dir)), nullptr, ir::Graph()};
+LoadedModel load_model(const fs::path& model_dir, const tasks::CausalLmOptions& task) {
+  LoadedModel m{std::make_unique<io::Checkpoint>(io::Checkpoint::open(model_dir)), nullptr, {}};
   m.model = models::load_causal_lm(*m.checkpoint);
-  m.graph = with_context(m.checkpoint->dir().string(), [&] { return tasks::build_causal_lm(*m.model); });
+  m.components = with_context(m.checkpoint->dir().string(), [&] { return tasks::build_causal_lm(*m.model, task); });
   check_weight_accounting(*m.checkpoint, m.model->summary().model_type);
   return m;
 }
@@ -70,62 +64,41 @@ std::vector<std::string> backend_passes(const std::string& format) {
 
 ExportResult run_export(const ExportOptions& opt) {
   const auto start = std::chrono::steady_clock::now();
-  for (const auto& f : opt.formats) backend_passes(f);  // reject unknown formats before any work
-  LoadedModel m = load_model(opt.model_dir);
+  for (const auto& f : opt.recipe.formats) backend_passes(f);  // reject unknown formats before any work
+  tasks::validate(opt.recipe.task);
+  LoadedModel m = load_model(opt.model_dir, opt.recipe.task);
   StagedDirectory staged(opt.out_dir, opt.overwrite);
   ExportResult result;
   result.out_dir = opt.out_dir;
 
-  nlohmann::ordered_json components = nlohmann::ordered_json::array();
-  std::vector<std::string> applied;
-  for (const auto& format : opt.formats) {
-    std::vector<std::string> passes_run;
-    ir::Graph g = passes::run_pipeline(m.graph, backend_passes(format), &passes_run);
-    for (auto& p : passes_run) applied.push_back(format + ":" + p);
+  ManifestBuilder manifest(*m.checkpoint, *m.model, opt.recipe);
+  for (const auto& format : opt.recipe.formats) {
     const fs::path dir = staged.path() / format;
     fs::create_directories(dir);
-    onnx_backend::OnnxWriteOptions wo;
-    wo.metadata["hfx.version"] = HFX_VERSION;
-    wo.metadata["hfx.model_type"] = m.model->summary().model_type;
-    wo.metadata["hfx.role"] = "decoder";
-    for (const auto& [name, bounds] : g.symbols().all()) wo.metadata["hfx.dim." + name] = bounds.str();
-    for (const auto& r : g.symbols().relations()) wo.metadata["hfx.relation." + r.sum] = r.a + " + " + r.b;
-    int64_t total_bytes = 0;
-    for (auto id : g.weights()) total_bytes += int64_t(g.weight(id)->nbytes());
-    Progress progress("export " + format, int64_t(g.weights().size()), total_bytes);
-    wo.on_weight_written = [&](int64_t n, int64_t bytes) { progress.advance(n, bytes); };
-    auto written = with_context("format " + format, [&] { return onnx_backend::write_onnx(g, dir, wo); });
-    progress.finish();
-    result.weight_bytes_written += written.data_bytes;
-    // Model config and tokenizer files beside the graph, and at the top of the folder where
+    for (const auto& c : m.components) {
+      std::vector<std::string> passes_run;
+      ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(c.graph, backend_passes(format), &passes_run); });
+      onnx_backend::OnnxWriteOptions wo;
+      wo.model_file = c.file_stem + ".onnx";
+      wo.data_file = c.file_stem + ".onnx_data";
+      wo.metadata = onnx_metadata(*m.model, c, g);
+      int64_t total_bytes = 0;
+      for (auto id : g.weights()) total_bytes += int64_t(g.weight(id)->nbytes());
+      Progress progress(fmt::format("{} {}", format, c.role), int64_t(g.weights().size()), total_bytes);
+      wo.on_weight_written = [&](int64_t n, int64_t bytes) { progress.advance(n, bytes); };
+      auto written = with_context(fmt::format("{} {}", format, c.role), [&] { return onnx_backend::write_onnx(g, dir, wo); });
+      progress.finish();
+      result.weight_bytes_written += written.data_bytes;
+      manifest.add_component(c, format, (fs::path(format) / wo.model_file).string(), passes_run);
+    }
+    // Model config and tokenizer files beside the graphs, and at the top of the folder where
     // transformers.js and Optimum look for them.
     for (const auto& side : m.checkpoint->side_files()) {
       fs::copy_file(side, dir / side.filename(), fs::copy_options::overwrite_existing);
       fs::copy_file(side, staged.path() / side.filename(), fs::copy_options::overwrite_existing);
     }
-    components.push_back({{"role", "decoder"},
-                          {"format", format},
-                          {"file", (fs::path(format) / wo.model_file).string()},
-                          {"inputs", io_json(tasks::causal_lm_inputs(*m.model))},
-                          {"outputs", io_json(tasks::causal_lm_outputs(*m.model))}});
   }
-
-  // Manifest: what was exported from what, and the checksum of every file written.
-  nlohmann::ordered_json manifest;
-  manifest["schema_version"] = 1;
-  manifest["tool"] = {{"name", "hfx"}, {"version", HFX_VERSION}};
-  nlohmann::ordered_json source_files = nlohmann::ordered_json::object();
-  source_files["config.json"] = sha256_file(m.checkpoint->config().path);
-  for (const auto& f : m.checkpoint->weight_files()) source_files[f.filename().string()] = sha256_file(f);
-  manifest["source"] = {{"model_type", m.model->summary().model_type}, {"files", source_files}};
-  manifest["recipe"] = {{"formats", opt.formats}};
-  manifest["components"] = components;
-  manifest["passes"] = applied;
-  nlohmann::ordered_json files = nlohmann::ordered_json::object();
-  for (const auto& rel : list_files(staged.path())) files[rel.string()] = sha256_file(staged.path() / rel);
-  manifest["files"] = files;
-  write_text_file(staged.path() / "hfx.json", manifest.dump(2) + "\n");
-
+  manifest.write(staged.path());
   result.files = list_files(staged.path());
   staged.commit();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,24 +1,35 @@
-// One export job: load the checkpoint once, build the step graph, and for each requested format run
-// that backend's passes and writer into a staging folder that is renamed into place only when
-// everything succeeded.
+// One export job: load the checkpoint once, build the task's components, and for each requested
+// format run that backend's passes and writer into a staging folder that is renamed into place only
+// when everything succeeded. The recipe (everything that decides the output bytes) is written into
+// the manifest, so `hfx export --recipe OUT/hfx.json` reproduces an export.
 #pragma once
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "io/checkpoint.h"
-#include "ir/graph.h"
 #include "models/model.h"
+#include "tasks/causal_lm.h"
 
 namespace hfx::pipeline {
+
+struct Recipe {
+  std::vector<std::string> formats = {"onnx"};
+  tasks::CausalLmOptions task;
+
+  nlohmann::ordered_json to_json() const;
+  // Accepts a recipe object or a whole manifest (its "recipe" member). BadInput names the field.
+  static Recipe from_json(const nlohmann::json& j, const std::string& where);
+};
 
 struct ExportOptions {
   std::filesystem::path model_dir;
   std::filesystem::path out_dir;
-  std::vector<std::string> formats = {"onnx"};
+  Recipe recipe;
   bool overwrite = false;
-  bool quiet = false;  // no summary on stdout
 };
 
 struct ExportResult {
@@ -28,17 +39,20 @@ struct ExportResult {
   double seconds = 0;
 };
 
-// The step graph of the checkpoint's model, checked for strict weight accounting.
+// A checkpoint, its model definition, and the task's components, with strict weight accounting.
 struct LoadedModel {
   std::unique_ptr<io::Checkpoint> checkpoint;  // heap: the model keeps a reference to it
   std::unique_ptr<models::CausalLm> model;
-  ir::Graph graph;
+  std::vector<tasks::Component> components;
 };
-LoadedModel load_model(const std::filesystem::path& model_dir);
+LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::CausalLmOptions& task = {});
 
 // Passes each backend runs before writing (names from passes::all_passes()).
 std::vector<std::string> backend_passes(const std::string& format);
 
 ExportResult run_export(const ExportOptions& options);
+
+// The manifest file name inside an export.
+inline const char* kManifestName = "hfx.json";
 
 }  // namespace hfx::pipeline

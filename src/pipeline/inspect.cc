@@ -8,7 +8,6 @@
 #include "core/progress.h"
 #include "passes/pass.h"
 #include "pipeline/export.h"
-#include "tasks/causal_lm.h"
 
 namespace fs = std::filesystem;
 
@@ -20,7 +19,7 @@ namespace {
 // copy and a transposed copy for Linear weights), the protobuf of the graph, and the process itself.
 Preflight preflight(const LoadedModel& m) {
   Preflight p;
-  ir::Graph g = passes::run_pipeline(m.graph, backend_passes("onnx"));
+  ir::Graph g = passes::run_pipeline(m.components.at(0).graph, backend_passes("onnx"));
   constexpr int64_t kAlign = 65536;
   int64_t worst_transient = 0;
   for (auto id : g.weights()) {
@@ -57,8 +56,8 @@ std::string inspect_report(const fs::path& model_dir, bool as_json) {
     dtypes[std::string(dtype_name(t.dtype))] += n;
   }
   Preflight p = preflight(m);
-  auto inputs = tasks::causal_lm_inputs(*m.model);
-  auto outputs = tasks::causal_lm_outputs(*m.model);
+  const auto& inputs = m.components.at(0).inputs;
+  const auto& outputs = m.components.at(0).outputs;
 
   if (as_json) {
     nlohmann::ordered_json j;

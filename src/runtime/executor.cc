@@ -86,7 +86,14 @@ struct Executor::Impl {
   std::vector<KernelFn> kernels;    // per exec node
   std::vector<int32_t> last_use;    // per exec value: index of the last node reading it
   std::vector<std::pair<std::string, ir::ValueId>> results;  // returned values: source name, exec id
-  std::vector<std::shared_ptr<const Tensor>> weight_cache;   // per exec value id
+  // Values that depend on weights only (weights, and outputs of nodes reading only such values) are
+  // computed in the first run and cached; later runs skip those nodes. A constant value is cached
+  // only when a node that depends on the inputs (or the result) reads it, so a weight consumed only
+  // by folding (e.g. transposed by a decomposed Linear) is not kept next to its folded form.
+  std::vector<std::shared_ptr<const Tensor>> cache;  // per exec value id
+  std::vector<bool> constant_node;                  // per exec node
+  bool folded = false;                              // a run completed: constant values are cached
+  std::vector<bool> keep_cached;                    // per exec value
 
   explicit Impl(const ir::Graph& graph, ExecOptions opts) : options(std::move(opts)), source(graph) {
     source.validate();
@@ -127,7 +134,24 @@ struct Executor::Impl {
       for (auto out : nodes[i].outputs) last_use[size_t(out)] = std::max(last_use[size_t(out)], int32_t(i));
     }
     for (const auto& [name, id] : results) last_use[size_t(id)] = INT32_MAX;
-    weight_cache.resize(exec->num_values());
+
+    std::vector<bool> is_const(exec->num_values(), false);
+    for (auto id : exec->weights()) is_const[size_t(id)] = true;
+    constant_node.assign(nodes.size(), false);
+    keep_cached.assign(exec->num_values(), false);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      bool c = true;
+      for (auto in : nodes[i].inputs)
+        if (in != ir::kNone && !is_const[size_t(in)]) c = false;
+      constant_node[i] = c;
+      for (auto out : nodes[i].outputs) is_const[size_t(out)] = c;
+      if (!c)
+        for (auto in : nodes[i].inputs)
+          if (in != ir::kNone && is_const[size_t(in)]) keep_cached[size_t(in)] = true;
+    }
+    for (const auto& [name, id] : results)
+      if (is_const[size_t(id)]) keep_cached[size_t(id)] = true;
+    cache.resize(exec->num_values());
   }
 
   // Symbol -> (value, "input X dim D") as bound by the inputs of one run.
@@ -220,15 +244,15 @@ struct Executor::Impl {
            node.op, dtype_name(t.dtype()), detail::shape_string(t.shape()), dtype_name(v.dtype), shape_str(v.shape));
   }
 
-  std::shared_ptr<const Tensor> weight(ir::ValueId id) {
-    auto& cached = weight_cache[size_t(id)];
-    if (!cached) {
-      const ir::WeightRef* w = exec->weight(id);
-      HFX_CHECK(w, "value {} is read before it is computed", exec->value(id).name);
-      cached = std::make_shared<const Tensor>(
-          with_context("weight " + exec->value(id).name, [&] { return detail::to_compute(w->materialize()); }));
-    }
-    return cached;
+  // A weight (materialised and converted to its compute dtype) or a cached constant value.
+  std::shared_ptr<const Tensor> constant_value(ir::ValueId id) {
+    if (const auto& cached = cache[size_t(id)]) return cached;
+    const ir::WeightRef* w = exec->weight(id);
+    HFX_CHECK(w, "value {} is read before it is computed", exec->value(id).name);
+    auto t = std::make_shared<const Tensor>(
+        with_context("weight " + exec->value(id).name, [&] { return detail::to_compute(w->materialize()); }));
+    if (keep_cached[size_t(id)]) cache[size_t(id)] = t;
+    return t;
   }
 
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) {
@@ -241,6 +265,7 @@ struct Executor::Impl {
     detail::KernelInputs args;
     for (size_t i = 0; i < nodes.size(); ++i) {
       const ir::Node& node = nodes[i];
+      if (folded && constant_node[i]) continue;
       args.clear();
       for (auto in : node.inputs) {
         if (in == ir::kNone) {
@@ -248,7 +273,7 @@ struct Executor::Impl {
           continue;
         }
         auto& slot = vals[size_t(in)];
-        if (!slot) slot = weight(in);
+        if (!slot) slot = constant_value(in);
         args.push_back(slot.get());
       }
       std::vector<Tensor> outs = with_context(fmt::format("node {} ({})", node.name, node.op),
@@ -257,7 +282,9 @@ struct Executor::Impl {
                 node.outputs.size());
       for (size_t o = 0; o < outs.size(); ++o) {
         if (options.check_declared_shapes) check_declared(node, node.outputs[o], outs[o], bound);
-        vals[size_t(node.outputs[o])] = std::make_shared<const Tensor>(std::move(outs[o]));
+        auto& slot = vals[size_t(node.outputs[o])];
+        slot = std::make_shared<const Tensor>(std::move(outs[o]));
+        if (constant_node[i] && keep_cached[size_t(node.outputs[o])]) cache[size_t(node.outputs[o])] = slot;
       }
       for (auto in : node.inputs)
         if (in != ir::kNone && last_use[size_t(in)] == int32_t(i)) vals[size_t(in)].reset();
@@ -265,10 +292,11 @@ struct Executor::Impl {
         if (last_use[size_t(out)] == int32_t(i)) vals[size_t(out)].reset();
     }
 
+    folded = true;
     std::map<std::string, Tensor> result;
     for (const auto& [name, id] : results) {
       auto& slot = vals[size_t(id)];
-      if (!slot) slot = weight(id);
+      if (!slot) slot = constant_value(id);
       result[name] = *slot;
     }
     return result;

@@ -116,8 +116,51 @@ std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& in, const std
 }
 
 namespace {
+
+// A transpose-like copy whose innermost output dim reads the source with a large stride, while
+// another dim reads it contiguously: copy in 32 x 32 tiles of those two dims so both sides stay in
+// cache.
+template <typename T>
+bool copy_tiled(const StridedPlan<2>& plan, const T* src, T* dst) {
+  const size_t r = plan.dims.size();
+  if (r < 2) return false;
+  const int64_t inner_src = plan.strides[1][r - 1];
+  if (inner_src == 1 || inner_src == 0) return false;
+  size_t j = r;
+  for (size_t d = r - 1; d-- > 0;)
+    if (plan.strides[1][d] == 1) {
+      j = d;
+      break;
+    }
+  if (j == r) return false;
+  StridedPlan<2> outer;
+  outer.base = plan.base;
+  for (size_t d = 0; d + 1 < r; ++d) {
+    if (d == j) continue;
+    outer.dims.push_back(plan.dims[d]);
+    for (size_t k = 0; k < 2; ++k) outer.strides[k].push_back(plan.strides[k][d]);
+  }
+  const int64_t nj = plan.dims[j], ni = plan.dims[r - 1];
+  const int64_t out_j = plan.strides[0][j], out_i = plan.strides[0][r - 1];
+  constexpr int64_t kTile = 32;
+  for_each_run(outer, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+    for (int64_t e = 0; e < n; ++e) {
+      T* d0 = dst + off[0] + e * st[0];
+      const T* s0 = src + off[1] + e * st[1];
+      for (int64_t jb = 0; jb < nj; jb += kTile)
+        for (int64_t ib = 0; ib < ni; ib += kTile) {
+          const int64_t je = std::min(nj, jb + kTile), ie = std::min(ni, ib + kTile);
+          for (int64_t a = jb; a < je; ++a)
+            for (int64_t i = ib; i < ie; ++i) d0[a * out_j + i * out_i] = s0[a + i * inner_src];
+        }
+    }
+  });
+  return true;
+}
+
 template <typename T>
 void copy_runs(const StridedPlan<2>& plan, const T* src, T* dst) {
+  if (!plan.empty && copy_tiled(plan, src, dst)) return;
   for_each_run(plan, [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
     T* d = dst + off[0];
     const T* s = src + off[1];

@@ -205,8 +205,8 @@ std::vector<Tensor> rotary_embedding_kernel(const ir::Node& node, const KernelIn
   return {std::move(out)};
 }
 
-// AttentionBias(attention_mask[b, t], input_ids[b, s]) -> [b, 1, s, t]: 0 where query i (at cache
-// position t - s + i) may see key j (j <= pos_i, mask[b, j] != 0, and pos_i - j < window when the
+// AttentionBias(attention_mask[b, t], input_ids[b, s], cache_position[s]?) -> [b, 1, s, t]: 0 where
+// query i (at cache position pos_i = cache_position[i], or t - s + i without it) may see key j (j <= pos_i, mask[b, j] != 0, and pos_i - j < window when the
 // window is > 0), the lowest f32 elsewhere.
 std::vector<Tensor> attention_bias_kernel(const ir::Node& node, const KernelInputs& in) {
   const Tensor& mask = arg(node, in, 0);
@@ -228,10 +228,17 @@ std::vector<Tensor> attention_bias_kernel(const ir::Node& node, const KernelInpu
   Tensor out(DType::F32, {B, 1, S, T});
   float* po = out.as<float>();
   const float lowest = std::numeric_limits<float>::lowest();
-  const int64_t past = T - S;
+  std::vector<int64_t> qpos(static_cast<size_t>(S));
+  if (in.size() > 2 && in[2]) {
+    qpos = int_values(*in[2]);
+    if (int64_t(qpos.size()) != S)
+      bad_input("AttentionBias: {} cache positions for {} query tokens", qpos.size(), S);
+  } else {
+    for (int64_t i = 0; i < S; ++i) qpos[size_t(i)] = T - S + i;
+  }
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < S; ++i) {
-      const int64_t q = past + i;
+      const int64_t q = qpos[size_t(i)];
       float* row = po + (b * S + i) * T;
       for (int64_t j = 0; j < T; ++j) {
         bool allowed = j <= q && keep[size_t(b * T + j)];
@@ -242,41 +249,27 @@ std::vector<Tensor> attention_bias_kernel(const ir::Node& node, const KernelInpu
   return {std::move(out)};
 }
 
-// Concat(past, new) on axis 2 of [b, h, p, d] and [b, h, s, d].
-Tensor concat_seq(const ir::Node& node, const Tensor& past, const Tensor& cur, const char* what) {
-  expect_dtype(node, past, DType::F32, what);
-  expect_dtype(node, cur, DType::F32, what);
-  if (past.rank() != 4 || cur.rank() != 4 || past.dim(0) != cur.dim(0) || past.dim(1) != cur.dim(1) ||
-      past.dim(3) != cur.dim(3))
-    bad_input("Attention: past {} {} does not match new {}", what, shape_string(past.shape()), shape_string(cur.shape()));
-  const int64_t B = cur.dim(0), H = cur.dim(1), P = past.dim(2), S = cur.dim(2), D = cur.dim(3);
-  Tensor out(DType::F32, {B, H, P + S, D});
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    float* dst = out.as<float>() + bh * (P + S) * D;
-    std::copy(past.as<float>() + bh * P * D, past.as<float>() + (bh + 1) * P * D, dst);
-    std::copy(cur.as<float>() + bh * S * D, cur.as<float>() + (bh + 1) * S * D, dst + P * D);
-  }
-  return out;
-}
-
-// Attention(q[b, hq, s, d], k, v [b, hkv, s, d], past_k, past_v [b, hkv, p, d], bias[b, 1, s, p + s]):
-// present = concat(past, new); out = softmax((q @ k^T) * scale + bias) @ v, each group of hq / hkv
-// query heads reading one kv head. The group's heads are contiguous in q, so each (batch, kv head)
-// is two sgemms over group * s rows.
+// Attention(q[b, hq, s, d], k[b, hkv, t, d], v[b, hkv, t, dv], bias[b, 1, s, t]):
+// out = softmax((q @ k^T) * scale + bias) @ v, each group of hq / hkv query heads reading one kv head.
+// The group's heads are contiguous in q, so each (batch, kv head) is two sgemms over group * s rows.
 std::vector<Tensor> attention_kernel(const ir::Node& node, const KernelInputs& in) {
   const Tensor& q = arg(node, in, 0);
+  const Tensor& k = arg(node, in, 1);
+  const Tensor& v = arg(node, in, 2);
+  const Tensor& bias = arg(node, in, 3);
   expect_dtype(node, q, DType::F32, "q");
-  Tensor pk = concat_seq(node, arg(node, in, 3), arg(node, in, 1), "k");
-  Tensor pv = concat_seq(node, arg(node, in, 4), arg(node, in, 2), "v");
-  const Tensor& bias = arg(node, in, 5);
+  expect_dtype(node, k, DType::F32, "k");
+  expect_dtype(node, v, DType::F32, "v");
   expect_dtype(node, bias, DType::F32, "bias");
-  if (q.rank() != 4) bad_input("Attention: q must be [b, hq, s, d], got {}", shape_string(q.shape()));
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4)
+    bad_input("Attention: expects rank-4 q, k, v, got {}, {}, {}", shape_string(q.shape()), shape_string(k.shape()),
+              shape_string(v.shape()));
   const int64_t B = q.dim(0), HQ = q.dim(1), S = q.dim(2), D = q.dim(3);
-  const int64_t HKV = pk.dim(1), T = pk.dim(2), DV = pv.dim(3);
-  if (pk.dim(0) != B || pk.dim(3) != D || pv.dim(1) != HKV || pv.dim(2) != T || arg(node, in, 1).dim(2) != S ||
-      HKV == 0 || HQ % HKV != 0)
-    bad_input("Attention: q {} does not fit k {} / v {}", shape_string(q.shape()), shape_string(pk.shape()),
-              shape_string(pv.shape()));
+  const int64_t HKV = k.dim(1), T = k.dim(2), DV = v.dim(3);
+  if (k.dim(0) != B || k.dim(3) != D || v.dim(0) != B || v.dim(1) != HKV || v.dim(2) != T || HKV == 0 ||
+      HQ % HKV != 0)
+    bad_input("Attention: q {} does not fit k {} / v {}", shape_string(q.shape()), shape_string(k.shape()),
+              shape_string(v.shape()));
   const std::vector<int64_t> score_shape = {B, HQ, S, T};
   if (bias.rank() > 4 || broadcast_shape(node, {score_shape, bias.shape()}) != score_shape)
     bad_input("Attention: bias {} does not broadcast to scores {}", shape_string(bias.shape()), shape_string(score_shape));
@@ -284,13 +277,14 @@ std::vector<Tensor> attention_kernel(const ir::Node& node, const KernelInputs& i
   const float scale = float(node.attr_float("scale"));
   const int64_t rep = HQ / HKV;
   Tensor out(DType::F32, {B, HQ, S, DV});
-  std::vector<float> scores(size_t(rep * S * T));
+  if (out.numel() == 0) return {std::move(out)};
+  std::vector<float> scores(static_cast<size_t>(rep * S * T));
   const float* pb = bias.as<float>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < HKV; ++g) {
       const float* qg = q.as<float>() + (b * HQ + g * rep) * S * D;  // [rep * s, d]
-      const float* kg = pk.as<float>() + (b * HKV + g) * T * D;     // [t, d]
-      const float* vg = pv.as<float>() + (b * HKV + g) * T * DV;    // [t, dv]
+      const float* kg = k.as<float>() + (b * HKV + g) * T * D;      // [t, d]
+      const float* vg = v.as<float>() + (b * HKV + g) * T * DV;     // [t, dv]
       float* og = out.as<float>() + (b * HQ + g * rep) * S * DV;    // [rep * s, dv]
       gemm(false, true, rep * S, T, D, 1.0f, qg, D, kg, D, scores.data(), T);
       for (int64_t r = 0; r < rep; ++r) {
@@ -308,7 +302,36 @@ std::vector<Tensor> attention_kernel(const ir::Node& node, const KernelInputs& i
       }
       gemm(false, false, rep * S, DV, T, 1.0f, scores.data(), T, vg, DV, og, DV);
     }
-  return {std::move(out), std::move(pk), std::move(pv)};
+  return {std::move(out)};
+}
+
+// CacheUpdate(cache[b, h, n, d], new[b, h, s, d], cache_position[s]) -> the cache with new[:, :, i]
+// written at slot cache_position[i] (negative slots count from the end, as ScatterElements does; a
+// slot written twice keeps the later row).
+std::vector<Tensor> cache_update_kernel(const ir::Node& node, const KernelInputs& in) {
+  const Tensor& cache = arg(node, in, 0);
+  const Tensor& cur = arg(node, in, 1);
+  const Tensor& pos_t = arg(node, in, 2);
+  if (cache.dtype() != cur.dtype())
+    bad_input("CacheUpdate: cache is {}, new is {}", dtype_name(cache.dtype()), dtype_name(cur.dtype()));
+  if (cache.rank() != 4 || cur.rank() != 4 || cache.dim(0) != cur.dim(0) || cache.dim(1) != cur.dim(1) ||
+      cache.dim(3) != cur.dim(3))
+    bad_input("CacheUpdate: new {} does not fit cache {}", shape_string(cur.shape()), shape_string(cache.shape()));
+  const auto pos = int_values(pos_t);
+  const int64_t BH = cache.dim(0) * cache.dim(1), N = cache.dim(2), S = cur.dim(2);
+  if (int64_t(pos.size()) != S)
+    bad_input("CacheUpdate: {} cache positions for {} new rows", pos.size(), S);
+  std::vector<int64_t> slot(pos.size());
+  for (size_t i = 0; i < pos.size(); ++i) {
+    if (pos[i] < -N || pos[i] >= N) bad_input("CacheUpdate: cache position {} is outside a cache of {}", pos[i], N);
+    slot[i] = pos[i] < 0 ? pos[i] + N : pos[i];
+  }
+  Tensor out = cache;
+  const size_t row = size_t(cache.dim(3)) * dtype_size(cache.dtype());
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t i = 0; i < S; ++i)
+      std::memcpy(out.data() + size_t(bh * N + slot[size_t(i)]) * row, cur.data() + size_t(bh * S + i) * row, row);
+  return {std::move(out)};
 }
 
 }  // namespace
@@ -322,6 +345,7 @@ void register_composite_kernels(KernelTable& t) {
   t["RotaryEmbedding"] = rotary_embedding_kernel;
   t["AttentionBias"] = attention_bias_kernel;
   t["Attention"] = attention_kernel;
+  t["CacheUpdate"] = cache_update_kernel;
 }
 
 }  // namespace hfx::runtime::detail

@@ -1,5 +1,5 @@
 // Shape and data-movement kernels: Reshape, Transpose, Unsqueeze, Squeeze, Concat, Slice, Gather,
-// Expand, Shape, Range.
+// Expand, Shape, Range, ScatterElements.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -284,6 +284,68 @@ std::vector<Tensor> range_kernel(const ir::Node& node, const KernelInputs& in) {
   unsupported("reference executor: Range of {} is not supported", dtype_name(s.dtype()));
 }
 
+// ScatterElements(data, indices, updates; axis, reduction): a copy of data with
+// out[i_0, .., indices[i], .., i_r] = updates[i] (or combined with it by reduction add / mul / max /
+// min). Negative indices count from the end of the axis.
+template <typename T>
+void scatter_typed(Tensor& out, const Tensor& idx_t, const Tensor& upd, int64_t axis, const std::string& reduction) {
+  const auto idx = int_values(idx_t);
+  const auto& ish = idx_t.shape();
+  const int64_t rank = int64_t(ish.size());
+  const auto ost = contiguous_strides(out.shape());
+  const int64_t dim = out.shape()[size_t(axis)];
+  T* po = out.as<T>();
+  const T* pu = upd.as<T>();
+  std::vector<int64_t> pos(size_t(rank), 0);
+  const int64_t n = int64_t(idx.size());
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t v = idx[size_t(e)];
+    if (v < -dim || v >= dim) bad_input("ScatterElements: index {} is out of range for axis {} of size {}", v, axis, dim);
+    if (v < 0) v += dim;
+    int64_t o = 0;
+    for (int64_t d = 0; d < rank; ++d) o += (d == axis ? v : pos[size_t(d)]) * ost[size_t(d)];
+    const T u = pu[e];
+    if (reduction == "add") po[o] = T(po[o] + u);
+    else if (reduction == "mul") po[o] = T(po[o] * u);
+    else if (reduction == "max") po[o] = std::max(po[o], u);
+    else if (reduction == "min") po[o] = std::min(po[o], u);
+    else po[o] = u;
+    for (int64_t d = rank; d-- > 0;) {
+      if (++pos[size_t(d)] < ish[size_t(d)]) break;
+      pos[size_t(d)] = 0;
+    }
+  }
+}
+
+std::vector<Tensor> scatter_elements_kernel(const ir::Node& node, const KernelInputs& in) {
+  const Tensor& data = arg(node, in, 0);
+  const Tensor& indices = arg(node, in, 1);
+  const Tensor& updates = arg(node, in, 2);
+  if (is_float(indices.dtype()) || indices.dtype() == DType::Bool)
+    bad_input("ScatterElements: indices must be integers, got {}", dtype_name(indices.dtype()));
+  if (updates.dtype() != data.dtype())
+    bad_input("ScatterElements: updates are {}, data is {}", dtype_name(updates.dtype()), dtype_name(data.dtype()));
+  if (indices.shape() != updates.shape() || indices.rank() != data.rank())
+    bad_input("ScatterElements: indices {} and updates {} must have one shape of data's rank ({})",
+              shape_string(indices.shape()), shape_string(updates.shape()), shape_string(data.shape()));
+  const int64_t axis = normalize_axis(node, node.attr_int("axis", 0), data.rank());
+  for (int64_t d = 0; d < data.rank(); ++d)
+    if (d != axis && indices.shape()[size_t(d)] > data.shape()[size_t(d)])
+      bad_input("ScatterElements: indices {} exceed data {} on axis {}", shape_string(indices.shape()),
+                shape_string(data.shape()), d);
+  const std::string reduction = node.attr_str("reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+    bad_input("ScatterElements: unknown reduction `{}`", reduction);
+  Tensor out = data;
+  switch (data.dtype()) {
+    case DType::F32: scatter_typed<float>(out, indices, updates, axis, reduction); break;
+    case DType::I64: scatter_typed<int64_t>(out, indices, updates, axis, reduction); break;
+    case DType::Bool: scatter_typed<uint8_t>(out, indices, updates, axis, reduction); break;
+    default: unsupported("reference executor: ScatterElements of {} is not supported", dtype_name(data.dtype()));
+  }
+  return {std::move(out)};
+}
+
 }  // namespace
 
 void register_shape_kernels(KernelTable& t) {
@@ -297,6 +359,7 @@ void register_shape_kernels(KernelTable& t) {
   t["Expand"] = expand_kernel;
   t["Shape"] = shape_kernel;
   t["Range"] = range_kernel;
+  t["ScatterElements"] = scatter_elements_kernel;
 }
 
 }  // namespace hfx::runtime::detail

@@ -2,77 +2,166 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <set>
+
+#include "core/error.h"
 #include "ir/builder.h"
 
 namespace hfx::tasks {
 
 namespace {
-const char* kBatch = "batch_size";
-const char* kSeq = "sequence_length";
-const char* kPast = "past_sequence_length";
-const char* kTotal = "total_sequence_length";
 
-Shape cache_shape(const models::CacheGeometry& g, const char* len) {
-  return {Dim::sym(kBatch), Dim::fixed(g.num_kv_heads), Dim::sym(len), Dim::fixed(g.head_dim)};
+const std::string kBatch = "batch_size";
+const std::string kSeq = "sequence_length";
+const std::string kPast = "past_sequence_length";
+const std::string kTotal = "total_sequence_length";
+
+enum class Step { Any, Prefill, Decode };
+
+struct Layout {
+  Step step;
+  bool static_cache;
+  int64_t max_cache_len;
+};
+
+Dim seq_dim(const Layout& l) { return l.step == Step::Decode ? Dim::fixed(1) : Dim::sym(kSeq); }
+
+// Length of the cache a step reads and of the one it returns.
+Dim past_len(const Layout& l) { return l.static_cache ? Dim::fixed(l.max_cache_len) : Dim::sym(kPast); }
+Dim present_len(const Layout& l) {
+  if (l.static_cache) return Dim::fixed(l.max_cache_len);
+  return l.step == Step::Prefill ? Dim::sym(kSeq) : Dim::sym(kTotal);
 }
-}  // namespace
+bool has_past(const Layout& l) { return l.static_cache || l.step != Step::Prefill; }
 
-std::vector<IoSpec> causal_lm_inputs(const models::CausalLm& model) {
+Shape cache_shape(const models::CacheGeometry& g, Dim len) {
+  return {Dim::sym(kBatch), Dim::fixed(g.num_kv_heads), std::move(len), Dim::fixed(g.head_dim)};
+}
+
+std::vector<IoSpec> inputs_of(const models::CausalLm& model, const Layout& l) {
   const auto g = model.cache();
+  const Dim mask_len = l.static_cache ? Dim::fixed(l.max_cache_len) : l.step == Step::Prefill ? Dim::sym(kSeq) : Dim::sym(kTotal);
   std::vector<IoSpec> io = {
-      {"input_ids", DType::I64, {Dim::sym(kBatch), Dim::sym(kSeq)}},
-      {"attention_mask", DType::I64, {Dim::sym(kBatch), Dim::sym(kTotal)}},
-      {"position_ids", DType::I64, {Dim::sym(kBatch), Dim::sym(kSeq)}},
+      {"input_ids", DType::I64, {Dim::sym(kBatch), seq_dim(l)}},
+      {"attention_mask", DType::I64, {Dim::sym(kBatch), mask_len}},
+      {"position_ids", DType::I64, {Dim::sym(kBatch), seq_dim(l)}},
   };
-  for (int64_t i = 0; i < g.num_layers; ++i) {
-    io.push_back({fmt::format("past_key_values.{}.key", i), DType::F32, cache_shape(g, kPast)});
-    io.push_back({fmt::format("past_key_values.{}.value", i), DType::F32, cache_shape(g, kPast)});
-  }
+  if (has_past(l))
+    for (int64_t i = 0; i < g.num_layers; ++i) {
+      io.push_back({fmt::format("past_key_values.{}.key", i), DType::F32, cache_shape(g, past_len(l))});
+      io.push_back({fmt::format("past_key_values.{}.value", i), DType::F32, cache_shape(g, past_len(l))});
+    }
+  if (l.static_cache) io.push_back({"cache_position", DType::I64, {seq_dim(l)}});
   return io;
 }
 
-std::vector<IoSpec> causal_lm_outputs(const models::CausalLm& model) {
+std::vector<IoSpec> outputs_of(const models::CausalLm& model, const Layout& l) {
   const auto g = model.cache();
-  std::vector<IoSpec> io = {
-      {"logits", DType::F32, {Dim::sym(kBatch), Dim::sym(kSeq), Dim::fixed(model.summary().vocab_size)}}};
+  std::vector<IoSpec> io = {{"logits", DType::F32, {Dim::sym(kBatch), seq_dim(l), Dim::fixed(model.summary().vocab_size)}}};
   for (int64_t i = 0; i < g.num_layers; ++i) {
-    io.push_back({fmt::format("present.{}.key", i), DType::F32, cache_shape(g, kTotal)});
-    io.push_back({fmt::format("present.{}.value", i), DType::F32, cache_shape(g, kTotal)});
+    io.push_back({fmt::format("present.{}.key", i), DType::F32, cache_shape(g, present_len(l))});
+    io.push_back({fmt::format("present.{}.value", i), DType::F32, cache_shape(g, present_len(l))});
   }
   return io;
 }
 
-ir::Graph build_causal_lm(const models::CausalLm& model) {
-  ir::Graph graph("main");
+void declare_bounds(ir::Graph& graph, const CausalLmOptions& o) {
+  auto& syms = graph.symbols();
+  if (!o.dynamic) {
+    // Defaults: what any step needs to be meaningful; upper bounds only where the user gives them.
+    syms.set_bounds(kBatch, {1, std::nullopt});
+    syms.set_bounds(kSeq, {1, std::nullopt});
+    syms.set_bounds(kPast, {0, std::nullopt});
+    syms.set_bounds(kTotal, {1, std::nullopt});
+    for (const auto& [name, b] : o.dims) syms.set_bounds(name, b);
+  }
+  // Keep only the symbols this graph uses.
+  std::set<std::string> used;
+  for (auto id : graph.inputs())
+    for (const auto& d : graph.value(id).shape)
+      if (d.is_symbol()) used.insert(d.symbol);
+  for (auto id : graph.outputs())
+    for (const auto& d : graph.value(id).shape)
+      if (d.is_symbol()) used.insert(d.symbol);
+  SymbolTable kept;
+  for (const auto& [name, b] : syms.all())
+    if (used.count(name)) kept.set_bounds(name, b);
+  for (const auto& r : syms.relations())
+    if (used.count(r.sum)) kept.relate_sum(r.sum, r.a, r.b);
+  syms = kept;
+}
+
+Component build_component(const models::CausalLm& model, const CausalLmOptions& o, Step step, std::string role,
+                          std::string stem) {
+  const Layout l{step, o.static_cache, o.max_cache_len};
+  Component c{std::move(role), std::move(stem), ir::Graph("main"), inputs_of(model, l), outputs_of(model, l), {}};
+  ir::Graph& graph = c.graph;
   graph.symbols().relate_sum(kTotal, kPast, kSeq);
   std::map<std::string, ir::ValueId> ids;
-  for (const auto& spec : causal_lm_inputs(model)) ids[spec.name] = graph.add_input(spec.name, spec.dtype, spec.shape);
+  for (const auto& spec : c.inputs) ids[spec.name] = graph.add_input(spec.name, spec.dtype, spec.shape);
   models::CausalLmInputs in;
-  in.input_ids = ids["input_ids"];
-  in.attention_mask = ids["attention_mask"];
-  in.position_ids = ids["position_ids"];
-  for (int64_t i = 0; i < model.cache().num_layers; ++i) {
-    in.past_key.push_back(ids[fmt::format("past_key_values.{}.key", i)]);
-    in.past_value.push_back(ids[fmt::format("past_key_values.{}.value", i)]);
-  }
+  in.input_ids = ids.at("input_ids");
+  in.attention_mask = ids.at("attention_mask");
+  in.position_ids = ids.at("position_ids");
+  if (has_past(l))
+    for (int64_t i = 0; i < model.cache().num_layers; ++i) {
+      in.past_key.push_back(ids.at(fmt::format("past_key_values.{}.key", i)));
+      in.past_value.push_back(ids.at(fmt::format("past_key_values.{}.value", i)));
+    }
+  if (l.static_cache) in.cache_position = ids.at("cache_position");
   ir::Builder b(graph);
   models::CausalLmOutputs out = model.build(b, in);
 
-  // Name the outputs by the contract and declare their shapes: inference may know less (e.g. logits'
-  // vocab axis through a reshape), the contract is what runtimes bind to.
+  // Name the outputs by the contract and declare their shapes: the contract is what runtimes bind to.
   std::vector<ir::ValueId> values = {out.logits};
   for (size_t i = 0; i < out.present_key.size(); ++i) {
     values.push_back(out.present_key[i]);
     values.push_back(out.present_value[i]);
   }
-  const auto specs = causal_lm_outputs(model);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    graph.rename(values[i], specs[i].name);
-    graph.value(values[i]).shape = specs[i].shape;
-    graph.add_output(values[i]);
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    ir::ValueId v = values[i];
+    // An output that is a graph input as is (never the case today) would need an Identity to be renamed.
+    HFX_CHECK(graph.value(v).producer >= 0, "output {} is not computed", c.outputs[i].name);
+    graph.rename(v, c.outputs[i].name);
+    graph.value(v).shape = c.outputs[i].shape;
+    graph.add_output(v);
   }
+  if (l.static_cache)
+    for (int64_t i = 0; i < model.cache().num_layers; ++i)
+      for (const char* kv : {"key", "value"})
+        c.shared_buffers.emplace_back(fmt::format("past_key_values.{}.{}", i, kv), fmt::format("present.{}.{}", i, kv));
+  declare_bounds(graph, o);
   graph.validate();
-  return graph;
+  return c;
+}
+
+}  // namespace
+
+const std::vector<std::string>& causal_lm_dim_names() {
+  static const std::vector<std::string> names = {kBatch, kSeq, kPast, kTotal};
+  return names;
+}
+
+void validate(const CausalLmOptions& o) {
+  for (const auto& [name, b] : o.dims) {
+    const auto& names = causal_lm_dim_names();
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      bad_input("--dim {}: unknown dim (known: {})", name, fmt::join(names, ", "));
+    if (b.min && b.max && *b.min > *b.max) bad_input("--dim {}: min {} is above max {}", name, *b.min, *b.max);
+  }
+  if (o.static_cache && o.max_cache_len <= 0) bad_input("--static-cache needs --max-cache-len N (N > 0)");
+  if (!o.static_cache && o.max_cache_len > 0) bad_input("--max-cache-len is only meaningful with --static-cache");
+  if (o.dynamic && !o.dims.empty()) bad_input("--dynamic and --dim contradict each other: --dynamic drops all bounds");
+}
+
+std::vector<Component> build_causal_lm(const models::CausalLm& model, const CausalLmOptions& o) {
+  validate(o);
+  if (!o.split_prefill) return {build_component(model, o, Step::Any, "decoder", "model")};
+  std::vector<Component> out;
+  out.push_back(build_component(model, o, Step::Prefill, "prefill", "prefill"));
+  out.push_back(build_component(model, o, Step::Decode, "decode", "decode"));
+  return out;
 }
 
 }  // namespace hfx::tasks

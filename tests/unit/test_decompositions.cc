@@ -94,7 +94,7 @@ std::vector<float> inv_freq(int64_t dim, double base) {
 TEST(Decompositions, CoverEveryCompositeOp) {
   // Keep this list in step with the tests below.
   const std::set<std::string> tested = {"Embedding", "Linear", "RMSNorm", "SwiGLU", "RopeCosSin", "RotaryEmbedding",
-                                        "AttentionBias", "Attention"};
+                                        "AttentionBias", "Attention", "CacheUpdate"};
   for (const auto& name : ir::all_op_names())
     if (ir::op_schema(name).composite) EXPECT_TRUE(tested.count(name)) << name << " has no decomposition test";
 }
@@ -218,9 +218,27 @@ TEST(Decompositions, AttentionBiasLeftPaddingAndSlidingWindow) {
   }
 }
 
+TEST(Decompositions, AttentionBiasWithCachePosition) {
+  // A static cache of 6 slots; 2 new tokens written at slots 3 and 4; slot 5 is not written yet.
+  for (int64_t window : {int64_t(0), int64_t(2)}) {
+    SCOPED_TRACE(window);
+    Case c;
+    auto m = c.input("attention_mask", i64s({1, 6}, {0, 1, 1, 1, 1, 0}));
+    auto ids = c.input("input_ids", i64s({1, 2}, {5, 6}));
+    auto pos = c.input("cache_position", i64s({2}, {3, 4}));
+    c.op("AttentionBias", {m, ids, pos}, {{"sliding_window", window}});
+    const Tensor bias = c.compare().at("out0");
+    const float L = std::numeric_limits<float>::lowest();
+    std::vector<float> want = window == 0 ? std::vector<float>{L, 0, 0, 0, L, L, L, 0, 0, 0, 0, L}
+                                          : std::vector<float>{L, L, 0, 0, L, L, L, L, L, 0, 0, L};
+    EXPECT_EQ(std::vector<float>(bias.as<float>(), bias.as<float>() + 12), want);
+  }
+}
+
 TEST(Decompositions, AttentionGqaWithPast) {
-  // hq = 4 query heads sharing hkv = 2 kv heads, past length 3 + 2 new tokens, head dim 8; the bias
-  // comes from a left-padded mask with a sliding window, so some scores are the lowest f32.
+  // hq = 4 query heads sharing hkv = 2 kv heads, past length 3 + 2 new tokens (k and v assembled by
+  // Concat, as a growing cache does), head dim 8; the bias comes from a left-padded mask, with and
+  // without a sliding window, so some scores are the lowest f32.
   for (int64_t window : {int64_t(0), int64_t(2)}) {
     SCOPED_TRACE(window);
     Case c;
@@ -234,30 +252,63 @@ TEST(Decompositions, AttentionGqaWithPast) {
     auto m = c.input("attention_mask", i64s({2, 5}, {0, 0, 1, 1, 1, 1, 1, 1, 1, 1}), {B, T});
     auto ids = c.input("input_ids", i64s({2, 2}, {1, 2, 3, 4}), {B, S});
     auto bias = c.b.add1("AttentionBias", {m, ids}, {{"sliding_window", window}});
-    c.op("Attention", {q, k, v, pk, pv, bias}, {{"scale", 1.0 / std::sqrt(8.0)}});
+    auto kk = c.b.concat({pk, k}, 2), vv = c.b.concat({pv, v}, 2);
+    c.op("Attention", {q, kk, vv, bias}, {{"scale", 1.0 / std::sqrt(8.0)}});
     auto out = c.compare();
     EXPECT_EQ(out.at("out0").shape(), (std::vector<int64_t>{2, 4, 2, 8}));
-    EXPECT_EQ(out.at("out1").shape(), (std::vector<int64_t>{2, 2, 5, 8}));
-    // present = concat(past, new): its first 3 positions are the past, the last 2 the new keys.
-    const Tensor& present = out.at("out1");
-    EXPECT_EQ(present.as<float>()[0], c.feeds.at("past_k").as<float>()[0]);
-    EXPECT_EQ(present.as<float>()[3 * 8], c.feeds.at("k").as<float>()[0]);
   }
+}
+
+TEST(Decompositions, CacheUpdate) {
+  for (std::vector<int64_t> slots : {std::vector<int64_t>{3, 4}, std::vector<int64_t>{5, 0}, std::vector<int64_t>{-1, 1}}) {
+    Case c;
+    auto cache = c.input("cache", c.random({2, 2, 6, 4}));
+    auto cur = c.input("new", c.random({2, 2, 2, 4}));
+    auto pos = c.input("cache_position", i64s({2}, slots));
+    c.op("CacheUpdate", {cache, cur, pos});
+    const Tensor y = c.compare().at("out0");
+    const Tensor& before = c.feeds.at("cache");
+    const Tensor& rows = c.feeds.at("new");
+    for (int64_t bh = 0; bh < 4; ++bh)
+      for (int64_t n = 0; n < 6; ++n)
+        for (int64_t d = 0; d < 4; ++d) {
+          int64_t src = -1;
+          for (int64_t i = 0; i < 2; ++i)
+            if ((slots[size_t(i)] + 6) % 6 == n) src = i;
+          const float want = src < 0 ? before.as<float>()[(bh * 6 + n) * 4 + d] : rows.as<float>()[(bh * 2 + src) * 4 + d];
+          EXPECT_EQ(y.as<float>()[(bh * 6 + n) * 4 + d], want);
+        }
+  }
+}
+
+TEST(Decompositions, StaticCacheAttentionStep) {
+  // The static-cache step: write the new k/v into a fixed-size cache at cache_position, attend over
+  // the whole cache with a bias that masks the slots not written yet.
+  Case c;
+  auto q = c.input("q", c.random({1, 4, 2, 8}, -2.0f, 2.0f));
+  auto k = c.input("k", c.random({1, 2, 2, 8}, -2.0f, 2.0f));
+  auto v = c.input("v", c.random({1, 2, 2, 8}));
+  auto ck = c.input("cache_k", c.random({1, 2, 7, 8}, -2.0f, 2.0f));
+  auto cv = c.input("cache_v", c.random({1, 2, 7, 8}));
+  auto pos = c.input("cache_position", i64s({2}, {3, 4}));
+  auto m = c.input("attention_mask", i64s({1, 7}, {1, 1, 1, 1, 1, 0, 0}));
+  auto ids = c.input("input_ids", i64s({1, 2}, {1, 2}));
+  auto kk = c.b.add1("CacheUpdate", {ck, k, pos}), vv = c.b.add1("CacheUpdate", {cv, v, pos});
+  c.g.add_output(kk);
+  c.g.add_output(vv);
+  auto bias = c.b.add1("AttentionBias", {m, ids, pos});
+  c.op("Attention", {q, kk, vv, bias}, {{"scale", 0.125}});
+  EXPECT_EQ(c.compare().size(), 3u);
 }
 
 TEST(Decompositions, AttentionMatchesANaiveLoop) {
   // The fused kernel against softmax(q k^T * scale + bias) v written out, with GQA head sharing.
   Case c;
-  const int64_t Bn = 1, HQ = 4, HKV = 2, S = 2, P = 1, D = 4, Tn = P + S;
-  Tensor qt = c.random({Bn, HQ, S, D}), kt = c.random({Bn, HKV, S, D}), vt = c.random({Bn, HKV, S, D});
-  Tensor pkt = c.random({Bn, HKV, P, D}), pvt = c.random({Bn, HKV, P, D}), bt = c.random({Bn, 1, S, Tn});
-  auto outs = c.op("Attention", {c.input("q", qt), c.input("k", kt), c.input("v", vt), c.input("pk", pkt),
-                                 c.input("pv", pvt), c.input("bias", bt)},
-                   {{"scale", 0.5}});
+  const int64_t HQ = 4, HKV = 2, S = 2, Tn = 3, D = 4;
+  Tensor qt = c.random({1, HQ, S, D}), kt = c.random({1, HKV, Tn, D}), vt = c.random({1, HKV, Tn, D});
+  Tensor bt = c.random({1, 1, S, Tn});
+  c.op("Attention", {c.input("q", qt), c.input("k", kt), c.input("v", vt), c.input("bias", bt)}, {{"scale", 0.5}});
   auto out = c.compare().at("out0");
-  auto kat = [&](int64_t h, int64_t t, int64_t d, const Tensor& past, const Tensor& cur) {
-    return t < P ? past.as<float>()[(h * P + t) * D + d] : cur.as<float>()[(h * S + t - P) * D + d];
-  };
   for (int64_t h = 0; h < HQ; ++h)
     for (int64_t i = 0; i < S; ++i) {
       const int64_t g = h / (HQ / HKV);
@@ -265,14 +316,15 @@ TEST(Decompositions, AttentionMatchesANaiveLoop) {
       double mx = -1e300, sum = 0;
       for (int64_t t = 0; t < Tn; ++t) {
         double dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += double(qt.as<float>()[(h * S + i) * D + d]) * kat(g, t, d, pkt, kt);
+        for (int64_t d = 0; d < D; ++d)
+          dot += double(qt.as<float>()[(h * S + i) * D + d]) * kt.as<float>()[(g * Tn + t) * D + d];
         p[size_t(t)] = dot * 0.5 + bt.as<float>()[i * Tn + t];
         mx = std::max(mx, p[size_t(t)]);
       }
       for (auto& x : p) sum += (x = std::exp(x - mx));
       for (int64_t d = 0; d < D; ++d) {
         double o = 0;
-        for (int64_t t = 0; t < Tn; ++t) o += p[size_t(t)] / sum * kat(g, t, d, pvt, vt);
+        for (int64_t t = 0; t < Tn; ++t) o += p[size_t(t)] / sum * vt.as<float>()[(g * Tn + t) * D + d];
         EXPECT_NEAR(out.as<float>()[(h * S + i) * D + d], o, 1e-5) << h << " " << i << " " << d;
       }
     }

@@ -357,6 +357,23 @@ TEST(Executor, MovementOps) {
   }
 }
 
+TEST(Executor, ScatterElementsOnAnyAxis) {
+  {
+    OneOp t;  // the ONNX spec's example, axis 0
+    t.op("ScatterElements", {t.input("x", Tensor(DType::F32, {3, 3})), t.input("i", i64({2, 3}, {1, 0, 2, 0, 2, 1})),
+                             t.input("u", f32({2, 3}, {1.0f, 1.1f, 1.2f, 2.0f, 2.1f, 2.2f}))},
+         {{"axis", int64_t(0)}});
+    expect_floats(t.y(), {3, 3}, {2.0f, 1.1f, 0, 1.0f, 0, 2.2f, 0, 2.1f, 1.2f});
+  }
+  {
+    OneOp t;  // axis -1 with a negative index
+    t.op("ScatterElements", {t.input("x", f32({1, 5}, {1, 2, 3, 4, 5})), t.input("i", i64({1, 2}, {1, -2})),
+                             t.input("u", f32({1, 2}, {1.1f, 2.1f}))},
+         {{"axis", int64_t(-1)}});
+    expect_floats(t.y(), {1, 5}, {1, 1.1f, 3, 2.1f, 5});
+  }
+}
+
 TEST(Executor, WeightsAreConvertedToComputeDtypes) {
   ir::Graph g;
   ir::Builder b(g);

@@ -238,7 +238,7 @@ const std::map<std::string, OpLowering>& onnx_lowering_table() {
           "Reciprocal", "Exp",     "Log",       "Sin",        "Cos",       "Tanh",      "Erf",
           "Sigmoid",  "Not",       "Identity",  "MatMul",     "Gather",    "Softmax",   "ReduceMean",
           "ReduceMax", "ReduceSum", "Transpose", "Reshape",   "Unsqueeze", "Squeeze",   "Concat",
-          "Slice",    "Expand",    "Where",     "Range",      "Shape",     "CumSum"})
+          "Slice",    "Expand",    "Where",     "Range",      "Shape",     "CumSum",    "ScatterElements"})
       t[op] = OpLowering{op, lower_passthrough, raise_passthrough};
     // Special cases.
     t["Cast"] = OpLowering{"Cast", lower_cast, raise_cast};

@@ -1,0 +1,149 @@
+"""Run an hfx export with ONNX Runtime: the decode loop hfx's contract implies, for users and tests.
+
+    from hfx_ort import OrtGenerator
+    gen = OrtGenerator("out/llama")                     # reads out/llama/hfx.json
+    rows = gen.generate([[1, 5, 9], [7, 3]], max_new_tokens=32)
+
+Handles every component layout hfx writes: one `decoder` graph or `prefill` + `decode`, with a
+growing cache (present.* fed back as past_key_values.*) or a static cache whose buffers are bound
+with IO binding to the same OrtValue as input and output, so steps update them in place.
+Greedy decoding; left padding and positions as Transformers' generate() computes them.
+
+Command line:  python python/hfx_ort.py OUT --prompt-ids 1,2,3 [--prompt-ids ...] [-n 64]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+
+class OrtGenerator:
+    def __init__(self, export_dir: str | Path, providers=("CPUExecutionProvider",)):
+        self.dir = Path(export_dir)
+        self.manifest = json.loads((self.dir / "hfx.json").read_text())
+        model = self.manifest["model"]
+        recipe = self.manifest["recipe"]
+        self.layers = model["num_layers"]
+        self.kv_heads = model["num_kv_heads"]
+        self.head_dim = model["head_dim"]
+        self.eos = set(model["eos_token_ids"])
+        pad = model.get("pad_token_id")
+        self.pad = pad if pad is not None else (model["eos_token_ids"][0] if model["eos_token_ids"] else 0)
+        self.static = bool(recipe["static_cache"])
+        self.max_cache_len = int(recipe["max_cache_len"])
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        self.sessions = {}
+        for c in self.manifest["components"]:
+            if c["format"] == "onnx":
+                self.sessions[c["role"]] = ort.InferenceSession(str(self.dir / c["file"]), opts, providers=list(providers))
+        self.first = self.sessions.get("prefill") or self.sessions["decoder"]
+        self.next = self.sessions.get("decode") or self.sessions["decoder"]
+
+    def _cache_names(self):
+        for i in range(self.layers):
+            for kv in ("key", "value"):
+                yield f"past_key_values.{i}.{kv}", f"present.{i}.{kv}"
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int = 64) -> list[list[int]]:
+        batch, length = len(prompts), max(len(p) for p in prompts)
+        ids = np.full((batch, length), self.pad, np.int64)
+        mask = np.zeros((batch, length), np.int64)
+        for b, p in enumerate(prompts):
+            ids[b, length - len(p):] = p
+            mask[b, length - len(p):] = 1
+        pos = np.cumsum(mask, axis=1) - 1
+        pos[mask == 0] = 1
+        next_pos = mask.sum(axis=1)
+        if self.static:
+            if length + max_new_tokens > self.max_cache_len:
+                raise ValueError(f"prompt of {length} + {max_new_tokens} new tokens exceeds max_cache_len {self.max_cache_len}")
+            return self._generate_static(ids, mask, pos, next_pos, max_new_tokens)
+        return self._generate_growing(ids, mask, pos, next_pos, max_new_tokens)
+
+    def _pick(self, logits, done, out):
+        tokens = logits[:, -1, :].argmax(axis=-1).astype(np.int64)
+        for b in range(len(tokens)):
+            if done[b]:
+                tokens[b] = self.pad
+            out[b].append(int(tokens[b]))
+            if not done[b] and int(tokens[b]) in self.eos:
+                done[b] = True
+        return tokens
+
+    def _generate_growing(self, ids, mask, pos, next_pos, max_new_tokens):
+        batch = ids.shape[0]
+        past = {name: np.zeros((batch, self.kv_heads, 0, self.head_dim), np.float32) for name, _ in self._cache_names()}
+        out, done = [[] for _ in range(batch)], [False] * batch
+        feed_ids, feed_pos = ids, pos
+        for step in range(max_new_tokens):
+            sess = self.first if step == 0 else self.next
+            wanted = {i.name for i in sess.get_inputs()}
+            feed = {"input_ids": feed_ids, "attention_mask": mask, "position_ids": feed_pos}
+            feed.update({k: v for k, v in past.items() if k in wanted})
+            names = [o.name for o in sess.get_outputs()]
+            result = dict(zip(names, sess.run(None, feed)))
+            past = {p: result[o] for p, o in self._cache_names()}
+            tokens = self._pick(result["logits"], done, out)
+            if all(done) or step + 1 == max_new_tokens:
+                break
+            feed_ids = tokens[:, None]
+            feed_pos = next_pos[:, None].astype(np.int64)
+            next_pos = next_pos + 1
+            mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+        return out
+
+    def _generate_static(self, ids, mask, pos, next_pos, max_new_tokens):
+        batch, length = ids.shape
+        n = self.max_cache_len
+        # One OrtValue per layer and kv: bound as both the past input and the present output.
+        buffers = {p: ort.OrtValue.ortvalue_from_numpy(np.zeros((batch, self.kv_heads, n, self.head_dim), np.float32))
+                   for p, _ in self._cache_names()}
+        self.static_buffers = buffers  # kept for inspection (tests check they were written in place)
+        full_mask = np.zeros((batch, n), np.int64)
+        full_mask[:, :length] = mask
+        out, done = [[] for _ in range(batch)], [False] * batch
+        feed_ids, feed_pos, cache_pos, total = ids, pos, np.arange(length, dtype=np.int64), length
+        for step in range(max_new_tokens):
+            sess = self.first if step == 0 else self.next
+            binding = sess.io_binding()
+            binding.bind_cpu_input("input_ids", np.ascontiguousarray(feed_ids))
+            binding.bind_cpu_input("attention_mask", full_mask.copy())
+            binding.bind_cpu_input("position_ids", np.ascontiguousarray(feed_pos))
+            binding.bind_cpu_input("cache_position", cache_pos)
+            binding.bind_output("logits")  # first, so it is get_outputs()[0]
+            for p, o in self._cache_names():
+                binding.bind_ortvalue_input(p, buffers[p])
+                binding.bind_ortvalue_output(o, buffers[p])
+            sess.run_with_iobinding(binding)
+            logits = binding.get_outputs()[0].numpy()
+            tokens = self._pick(logits, done, out)
+            if all(done) or step + 1 == max_new_tokens:
+                break
+            feed_ids = tokens[:, None]
+            feed_pos = next_pos[:, None].astype(np.int64)
+            next_pos = next_pos + 1
+            full_mask[:, total] = 1
+            cache_pos = np.array([total], np.int64)
+            total += 1
+        return out
+
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("export")
+    ap.add_argument("--prompt-ids", action="append", required=True, help="comma-separated ids; repeat for a batch")
+    ap.add_argument("-n", "--max-new-tokens", type=int, default=64)
+    args = ap.parse_args()
+    gen = OrtGenerator(args.export)
+    for row in gen.generate([[int(x) for x in p.split(",")] for p in args.prompt_ids], args.max_new_tokens):
+        print(",".join(map(str, row)))
+
+
+if __name__ == "__main__":
+    main()

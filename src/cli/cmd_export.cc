@@ -1,0 +1,139 @@
+// `hfx export`, `hfx inspect`, `hfx check`.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/progress.h"
+#include "pipeline/export.h"
+#include "pipeline/inspect.h"
+#include "pipeline/manifest.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::cli {
+
+namespace {
+
+// "NAME=MIN:MAX", either side may be empty: "batch_size=1:8", "sequence_length=:512".
+std::pair<std::string, SymbolBounds> parse_dim(const std::string& text) {
+  const auto eq = text.find('='), colon = text.find(':', eq == std::string::npos ? 0 : eq);
+  if (eq == std::string::npos || colon == std::string::npos)
+    bad_input("--dim {}: expected NAME=MIN:MAX (e.g. batch_size=1:8)", text);
+  auto num = [&](const std::string& s) -> std::optional<int64_t> {
+    if (s.empty()) return std::nullopt;
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(s, &used);
+    } catch (...) {
+    }
+    if (used != s.size() || v < 0) bad_input("--dim {}: \"{}\" is not a non-negative integer", text, s);
+    return v;
+  };
+  return {text.substr(0, eq), SymbolBounds{num(text.substr(eq + 1, colon - eq - 1)), num(text.substr(colon + 1))}};
+}
+
+}  // namespace
+
+void register_export(CLI::App& app, Action& action) {
+  struct State {
+    pipeline::ExportOptions opt;
+    std::string formats = "onnx";
+    std::vector<std::string> dims;
+    fs::path recipe;
+    bool quiet = false;
+    bool split = false, static_cache = false, dynamic = false;
+    int64_t max_cache_len = 0;
+  };
+  auto s = std::make_shared<State>();
+  auto* cmd = app.add_subcommand("export", "Export a checkpoint to one or more formats (atomic: all or nothing).");
+  cmd->add_option("--model,-m", s->opt.model_dir, "Checkpoint folder: config.json + model.safetensors or a sharded index")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("out", s->opt.out_dir, "Output folder (built in a temporary folder, renamed when complete)")->required();
+  cmd->add_option("--format,-f", s->formats, "Formats to write, comma separated (onnx)")->capture_default_str();
+  cmd->add_flag("--split-prefill", s->split, "Write a prefill graph and a decode graph (query length 1) instead of one");
+  cmd->add_flag("--static-cache", s->static_cache, "Fixed-length KV buffers written in place (needs --max-cache-len)");
+  cmd->add_option("--max-cache-len", s->max_cache_len, "Length N of the static cache buffers");
+  cmd->add_option("--dim", s->dims, "Bound a dim: NAME=MIN:MAX (batch_size, sequence_length, past_sequence_length, "
+                                    "total_sequence_length); repeatable");
+  cmd->add_flag("--dynamic", s->dynamic, "All dims symbolic and unbounded (no contract bounds)");
+  cmd->add_option("--recipe", s->recipe, "Take the options from a recipe JSON or an export's hfx.json (reproduces it)")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--overwrite", s->opt.overwrite, "Replace an existing output folder");
+  cmd->add_flag("--quiet,-q", s->quiet, "Print nothing on success");
+  cmd->footer(
+      "Output layout:\n"
+      "  OUT/onnx/model.onnx + model.onnx_data   one decoder graph (or prefill.onnx + decode.onnx)\n"
+      "  OUT/config.json, generation_config.json, tokenizer files (also in OUT/onnx/)\n"
+      "  OUT/hfx.json                            manifest: recipe, components, contract, checksums");
+  cmd->callback([s, cmd, &action] {
+    action = [s, cmd] {
+      auto& o = s->opt;
+      if (!s->recipe.empty()) {
+        // A recipe fixes every option that shapes the output; flags on top would make it lie.
+        for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic"})
+          if (cmd->count(flag)) bad_input("{} cannot be combined with --recipe (the recipe fixes it)", flag);
+        const auto j = nlohmann::json::parse(read_text_file(s->recipe), nullptr, false);
+        if (j.is_discarded()) bad_input("{}: not valid JSON", s->recipe.string());
+        o.recipe = pipeline::Recipe::from_json(j, s->recipe.string());
+        if (o.model_dir.empty() && j.contains("source") && j["source"].contains("folder"))
+          o.model_dir = j["source"]["folder"].get<std::string>();
+      } else {
+        o.recipe.formats = split_commas(s->formats);
+        o.recipe.task.split_prefill = s->split;
+        o.recipe.task.static_cache = s->static_cache;
+        o.recipe.task.max_cache_len = s->max_cache_len;
+        o.recipe.task.dynamic = s->dynamic;
+        for (const auto& d : s->dims) {
+          auto [name, b] = parse_dim(d);
+          o.recipe.task.dims[name] = b;
+        }
+      }
+      if (o.model_dir.empty()) bad_input("--model is required (or a --recipe taken from an export's hfx.json)");
+      auto r = pipeline::run_export(o);
+      if (!s->quiet) {
+        fmt::print("exported {} in {:.2f} s: {} files, {} of weights\n", r.out_dir.string(), r.seconds, r.files.size(),
+                   human_bytes(r.weight_bytes_written));
+        for (const auto& f : r.files) fmt::print("  {}\n", f.string());
+      }
+      return 0;
+    };
+  });
+}
+
+void register_inspect(CLI::App& app, Action& action) {
+  auto dir = std::make_shared<fs::path>();
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand("inspect", "Describe a checkpoint and what an export of it would write.");
+  cmd->add_option("model", *dir, "Checkpoint folder")->required()->check(CLI::ExistingDirectory);
+  cmd->add_flag("--json", *json, "Machine-readable output");
+  cmd->callback([dir, json, &action] {
+    action = [dir, json] {
+      std::cout << pipeline::inspect_report(*dir, *json);
+      return 0;
+    };
+  });
+}
+
+void register_check(CLI::App& app, Action& action) {
+  auto dir = std::make_shared<fs::path>();
+  auto* cmd = app.add_subcommand("check", "Re-verify an export against its manifest (every file's sha256).");
+  cmd->add_option("out", *dir, "Export folder")->required();
+  cmd->callback([dir, &action] {
+    action = [dir] {
+      if (!fs::is_directory(*dir)) bad_input("{}: no such export folder", dir->string());
+      auto r = pipeline::check_export(*dir);
+      if (!r.problems.empty()) {
+        for (const auto& p : r.problems) fmt::print(stderr, "hfx: check: {}: {}\n", dir->string(), p);
+        return 1;
+      }
+      fmt::print("{}: ok ({} files match the manifest)\n", dir->string(), r.files_checked);
+      return 0;
+    };
+  });
+}
+
+}  // namespace hfx::cli

@@ -1,0 +1,143 @@
+#include "pipeline/manifest.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "core/files.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::pipeline {
+
+namespace {
+
+nlohmann::ordered_json io_json(const std::vector<tasks::IoSpec>& specs) {
+  auto arr = nlohmann::ordered_json::array();
+  for (const auto& s : specs) {
+    std::vector<std::string> dims;
+    for (const auto& d : s.shape) dims.push_back(d.str());
+    arr.push_back({{"name", s.name}, {"dtype", dtype_name(s.dtype)}, {"shape", dims}});
+  }
+  return arr;
+}
+
+}  // namespace
+
+std::vector<fs::path> list_files(const fs::path& root) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (e.is_regular_file()) files.push_back(fs::relative(e.path(), root));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const models::CausalLm& model, const Recipe& recipe) {
+  json_["schema_version"] = kManifestSchemaVersion;
+  json_["tool"] = {{"name", "hfx"}, {"version", HFX_VERSION}};
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  files["config.json"] = sha256_file(ckpt.config().path);
+  if (ckpt.generation_config()) files["generation_config.json"] = sha256_file(ckpt.generation_config()->path);
+  for (const auto& f : ckpt.weight_files()) files[f.filename().string()] = sha256_file(f);
+  const auto& s = model.summary();
+  json_["source"] = {{"folder", ckpt.dir().string()}, {"model_type", s.model_type}, {"hf_class", s.hf_class}, {"files", files}};
+  json_["recipe"] = recipe.to_json();
+  const auto g = model.cache();
+  nlohmann::ordered_json m = {{"vocab_size", s.vocab_size},
+                              {"num_layers", g.num_layers},
+                              {"num_kv_heads", g.num_kv_heads},
+                              {"head_dim", g.head_dim},
+                              {"sliding_window", g.sliding_window},
+                              {"eos_token_ids", s.eos_token_ids}};
+  m["bos_token_id"] = s.bos_token_id ? nlohmann::ordered_json(*s.bos_token_id) : nlohmann::ordered_json();
+  m["pad_token_id"] = s.pad_token_id ? nlohmann::ordered_json(*s.pad_token_id) : nlohmann::ordered_json();
+  json_["model"] = m;
+  json_["components"] = nlohmann::ordered_json::array();
+  json_["passes"] = nlohmann::ordered_json::array();
+}
+
+void ManifestBuilder::add_component(const tasks::Component& c, const std::string& format, const std::string& file,
+                                    const std::vector<std::string>& passes) {
+  nlohmann::ordered_json dims = nlohmann::ordered_json::object();
+  for (const auto& [name, b] : c.graph.symbols().all()) {
+    nlohmann::ordered_json d = nlohmann::ordered_json::object();
+    d["min"] = b.min ? nlohmann::ordered_json(*b.min) : nlohmann::ordered_json();
+    d["max"] = b.max ? nlohmann::ordered_json(*b.max) : nlohmann::ordered_json();
+    dims[name] = d;
+  }
+  nlohmann::ordered_json relations = nlohmann::ordered_json::array();
+  for (const auto& r : c.graph.symbols().relations()) relations.push_back(fmt::format("{} = {} + {}", r.sum, r.a, r.b));
+  nlohmann::ordered_json shared = nlohmann::ordered_json::array();
+  for (const auto& [in, out] : c.shared_buffers) shared.push_back({in, out});
+  const bool static_cache = !c.shared_buffers.empty();
+  json_["components"].push_back({{"role", c.role},
+                                 {"format", format},
+                                 {"file", file},
+                                 {"inputs", io_json(c.inputs)},
+                                 {"outputs", io_json(c.outputs)},
+                                 {"dims", dims},
+                                 {"relations", relations},
+                                 {"cache", {{"layout", static_cache ? "static" : "growing"}, {"shared_buffers", shared}}},
+                                 {"passes", passes}});
+  for (const auto& p : passes) {
+    const std::string name = format + ":" + p;
+    if (std::find(json_["passes"].begin(), json_["passes"].end(), name) == json_["passes"].end())
+      json_["passes"].push_back(name);
+  }
+}
+
+void ManifestBuilder::write(const fs::path& root) {
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  for (const auto& rel : list_files(root)) files[rel.generic_string()] = sha256_file(root / rel);
+  json_["files"] = files;
+  write_text_file(root / kManifestName, json_.dump(2) + "\n");
+}
+
+nlohmann::json read_manifest(const fs::path& out_dir) {
+  const fs::path path = out_dir / kManifestName;
+  if (!fs::exists(path)) bad_input("{}: no manifest ({}): not an hfx export, or an incomplete one", out_dir.string(), kManifestName);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    bad_input("{}: not valid JSON: {}", path.string(), e.what());
+  }
+  if (!j.is_object() || !j.contains("schema_version") || !j["schema_version"].is_number_integer())
+    bad_input("{}: missing schema_version", path.string());
+  if (j["schema_version"] != kManifestSchemaVersion)
+    bad_input("{}: schema_version {} (this hfx reads {})", path.string(), j["schema_version"].dump(), kManifestSchemaVersion);
+  for (const char* key : {"source", "recipe", "model", "components", "files"})
+    if (!j.contains(key)) bad_input("{}: missing member \"{}\"", path.string(), key);
+  if (!j["files"].is_object() || !j["components"].is_array() || j["components"].empty())
+    bad_input("{}: \"files\" must be an object and \"components\" a non-empty list", path.string());
+  return j;
+}
+
+CheckReport check_export(const fs::path& out_dir) {
+  const nlohmann::json m = read_manifest(out_dir);
+  CheckReport r;
+  std::set<std::string> listed;
+  for (const auto& [rel, sha] : m["files"].items()) {
+    listed.insert(rel);
+    const fs::path p = out_dir / rel;
+    if (rel.find("..") != std::string::npos || fs::path(rel).is_absolute()) {
+      r.problems.push_back(fmt::format("{}: listed path escapes the folder", rel));
+      continue;
+    }
+    ++r.files_checked;
+    if (!fs::exists(p)) r.problems.push_back(fmt::format("{}: listed in the manifest but missing", rel));
+    else if (!sha.is_string() || sha256_file(p) != sha.get<std::string>())
+      r.problems.push_back(fmt::format("{}: sha256 mismatch (the file changed after export)", rel));
+  }
+  for (const auto& rel : list_files(out_dir))
+    if (rel != kManifestName && !listed.count(rel.generic_string()))
+      r.problems.push_back(fmt::format("{}: present but not in the manifest", rel.generic_string()));
+  for (const auto& c : m["components"]) {
+    const std::string file = c.value("file", "");
+    if (!listed.count(file)) r.problems.push_back(fmt::format("component {}: file {} is not listed", c.value("role", "?"), file));
+  }
+  return r;
+}
+
+}  // namespace hfx::pipeline

@@ -1,0 +1,52 @@
+// The decode loop: prompts in, tokens out, over step graphs (a `decoder` graph, or `prefill` +
+// `decode`), with a growing or a static KV cache. Greedy by default; temperature, top-k and top-p
+// sampling with a seed. Batches are left-padded and positioned as Transformers' generate() does.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace hfx::runtime {
+
+// Runs one step graph on named inputs.
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  virtual std::vector<std::string> input_names() const = 0;
+  virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) = 0;
+};
+
+// The reference executor as a step runner.
+std::unique_ptr<StepRunner> make_executor_runner(const ir::Graph& graph);
+
+struct CacheSpec {
+  int64_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  bool static_cache = false;
+  int64_t max_cache_len = 0;
+};
+
+struct SamplingOptions {
+  int64_t max_new_tokens = 64;
+  double temperature = 0;  // 0: greedy
+  int64_t top_k = 0;       // 0: off
+  double top_p = 1.0;      // 1: off
+  uint64_t seed = 0;
+  std::vector<int64_t> eos_token_ids;
+  int64_t pad_token_id = 0;
+};
+
+// Returns, per prompt, the generated tokens (without the prompt). After a row emits an EOS token it
+// is padded with pad_token_id until every row has finished, as Transformers does. `on_token` is
+// called for each new token of each row as it is produced (not for the padding).
+std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, const CacheSpec& cache,
+                                           const std::vector<std::vector<int64_t>>& prompts,
+                                           const SamplingOptions& options,
+                                           const std::function<void(size_t row, int64_t token)>& on_token = {});
+
+}  // namespace hfx::runtime

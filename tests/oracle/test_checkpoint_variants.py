@@ -1,0 +1,83 @@
+"""Checkpoint layouts hfx must read: F16 and BF16 weights, sharded safetensors with an index, and
+tokenizer files carried into the export. Transformers loads the same files in f32 as the oracle
+(the upcast is exact, so the fp32 gate of 1e-4 holds)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import tiny_models
+from conftest import run_hfx
+from test_decoder_parity import ATOL, decode_feeds, geometry, run_steps, transformers_steps, assert_close
+
+
+def save_variant(tmp_path, dtype: str, shard: bool):
+    src = tiny_models.make("qwen2-tied", tmp_path / "src", dtype=dtype)
+    if not shard:
+        return src
+    model = AutoModelForCausalLM.from_pretrained(src, torch_dtype=getattr(torch, dtype))
+    out = tmp_path / "sharded"
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="20KB")
+    assert (out / "model.safetensors.index.json").exists(), "expected a sharded checkpoint"
+    return out
+
+
+@pytest.mark.parametrize("dtype,shard", [("float16", False), ("bfloat16", False), ("float32", True),
+                                         ("bfloat16", True)])
+def test_dtypes_and_shards_export_and_match(dtype, shard, tmp_path):
+    folder = save_variant(tmp_path, dtype, shard)
+    out = tmp_path / "out"
+    run_hfx("export", "--model", folder, "--format", "onnx", "--quiet", out)
+    model = tiny_models.load_reference(folder)
+    steps = decode_feeds(model.config.vocab_size)
+    ref = transformers_steps(model, steps)
+    sess = ort.InferenceSession(str(out / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    ours = run_steps(lambda f: dict(zip(names, sess.run(None, f))), steps, *geometry(model))
+    for step, ((logits, _), (ref_logits, _)) in enumerate(zip(ours, ref)):
+        assert_close(f"{dtype} shard={shard} step {step}", logits, ref_logits)
+
+
+def test_side_files_are_carried(tmp_path):
+    folder = tiny_models.make("llama", tmp_path / "m")
+    tok = {"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    (folder / "tokenizer_config.json").write_text("{}")
+    out = tmp_path / "out"
+    run_hfx("export", "--model", folder, "--quiet", out)
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (out / name).read_bytes() == (folder / name).read_bytes()
+        assert (out / "onnx" / name).read_bytes() == (folder / name).read_bytes()
+    # External data: relative location, 64 KiB aligned offsets.
+    import onnx
+    m = onnx.load(str(out / "onnx" / "model.onnx"), load_external_data=False)
+    externals = [t for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert externals
+    for t in externals:
+        kv = {e.key: e.value for e in t.external_data}
+        assert kv["location"] == "model.onnx_data"
+        assert int(kv.get("offset", 0)) % 65536 == 0
+
+
+def test_export_is_deterministic(tmp_path):
+    folder = tiny_models.make("qwen3", tmp_path / "m")
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_hfx("export", "--model", folder, "--quiet", a)
+    shutil.copytree(folder, tmp_path / "moved")
+    run_hfx("export", "--model", tmp_path / "moved", "--quiet", b)
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    for f in files:
+        if f.name == "hfx.json":
+            # The manifest names the source folder it was exported from; everything else must agree.
+            ma, mb = json.loads((a / f).read_text()), json.loads((b / f).read_text())
+            assert ma["source"].pop("folder") != mb["source"].pop("folder")
+            assert ma == mb
+            continue
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f"{f} differs between two exports"

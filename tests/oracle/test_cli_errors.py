@@ -1,0 +1,133 @@
+"""Bad input gives one clear line naming the file, tensor or field, a non-zero exit, and no output."""
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+import tiny_models
+from conftest import run_hfx
+
+
+@pytest.fixture
+def good(tmp_path):
+    return tiny_models.make("llama", tmp_path / "model")
+
+
+def export_fails(model, tmp_path, *expected):
+    out = tmp_path / "out"
+    proc = run_hfx("export", "--model", model, "--quiet", out, check=False)
+    assert proc.returncode != 0, "export should have failed"
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, f"expected one error line, got: {proc.stderr!r}"
+    for text in expected:
+        assert text in lines[0], f"{text!r} not in {lines[0]!r}"
+    assert not out.exists(), "a failed export must leave nothing behind"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.hfx-partial")], "staging folder left behind"
+    return lines[0]
+
+
+def edit_config(folder, **changes):
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(changes)
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def test_missing_config(good, tmp_path):
+    (good / "config.json").unlink()
+    export_fails(good, tmp_path, "config.json")
+
+
+def test_unknown_model_type(good, tmp_path):
+    edit_config(good, model_type="not_a_model")
+    export_fails(good, tmp_path, "not_a_model", "llama")
+
+
+def test_pickle_only_folder_is_refused(good, tmp_path):
+    (good / "model.safetensors").unlink()
+    (good / "pytorch_model.bin").write_bytes(b"\x80\x04this would be a pickle")
+    export_fails(good, tmp_path, "pytorch_model.bin", "never unpickles")
+
+
+def test_truncated_header(good, tmp_path):
+    data = (good / "model.safetensors").read_bytes()
+    (good / "model.safetensors").write_bytes(data[:20])
+    export_fails(good, tmp_path, "model.safetensors")
+
+
+def test_header_length_past_end(good, tmp_path):
+    data = bytearray((good / "model.safetensors").read_bytes())
+    data[:8] = struct.pack("<Q", len(data) * 4)
+    (good / "model.safetensors").write_bytes(bytes(data))
+    export_fails(good, tmp_path, "model.safetensors")
+
+
+def test_tensor_out_of_bounds(good, tmp_path):
+    path = good / "model.safetensors"
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    name = "model.norm.weight"
+    begin, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [begin + 10**9, end + 10**9]
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+    export_fails(good, tmp_path, name)
+
+
+def test_shape_contradicting_config(good, tmp_path):
+    edit_config(good, intermediate_size=100)
+    line = export_fails(good, tmp_path, "mlp", "intermediate_size")
+    assert "[100, 64]" in line or "[64, 100]" in line
+
+
+def test_bad_config_field(good, tmp_path):
+    edit_config(good, num_attention_heads="four")
+    export_fails(good, tmp_path, "num_attention_heads", "four")
+
+
+def test_missing_tensor(good, tmp_path):
+    from safetensors.numpy import load_file, save_file
+    tensors = load_file(str(good / "model.safetensors"))
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, str(good / "model.safetensors"))
+    export_fails(good, tmp_path, "model.layers.1.mlp.up_proj.weight")
+
+
+def test_unexpected_tensor(good, tmp_path):
+    from safetensors.numpy import load_file, save_file
+    import numpy as np
+    tensors = load_file(str(good / "model.safetensors"))
+    tensors["model.layers.0.extra.weight"] = np.zeros((2, 2), np.float32)
+    save_file(tensors, str(good / "model.safetensors"))
+    export_fails(good, tmp_path, "model.layers.0.extra.weight", "not used")
+
+
+def test_existing_output_is_kept_on_failure(good, tmp_path):
+    out = tmp_path / "out"
+    run_hfx("export", "--model", good, "--quiet", out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    edit_config(good, model_type="not_a_model")
+    proc = run_hfx("export", "--model", good, "--quiet", "--overwrite", out, check=False)
+    assert proc.returncode != 0
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert before == after, "a failed export must leave the previous artifact intact"
+
+
+def test_output_exists_without_overwrite(good, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_hfx("export", "--model", good, "--quiet", out, check=False)
+    assert proc.returncode != 0 and "--overwrite" in proc.stderr
+
+
+def test_inspect_reports_contract_and_preflight(good):
+    proc = run_hfx("inspect", "--json", good)
+    info = json.loads(proc.stdout)
+    assert info["model_type"] == "llama"
+    names = [i["name"] for i in info["inputs"]]
+    assert names[:3] == ["input_ids", "attention_mask", "position_ids"]
+    assert info["inputs"][3]["shape"] == ["batch_size", "2", "past_sequence_length", "16"]
+    assert info["outputs"][0]["shape"] == ["batch_size", "sequence_length", "128"]
+    assert info["preflight"]["disk_bytes"] > 0 and info["preflight"]["peak_memory_bytes"] > 0
