@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
+#include <vector>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -31,14 +33,21 @@ void write_text_file(const fs::path& path, const std::string& text) {
 }
 
 std::string sha256_file(const fs::path& path) {
-  auto file = MappedFile::open(path);
+  // Read in chunks rather than map: hashing a multi-GB artifact must not count its pages in our RSS.
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail(ErrorKind::Io, "{}: cannot open: {}", path.string(), std::strerror(errno));
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int len = 0;
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  EVP_DigestUpdate(ctx, file->data(), file->size());
+  std::vector<unsigned char> buf(size_t(4) << 20);
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) EVP_DigestUpdate(ctx, buf.data(), n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
   EVP_DigestFinal_ex(ctx, digest.data(), &len);
   EVP_MD_CTX_free(ctx);
+  if (failed) fail(ErrorKind::Io, "{}: read error", path.string());
   static const char* hex = "0123456789abcdef";
   std::string out;
   for (unsigned i = 0; i < len; ++i) {

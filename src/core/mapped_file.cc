@@ -35,6 +35,13 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& 
   return file;
 }
 
+void MappedFile::release(size_t offset, size_t size) const {
+  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  const size_t begin = (offset + page - 1) / page * page;  // whole pages inside the range only
+  const size_t end = std::min(offset + size, size_) / page * page;
+  if (data_ && end > begin) ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

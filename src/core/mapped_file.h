@@ -20,6 +20,9 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
+  // Tells the kernel this process is done with [offset, offset + size) for now: the pages leave our
+  // resident set (they stay in the page cache and fault back in if read again).
+  void release(size_t offset, size_t size) const;
 
  private:
   MappedFile() = default;

@@ -126,6 +126,11 @@ std::vector<std::string> WeightRef::source_names() const {
   return out;
 }
 
+void WeightRef::release_source_pages() const {
+  if (node_->kind == Node::Source) node_->file->release(node_->offset, nbytes());
+  for (const auto& c : node_->children) c.release_source_pages();
+}
+
 std::optional<std::span<const uint8_t>> WeightRef::raw_bytes() const {
   if (node_->kind == Node::Source) return std::span<const uint8_t>(node_->file->data() + node_->offset, nbytes());
   if (node_->kind == Node::Constant) return std::span<const uint8_t>(node_->value.data(), node_->value.nbytes());
@@ -144,6 +149,19 @@ Tensor transpose_tensor(const Tensor& in, const std::vector<int64_t>& perm) {
   std::vector<int64_t> istride(rank, 1);
   for (size_t i = rank; i-- > 1;) istride[i - 1] = istride[i] * ish[i];
   // Fast path for the 2-D transpose every Linear weight needs, blocked for cache locality.
+  if (rank == 2 && perm[0] == 1 && es == 4) {
+    const int64_t rows = ish[0], cols = ish[1];
+    const int64_t B = 64;
+    const auto* src = reinterpret_cast<const uint32_t*>(in.data());
+    auto* dst = reinterpret_cast<uint32_t*>(out.data());
+    for (int64_t r0 = 0; r0 < rows; r0 += B)
+      for (int64_t c0 = 0; c0 < cols; c0 += B) {
+        const int64_t r1 = std::min(rows, r0 + B), c1 = std::min(cols, c0 + B);
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t c = c0; c < c1; ++c) dst[c * rows + r] = src[r * cols + c];
+      }
+    return out;
+  }
   if (rank == 2 && perm[0] == 1) {
     const int64_t rows = ish[0], cols = ish[1];
     const int64_t B = 64;
@@ -195,7 +213,29 @@ Tensor WeightRef::materialize() const {
       return t;
     }
     case Node::Constant: return n.value;
-    case Node::Transpose: return transpose_tensor(n.children[0].materialize(), n.perm);
+    case Node::Transpose: {
+      // Cast + 2-D transpose straight from the mapped bytes: one output-sized buffer, no intermediate.
+      const Node& c = *n.children[0].node_;
+      if (c.kind == Node::Cast && c.dtype == DType::F32 && n.shape.size() == 2 && n.perm[0] == 1)
+        if (auto raw = c.children[0].raw_bytes(); raw && (c.children[0].dtype() == DType::BF16 || c.children[0].dtype() == DType::F16)) {
+          const bool bf16 = c.children[0].dtype() == DType::BF16;
+          const int64_t rows = c.shape[0], cols = c.shape[1];
+          Tensor out(DType::F32, n.shape);
+          const auto* src = reinterpret_cast<const uint16_t*>(raw->data());
+          float* dst = out.as<float>();
+          constexpr int64_t B = 64;
+          for (int64_t r0 = 0; r0 < rows; r0 += B)
+            for (int64_t c0 = 0; c0 < cols; c0 += B)
+              for (int64_t r = r0; r < std::min(rows, r0 + B); ++r)
+                for (int64_t k = c0; k < std::min(cols, c0 + B); ++k) {
+                  uint16_t h;
+                  std::memcpy(&h, src + r * cols + k, 2);
+                  dst[k * rows + r] = bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+                }
+          return out;
+        }
+      return transpose_tensor(n.children[0].materialize(), n.perm);
+    }
     case Node::Cast: {
       // Cast straight from the mapped bytes when possible: saves one full-size copy.
       if (auto raw = n.children[0].raw_bytes()) {

@@ -42,6 +42,9 @@ class WeightRef {
   std::optional<std::span<const uint8_t>> raw_bytes() const;
   // Computes the tensor (reads the mapped source pages, applies transforms).
   Tensor materialize() const;
+  // Drops the source pages this weight read from our resident set (a writer calls it once the
+  // tensor is written, so streaming a model does not keep the whole checkpoint resident).
+  void release_source_pages() const;
 
   struct Node;
 

@@ -81,6 +81,8 @@ class Decoder final : public CausalLm {
       h = b.plus(h, attn);
       x = rms_norm(b, h, p + "post_attention_layernorm.weight", c_.hidden_size, "post_attention_layernorm");
       h = b.plus(h, mlp(b, x, p));
+      // A stable debug name per layer: verification diffs hidden states layer by layer by it.
+      b.graph().rename(h, fmt::format("/model/layers.{}/output", i));
     }
     h = rms_norm(b, h, "model.norm.weight", c_.hidden_size, "norm");
     // Tied embeddings read the embedding matrix as lm_head; the checkpoint usually omits lm_head.weight.

@@ -249,7 +249,7 @@ struct Executor::Impl {
     if (const auto& cached = cache[size_t(id)]) return cached;
     const ir::WeightRef* w = exec->weight(id);
     HFX_CHECK(w, "value {} is read before it is computed", exec->value(id).name);
-    auto t = std::make_shared<const Tensor>(
+    auto t = std::make_shared<Tensor>(
         with_context("weight " + exec->value(id).name, [&] { return detail::to_compute(w->materialize()); }));
     if (keep_cached[size_t(id)]) cache[size_t(id)] = t;
     return t;
@@ -258,8 +258,18 @@ struct Executor::Impl {
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) {
     const Bindings bound = validate_inputs(inputs);
     std::vector<std::shared_ptr<const Tensor>> vals(exec->num_values());
-    for (auto id : source.inputs())
-      vals[size_t(map[size_t(id)])] = std::make_shared<const Tensor>(detail::to_compute(inputs.at(source.value(id).name)));
+    // Inputs already in their compute dtype are borrowed, not copied (they outlive the run).
+    std::vector<bool> borrowed(exec->num_values(), false);
+    for (auto id : source.inputs()) {
+      const Tensor& t = inputs.at(source.value(id).name);
+      const auto eid = size_t(map[size_t(id)]);
+      if (detail::compute_dtype(t.dtype()) == t.dtype()) {
+        vals[eid] = std::shared_ptr<const Tensor>(&t, [](const Tensor*) {});
+        borrowed[eid] = true;
+      } else {
+        vals[eid] = std::make_shared<Tensor>(detail::to_compute(t));
+      }
+    }
 
     const auto& nodes = exec->nodes();
     detail::KernelInputs args;
@@ -283,7 +293,7 @@ struct Executor::Impl {
       for (size_t o = 0; o < outs.size(); ++o) {
         if (options.check_declared_shapes) check_declared(node, node.outputs[o], outs[o], bound);
         auto& slot = vals[size_t(node.outputs[o])];
-        slot = std::make_shared<const Tensor>(std::move(outs[o]));
+        slot = std::make_shared<Tensor>(std::move(outs[o]));
         if (constant_node[i] && keep_cached[size_t(node.outputs[o])]) cache[size_t(node.outputs[o])] = slot;
       }
       for (auto in : node.inputs)
@@ -293,11 +303,20 @@ struct Executor::Impl {
     }
 
     folded = true;
+    // Results are moved out when nothing else holds them (not cached, not borrowed, not returned
+    // twice), else copied.
+    std::map<ir::ValueId, int> wanted;
+    for (const auto& r : results) ++wanted[r.second];
     std::map<std::string, Tensor> result;
     for (const auto& [name, id] : results) {
       auto& slot = vals[size_t(id)];
       if (!slot) slot = constant_value(id);
-      result[name] = *slot;
+      if (--wanted[id] == 0 && slot.use_count() == 1 && !borrowed[size_t(id)]) {
+        result[name] = std::move(const_cast<Tensor&>(*slot));
+        slot.reset();
+      } else {
+        result[name] = *slot;
+      }
     }
     return result;
   }

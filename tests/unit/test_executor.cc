@@ -392,6 +392,39 @@ TEST(Executor, WeightsAreConvertedToComputeDtypes) {
   }
 }
 
+TEST(Executor, WeightOnlySubgraphsAreFoldedOnceAndReused) {
+  // Transpose(weight) depends on weights only: computed in the first run, cached for the next ones.
+  ir::Graph g;
+  ir::Builder b(g);
+  auto w = b.weight("w", ir::WeightRef::constant(f32({2, 3}, {1, 2, 3, 4, 5, 6})));
+  auto x = g.add_input("x", DType::F32, {Dim::sym("n"), Dim::fixed(3)});
+  auto wt = b.transpose(w, {1, 0});
+  g.add_output(b.add1("MatMul", {x, wt}, {}, "y"));
+  g.add_output(b.add1("Neg", {wt}, {}, "neg_wt"));  // a weight-only output
+  Executor ex(g);
+  for (int rep = 0; rep < 3; ++rep) {
+    auto out = ex.run({{"x", f32({1, 3}, {1, 0, float(rep)})}});
+    expect_floats(out.at("y"), {1, 2}, {1 + 3.0f * rep, 4 + 6.0f * rep});
+    expect_floats(out.at("neg_wt"), {3, 2}, {-1, -4, -2, -5, -3, -6});
+  }
+}
+
+TEST(Executor, InputsReturnedAsOutputsAreNotConsumed) {
+  ir::Graph g;
+  ir::Builder b(g);
+  auto x = g.add_input("x", DType::F32, fixed_shape({2}));
+  g.add_output(x);
+  g.add_output(b.add1("Identity", {x}, {}, "y"));
+  Executor ex(g);
+  const std::map<std::string, Tensor> in = {{"x", f32({2}, {1, 2})}};
+  for (int rep = 0; rep < 2; ++rep) {
+    auto out = ex.run(in);
+    expect_floats(out.at("x"), {2}, {1, 2});
+    expect_floats(out.at("y"), {2}, {1, 2});
+  }
+  expect_floats(in.at("x"), {2}, {1, 2});
+}
+
 TEST(Executor, KeepValuesReturnsIntermediates) {
   OneOp t;
   auto s = t.b.add1("Add", {t.input("x", f32({2}, {1, 2})), t.b.f32(1)}, {}, "plus_one");
@@ -414,6 +447,23 @@ TEST(Executor, UnknownOpIsUnsupported) {
   n.inputs = {x};
   g.add_output(g.add_node(n, {ir::Value{"y", DType::F32, fixed_shape({2}), -1}}).outputs[0]);
   expect_error(ErrorKind::Unsupported, {"reference executor: no kernel for op FancyOp (node /fancy)"}, [&] { Executor ex(g); });
+}
+
+TEST(Executor, ComputedShapesAreCheckedAgainstDeclaredOnes) {
+  // A node whose declared output disagrees with what its kernel computes: shape inference is wrong.
+  ir::Graph g;
+  auto x = g.add_input("x", DType::F32, {Dim::sym("n"), Dim::fixed(2)});
+  ir::Node n;
+  n.op = "Neg";
+  n.name = "/neg";
+  n.inputs = {x};
+  g.add_output(g.add_node(n, {ir::Value{"y", DType::F32, {Dim::sym("n"), Dim::fixed(3)}, -1}}).outputs[0]);
+  const std::map<std::string, Tensor> in = {{"x", f32({1, 2}, {1, 2})}};
+  expect_error(ErrorKind::Internal, {"node /neg (Neg) computed f32[1, 2] but the graph declares f32[n, 3]"},
+               [&] { Executor(g).run(in); });
+  ExecOptions o;
+  o.check_declared_shapes = false;
+  expect_floats(Executor(g, o).run(in).at("y"), {1, 2}, {-1, -2});
 }
 
 TEST(Executor, KernelErrorsNameTheNode) {

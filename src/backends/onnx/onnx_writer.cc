@@ -344,6 +344,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
         add_external_entry(*t, "length", std::to_string(nbytes));
       }
     });
+    w->release_source_pages();
     ++result.num_weights;
     if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));
   }

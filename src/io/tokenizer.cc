@@ -1,0 +1,553 @@
+// tokenizer.json: loading, added tokens, the encode pipeline (added tokens -> normalizer ->
+// pre-tokenizer -> model -> truncation -> post-processor -> padding) and decoding, following
+// tokenizers/src/tokenizer/{mod.rs,added_vocabulary.rs}.
+#include "io/tokenizer.h"
+
+#include <map>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "io/tokenizer_internal.h"
+
+namespace hfx::io {
+
+namespace fs = std::filesystem;
+using namespace tok;
+
+// ---- Node
+
+namespace tok {
+
+namespace {
+std::string shown(const json* v) {
+  if (!v) return "nothing";
+  std::string s = v->dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+}  // namespace
+
+Node Node::operator[](std::string_view key) const {
+  std::string child = path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  if (!value_ || !value_->is_object()) return Node(*file_, nullptr, child);
+  auto it = value_->find(key);
+  return Node(*file_, it == value_->end() ? nullptr : &*it, child);
+}
+
+Node Node::operator[](size_t index) const {
+  std::string child = path_ + "[" + std::to_string(index) + "]";
+  if (!value_ || !value_->is_array() || index >= value_->size()) return Node(*file_, nullptr, child);
+  return Node(*file_, &(*value_)[index], child);
+}
+
+void Node::wrong(std::string_view expected) const {
+  if (!value_) bad_input("{}: field \"{}\": missing (expected {})", file_->path.string(), path_, expected);
+  bad_input("{}: field \"{}\": expected {}, found {}", file_->path.string(), path_, expected, shown(value_));
+}
+
+void Node::unsupported_value(std::string_view what) const {
+  unsupported("{}: field \"{}\": {} {} is not supported", file_->path.string(), path_, what, shown(value_));
+}
+
+std::string Node::str() const {
+  if (!present() || !value_->is_string()) wrong("a string");
+  return value_->get<std::string>();
+}
+
+std::string Node::str_or(std::string_view def) const { return present() ? str() : std::string(def); }
+
+bool Node::boolean_or(bool def) const {
+  if (!present()) return def;
+  if (!value_->is_boolean()) wrong("true or false");
+  return value_->get<bool>();
+}
+
+std::optional<int64_t> Node::integer_opt(int64_t min, int64_t max) const {
+  if (!present()) return std::nullopt;
+  return integer(min, max);
+}
+
+int64_t Node::integer(int64_t min, int64_t max) const {
+  std::string expected = max == INT64_MAX ? fmt::format("an integer >= {}", min) : fmt::format("an integer in [{}, {}]", min, max);
+  if (!present() || !value_->is_number_integer()) wrong(expected);
+  if (value_->is_number_unsigned() && value_->get<uint64_t>() > uint64_t(INT64_MAX)) wrong(expected);
+  int64_t v = value_->get<int64_t>();
+  if (v < min || v > max) wrong(expected);
+  return v;
+}
+
+char32_t Node::single_char() const {
+  std::u32string s;
+  std::string v = str();
+  if (!unicode::decode_utf8(v, s) || s.size() != 1) wrong("a single character");
+  return s[0];
+}
+
+const json& Node::object() const {
+  if (!present() || !value_->is_object()) wrong("an object");
+  return *value_;
+}
+
+const json& Node::array() const {
+  if (!present() || !value_->is_array()) wrong("a list");
+  return *value_;
+}
+
+std::string Node::type() const {
+  if (!present() || !value_->is_object()) wrong("an object with a \"type\"");
+  return (*this)["type"].str();
+}
+
+}  // namespace tok
+
+// ---- the tokenizer
+
+namespace {
+
+struct AddedToken {
+  std::string content;
+  bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
+  bool operator==(const AddedToken&) const = default;
+};
+
+// Leftmost-longest matching of the added tokens (aho-corasick's MatchKind::LeftmostLongest).
+class Trie {
+ public:
+  void add(const std::u32string& pattern, int64_t id) {
+    if (pattern.empty()) return;
+    size_t node = 0;
+    for (char32_t c : pattern) {
+      auto [it, inserted] = nodes_[node].next.try_emplace(c, nodes_.size());
+      if (inserted) nodes_.emplace_back();
+      node = it->second;
+    }
+    if (nodes_[node].id < 0) nodes_[node].id = id;  // the first of equal patterns wins
+  }
+  bool empty() const { return nodes_.size() == 1; }
+  // Longest pattern starting at s[i]: (length, id), or length 0.
+  std::pair<size_t, int64_t> longest_at(const std::u32string& s, size_t i) const {
+    size_t node = 0, best = 0;
+    int64_t id = -1;
+    for (size_t k = i; k < s.size(); ++k) {
+      auto it = nodes_[node].next.find(s[k]);
+      if (it == nodes_[node].next.end()) break;
+      node = it->second;
+      if (nodes_[node].id >= 0) {
+        best = k + 1 - i;
+        id = nodes_[node].id;
+      }
+    }
+    return {best, id};
+  }
+
+ private:
+  struct TrieNode {
+    std::map<char32_t, size_t> next;
+    int64_t id = -1;
+  };
+  std::vector<TrieNode> nodes_{1};
+};
+
+class PostProcessor {
+ public:
+  virtual ~PostProcessor() = default;
+  virtual size_t added_tokens() const = 0;  // for a single sequence
+  virtual void process(std::vector<int64_t>& ids) const = 0;
+};
+
+class Wrap : public PostProcessor {  // BertProcessing, RobertaProcessing: cls $A sep
+ public:
+  Wrap(int64_t cls, int64_t sep) : cls_(cls), sep_(sep) {}
+  size_t added_tokens() const override { return 2; }
+  void process(std::vector<int64_t>& ids) const override {
+    ids.insert(ids.begin(), cls_);
+    ids.push_back(sep_);
+  }
+
+ private:
+  int64_t cls_, sep_;
+};
+
+class Template : public PostProcessor {
+ public:
+  // Each item is a list of special ids, or nullopt for the sequence itself.
+  explicit Template(std::vector<std::optional<std::vector<int64_t>>> items) : items_(std::move(items)) {}
+  size_t added_tokens() const override {
+    size_t n = 0;
+    for (const auto& it : items_) n += it ? it->size() : 0;
+    return n;
+  }
+  void process(std::vector<int64_t>& ids) const override {
+    std::vector<int64_t> out;
+    out.reserve(ids.size() + added_tokens());
+    for (const auto& it : items_) {
+      if (it)
+        out.insert(out.end(), it->begin(), it->end());
+      else
+        out.insert(out.end(), ids.begin(), ids.end());
+    }
+    ids = std::move(out);
+  }
+
+ private:
+  std::vector<std::optional<std::vector<int64_t>>> items_;
+};
+
+class NoOp : public PostProcessor {  // ByteLevel: offsets only
+ public:
+  size_t added_tokens() const override { return 0; }
+  void process(std::vector<int64_t>&) const override {}
+};
+
+class ProcessorSequence : public PostProcessor {
+ public:
+  explicit ProcessorSequence(std::vector<std::unique_ptr<PostProcessor>> steps) : steps_(std::move(steps)) {}
+  size_t added_tokens() const override {
+    size_t n = 0;
+    for (const auto& s : steps_) n += s->added_tokens();
+    return n;
+  }
+  void process(std::vector<int64_t>& ids) const override {
+    for (const auto& s : steps_) s->process(ids);
+  }
+
+ private:
+  std::vector<std::unique_ptr<PostProcessor>> steps_;
+};
+
+std::pair<std::string, int64_t> name_and_id(const Node& node) {
+  const json& v = node.value();
+  if (!node.present() || !v.is_array() || v.size() != 2 || !v[0].is_string()) node.wrong("a pair [\"token\", id]");
+  return {v[0].get<std::string>(), node[1].integer(0, UINT32_MAX)};
+}
+
+std::unique_ptr<PostProcessor> make_post_processor(const Node& node) {
+  std::string type = node.type();
+  if (type == "BertProcessing" || type == "RobertaProcessing")
+    return std::make_unique<Wrap>(name_and_id(node["cls"]).second, name_and_id(node["sep"]).second);
+  if (type == "ByteLevel") return std::make_unique<NoOp>();
+  if (type == "TemplateProcessing") {
+    Node single = node["single"];
+    Node specials = node["special_tokens"];
+    std::vector<std::optional<std::vector<int64_t>>> items;
+    for (size_t i = 0; i < single.array().size(); ++i) {
+      Node item = single[i];
+      if (item["Sequence"].present()) {
+        items.push_back(std::nullopt);
+      } else if (item["SpecialToken"].present()) {
+        std::string id = item["SpecialToken"]["id"].str();
+        Node spec = specials[id];
+        if (!spec.present()) item["SpecialToken"]["id"].wrong("a token listed in special_tokens");
+        std::vector<int64_t> ids;
+        for (size_t k = 0; k < spec["ids"].array().size(); ++k) ids.push_back(spec["ids"][k].integer(0, UINT32_MAX));
+        items.push_back(std::move(ids));
+      } else {
+        item.wrong("{\"Sequence\": ...} or {\"SpecialToken\": ...}");
+      }
+    }
+    return std::make_unique<Template>(std::move(items));
+  }
+  if (type == "Sequence") {
+    Node list = node["processors"];
+    std::vector<std::unique_ptr<PostProcessor>> steps;
+    for (size_t i = 0; i < list.array().size(); ++i) steps.push_back(make_post_processor(list[i]));
+    return std::make_unique<ProcessorSequence>(std::move(steps));
+  }
+  node["type"].unsupported_value("post-processor");
+}
+
+bool is_left(const Node& direction) {
+  std::string d = direction.str_or("Right");
+  if (d != "Left" && d != "Right") direction.wrong("Left or Right");
+  return d == "Left";
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  JsonFile file;
+  std::unique_ptr<Normalizer> normalizer;
+  std::unique_ptr<PreTokenizer> pre_tokenizer;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<PostProcessor> post_processor;
+  std::unique_ptr<Decoder> decoder;
+
+  std::vector<AddedToken> added;                   // by their order in the file
+  std::unordered_map<std::string, int64_t> added_ids;
+  std::unordered_map<int64_t, AddedToken> added_by_id;
+  std::unordered_set<std::string> special_contents;  // skipped by decode(skip_special_tokens)
+  Trie raw_trie, normalized_trie;                  // normalized: false / true
+
+  struct Truncation {
+    int64_t max_length;
+    bool left, only_second;
+  };
+  std::optional<Truncation> truncation;
+  struct Padding {
+    std::optional<int64_t> fixed, multiple;
+    int64_t pad_id;
+    bool left;
+  };
+  std::optional<Padding> padding;
+
+  std::optional<int64_t> token_to_id(std::string_view token) const {
+    auto it = added_ids.find(std::string(token));
+    if (it != added_ids.end()) return it->second;
+    return model->token_to_id(token);
+  }
+
+  void load_added_tokens(const Node& list);
+  void split_added(const Trie& trie, Pieces& pieces) const;
+  std::vector<int64_t> encode(std::string_view text, bool add_special_tokens) const;
+};
+
+void Tokenizer::Impl::load_added_tokens(const Node& list) {
+  if (!list.present()) return;
+  std::vector<AddedToken> specials, classics;
+  auto& special_set = special_contents;
+  int64_t max_added = -1;
+  for (size_t i = 0; i < list.array().size(); ++i) {
+    Node n = list[i];
+    n.object();
+    AddedToken t;
+    t.content = n["content"].str();
+    t.single_word = n["single_word"].boolean_or(false);
+    t.lstrip = n["lstrip"].boolean_or(false);
+    t.rstrip = n["rstrip"].boolean_or(false);
+    t.special = n["special"].boolean_or(false);
+    t.normalized = n["normalized"].boolean_or(!t.special);
+    if (!unicode::is_valid_utf8(t.content)) n["content"].wrong("valid UTF-8");
+    // AddedVocabulary::add_tokens, one token at a time as the deserializer does: ids are assigned
+    // here (the file's "id" is only checked against them by tokenizers, with a warning).
+    if (t.content.empty()) continue;
+    if (t.special && special_set.insert(t.content).second) specials.push_back(t);
+    if (auto same = added_ids.find(t.content); same != added_ids.end()) {
+      auto old = added_by_id.find(same->second);
+      if (old != added_by_id.end() && old->second == t) continue;  // the very same token twice
+    }
+    int64_t id;
+    if (auto existing = token_to_id(t.content)) {
+      id = *existing;
+    } else {
+      int64_t vs = model->vocab_size();
+      id = max_added < 0 ? vs : (max_added >= vs || vs == 0) ? max_added + 1 : vs;
+    }
+    max_added = std::max(max_added, id);
+    added_ids[t.content] = id;
+    added_by_id[id] = t;
+    if (!special_set.count(t.content)) classics.push_back(t);
+  }
+  // refresh_added_tokens: special tokens first, then the others; normalized ones are matched
+  // against the normalized text, in their normalized spelling.
+  for (const auto* group : {&specials, &classics}) {
+    for (const auto& t : *group) {
+      int64_t id = *token_to_id(t.content);
+      std::u32string content = unicode::from_utf8(t.content);
+      if (t.normalized) {
+        if (normalizer) normalizer->normalize(content);
+        normalized_trie.add(content, id);
+      } else {
+        raw_trie.add(content, id);
+      }
+      added.push_back(t);
+    }
+  }
+}
+
+// AddedVocabulary::find_matches + split_with_indices on every piece that is not a token yet.
+void Tokenizer::Impl::split_added(const Trie& trie, Pieces& pieces) const {
+  if (trie.empty()) return;
+  Pieces out;
+  out.reserve(pieces.size());
+  for (auto& p : pieces) {
+    if (p.id >= 0 || p.text.empty()) {
+      out.push_back(std::move(p));
+      continue;
+    }
+    const std::u32string& s = p.text;
+    auto is_word = [](char32_t c) { return unicode::has(c, unicode::kWord); };
+    auto is_space = [](char32_t c) { return unicode::has(c, unicode::kWhiteSpace); };
+    size_t start_offset = 0;
+    auto emit = [&](size_t b, size_t e, int64_t id) {
+      out.push_back(Piece{s.substr(b, e - b), id, p.at_start && b == 0});
+    };
+    for (size_t i = 0; i < s.size();) {
+      auto [len, id] = trie.longest_at(s, i);
+      if (!len) {
+        ++i;
+        continue;
+      }
+      size_t start = i, stop = i + len;
+      i = stop;
+      const AddedToken& t = added_by_id.at(id);
+      if (t.single_word) {
+        bool start_space = start == 0 || !is_word(s[start - 1]);
+        bool stop_space = stop == s.size() || !is_word(s[stop]);
+        if (!start_space || !stop_space) continue;
+      }
+      if (t.lstrip) {
+        size_t b = start;
+        while (b > 0 && is_space(s[b - 1])) --b;
+        start = std::max(b, start_offset);
+      }
+      if (t.rstrip)
+        while (stop < s.size() && is_space(s[stop])) ++stop;
+      if (start_offset < start) emit(start_offset, start, -1);
+      emit(start, stop, id);
+      start_offset = stop;
+    }
+    if (start_offset != s.size()) emit(start_offset, s.size(), -1);
+  }
+  pieces = std::move(out);
+}
+
+std::vector<int64_t> Tokenizer::Impl::encode(std::string_view text, bool add_special_tokens) const {
+  Pieces pieces;
+  pieces.push_back(Piece{unicode::from_utf8(text), -1, true});
+  split_added(raw_trie, pieces);
+  // Normalize each remaining piece on its own, then split out the normalized added tokens.
+  Pieces normalized;
+  for (auto& p : pieces) {
+    if (p.id < 0 && normalizer) normalizer->normalize(p.text);
+    if (p.id >= 0 || !p.text.empty()) normalized.push_back(std::move(p));
+  }
+  split_added(normalized_trie, normalized);
+  std::erase_if(normalized, [](const Piece& p) { return p.id < 0 && p.text.empty(); });
+  if (pre_tokenizer) pre_tokenizer->apply(normalized);
+
+  std::vector<int64_t> ids;
+  ids.reserve(text.size() / 2 + 4);
+  for (const auto& p : normalized) {
+    if (p.id >= 0)
+      ids.push_back(p.id);
+    else
+      model->tokenize(unicode::to_utf8(p.text), ids);
+  }
+
+  if (truncation) {
+    int64_t max_len = truncation->max_length;
+    size_t extra = add_special_tokens && post_processor ? post_processor->added_tokens() : 0;
+    if (max_len < int64_t(extra))
+      bad_input("{}: field \"truncation.max_length\": {} is smaller than the {} special tokens added",
+                file.path.string(), max_len, extra);
+    size_t keep = size_t(max_len) - extra;
+    if (truncation->only_second)
+      bad_input("{}: field \"truncation.strategy\": OnlySecond needs a second sequence", file.path.string());
+    if (ids.size() > keep) {
+      if (truncation->left)
+        ids.erase(ids.begin(), ids.end() - ptrdiff_t(keep));
+      else
+        ids.resize(keep);
+    }
+  }
+  if (add_special_tokens && post_processor) post_processor->process(ids);
+  if (padding) {
+    size_t target = padding->fixed ? size_t(*padding->fixed) : ids.size();
+    if (padding->multiple && *padding->multiple > 0 && target % size_t(*padding->multiple))
+      target += size_t(*padding->multiple) - target % size_t(*padding->multiple);
+    if (ids.size() < target) {
+      if (padding->left)
+        ids.insert(ids.begin(), target - ids.size(), padding->pad_id);
+      else
+        ids.resize(target, padding->pad_id);
+    }
+  }
+  return ids;
+}
+
+Tokenizer Tokenizer::load(const fs::path& path) {
+  fs::path file = path;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    file = path / "tokenizer.json";
+    if (!fs::exists(file, ec)) bad_input("{}: no tokenizer.json in this folder", path.string());
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->file = JsonFile::load(file);
+  const JsonFile& f = impl->file;
+  Node root(f, &f.json, "");
+
+  if (root["version"].present() && root["version"].str() != "1.0")
+    root["version"].unsupported_value("tokenizer.json version");
+  impl->model = make_model(root["model"]);
+  if (root["normalizer"].present()) impl->normalizer = make_normalizer(root["normalizer"]);
+  if (root["pre_tokenizer"].present()) impl->pre_tokenizer = make_pre_tokenizer(root["pre_tokenizer"]);
+  if (root["post_processor"].present()) impl->post_processor = make_post_processor(root["post_processor"]);
+  if (root["decoder"].present()) impl->decoder = make_decoder(root["decoder"]);
+  impl->load_added_tokens(root["added_tokens"]);
+
+  if (Node t = root["truncation"]; t.present()) {
+    t.object();
+    std::string strategy = t["strategy"].str_or("LongestFirst");
+    if (strategy != "LongestFirst" && strategy != "OnlyFirst" && strategy != "OnlySecond")
+      t["strategy"].wrong("LongestFirst, OnlyFirst or OnlySecond");
+    impl->truncation = Impl::Truncation{t["max_length"].integer(0), is_left(t["direction"]), strategy == "OnlySecond"};
+  }
+  if (Node p = root["padding"]; p.present()) {
+    p.object();
+    Impl::Padding pad{};
+    Node strategy = p["strategy"];
+    if (strategy.present() && strategy.value().is_object()) {
+      pad.fixed = strategy["Fixed"].integer(0);
+    } else if (strategy.present() && strategy.str() != "BatchLongest") {
+      strategy.wrong("\"BatchLongest\" or {\"Fixed\": n}");
+    }
+    pad.multiple = p["pad_to_multiple_of"].integer_opt(0);
+    pad.pad_id = p["pad_id"].integer_opt(0, UINT32_MAX).value_or(0);
+    pad.left = is_left(p["direction"]);
+    impl->padding = pad;
+  }
+  return Tokenizer(std::move(impl));
+}
+
+std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  return impl_->encode(text, add_special_tokens);
+}
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int64_t id : ids) {
+    auto added = impl_->added_by_id.find(id);
+    const std::string* token = nullptr;
+    if (added != impl_->added_by_id.end())
+      token = &added->second.content;
+    else
+      token = impl_->model->id_to_token(id);
+    if (!token) continue;
+    if (skip_special_tokens && impl_->special_contents.count(*token)) continue;
+    tokens.push_back(*token);
+  }
+  if (impl_->decoder) {
+    impl_->decoder->decode_chain(tokens);
+    std::string out;
+    for (const auto& t : tokens) out += t;
+    return out;
+  }
+  std::string out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i) out += ' ';
+    out += tokens[i];
+  }
+  return out;
+}
+
+std::optional<int64_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->token_to_id(token); }
+
+std::optional<std::string> Tokenizer::id_to_token(int64_t id) const {
+  auto added = impl_->added_by_id.find(id);
+  if (added != impl_->added_by_id.end()) return added->second.content;
+  if (const std::string* t = impl_->model->id_to_token(id)) return *t;
+  return std::nullopt;
+}
+
+int64_t Tokenizer::vocab_size() const {
+  int64_t n = impl_->model->vocab_size();
+  for (const auto& [content, id] : impl_->added_ids)
+    if (!impl_->model->token_to_id(content)) ++n;
+  return n;
+}
+
+const fs::path& Tokenizer::path() const { return impl_->file.path; }
+
+}  // namespace hfx::io

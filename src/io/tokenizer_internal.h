@@ -1,0 +1,129 @@
+// Internals of the tokenizer (src/io/tokenizer*.cc): the pipeline stages as small classes built from
+// their tokenizer.json objects. Text flows through normalizers and pre-tokenizers as UTF-32 pieces
+// and reaches the model as UTF-8.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "io/json_fields.h"
+#include "io/unicode_tables.h"
+
+namespace hfx::io::tok {
+
+using nlohmann::json;
+
+// One value of tokenizer.json with its path ("pre_tokenizer.pretokenizers[1].pattern") for errors:
+//   tokenizer.json: field "model.merges[3]": expected a string "a b" or a pair, found 7
+class Node {
+ public:
+  Node(const JsonFile& file, const json* value, std::string path)
+      : file_(&file), value_(value), path_(std::move(path)) {}
+
+  bool present() const { return value_ && !value_->is_null(); }
+  const json& value() const { return *value_; }
+  const std::string& path() const { return path_; }
+  const JsonFile& file() const { return *file_; }
+
+  Node operator[](std::string_view key) const;  // absent child when this is not an object
+  Node operator[](size_t index) const;
+
+  std::string str() const;                          // required string
+  std::string str_or(std::string_view def) const;   // absent -> def
+  bool boolean_or(bool def) const;
+  int64_t integer(int64_t min = 0, int64_t max = INT64_MAX) const;
+  std::optional<int64_t> integer_opt(int64_t min = 0, int64_t max = INT64_MAX) const;
+  char32_t single_char() const;  // a string of exactly one character
+  const json& object() const;    // required object
+  const json& array() const;     // required array
+  std::string type() const;      // required "type" string of a component object
+
+  [[noreturn]] void wrong(std::string_view expected) const;
+  [[noreturn]] void unsupported_value(std::string_view what) const;
+
+ private:
+  const JsonFile* file_;
+  const json* value_;
+  std::string path_;
+};
+
+// A stretch of text between the pipeline stages. `id` >= 0 marks an added token, which no later
+// stage touches. `at_start` tells Metaspace's prepend_scheme "first" that the piece begins the input.
+struct Piece {
+  std::u32string text;
+  int64_t id = -1;
+  bool at_start = false;
+};
+using Pieces = std::vector<Piece>;
+
+// ---- normalizers (tokenizer_normalizers.cc)
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  virtual void normalize(std::u32string& s) const = 0;
+};
+std::unique_ptr<Normalizer> make_normalizer(const Node& node);
+
+// ---- pre-tokenizers (tokenizer_pretokenizers.cc)
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  // Splits every piece that is not an added token, dropping empty results.
+  virtual void apply(Pieces& pieces) const;
+
+ protected:
+  virtual void split(Piece& piece, Pieces& out) const = 0;
+};
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Node& node);
+
+// [start, end) of each match, in order, not overlapping.
+using Matches = std::vector<std::pair<size_t, size_t>>;
+// The known tokenizer regexes (GPT-2, Llama 3, Qwen2); nullptr for any other pattern.
+class KnownRegex;
+const KnownRegex* find_known_regex(std::string_view pattern);
+Matches find_regex_matches(const KnownRegex& re, const std::u32string& s);
+
+// ---- models (tokenizer_models.cc)
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Appends the ids of one pre-tokenized piece.
+  virtual void tokenize(const std::string& piece, std::vector<int64_t>& out) const = 0;
+
+  std::optional<int64_t> token_to_id(std::string_view token) const;
+  const std::string* id_to_token(int64_t id) const;
+  int64_t vocab_size() const { return int64_t(vocab_.size()); }
+
+ protected:
+  void set_vocab(const Node& vocab_node);  // {"token": id, ...}
+  int64_t require_token(const Node& where, const std::string& token) const;
+
+  std::unordered_map<std::string, int64_t> vocab_;
+  std::unordered_map<int64_t, std::string> vocab_r_;
+};
+std::unique_ptr<Model> make_model(const Node& node);
+
+// ---- decoders (tokenizer_decoders.cc)
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+};
+std::unique_ptr<Decoder> make_decoder(const Node& node);
+
+// The GPT-2 byte <-> printable character map of ByteLevel.
+char32_t byte_to_char(uint8_t b);
+std::optional<uint8_t> char_to_byte(char32_t c);
+
+}  // namespace hfx::io::tok

@@ -1,0 +1,290 @@
+// Models of tokenizer.json: BPE (tokenizers/src/models/bpe), WordPiece and WordLevel.
+#include <queue>
+
+#include "core/error.h"
+#include "io/tokenizer_internal.h"
+
+namespace hfx::io::tok {
+
+std::optional<int64_t> Model::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(std::string(token));
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* Model::id_to_token(int64_t id) const {
+  auto it = vocab_r_.find(id);
+  return it == vocab_r_.end() ? nullptr : &it->second;
+}
+
+void Model::set_vocab(const Node& node) {
+  if (!node.present() || !node.value().is_object()) node.wrong("an object {\"token\": id, ...}");
+  vocab_.reserve(node.value().size());
+  for (const auto& [token, id] : node.value().items()) {
+    Node entry(node.file(), &id, node.path() + "[" + nlohmann::json(token).dump() + "]");
+    int64_t v = entry.integer(0, UINT32_MAX);
+    vocab_[token] = v;
+    vocab_r_[v] = token;
+  }
+}
+
+int64_t Model::require_token(const Node& where, const std::string& token) const {
+  auto id = token_to_id(token);
+  if (!id) bad_input("{}: field \"{}\": token {} is not in the vocabulary", where.file().path.string(), where.path(),
+                     nlohmann::json(token).dump());
+  return *id;
+}
+
+namespace {
+
+size_t utf8_char_len(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if (lead < 0xE0) return 2;
+  if (lead < 0xF0) return 3;
+  return 4;
+}
+
+class Bpe : public Model {
+ public:
+  explicit Bpe(const Node& node) : node_(node) {
+    set_vocab(node["vocab"]);
+    if (node["dropout"].present() && node["dropout"].value().is_number() && node["dropout"].value().get<double>() != 0.0)
+      node["dropout"].unsupported_value("BPE dropout (encoding would be random)");
+    if (node["unk_token"].present()) unk_token_ = node["unk_token"].str();
+    prefix_ = node["continuing_subword_prefix"].str_or("");
+    suffix_ = node["end_of_word_suffix"].str_or("");
+    fuse_unk_ = node["fuse_unk"].boolean_or(false);
+    byte_fallback_ = node["byte_fallback"].boolean_or(false);
+    ignore_merges_ = node["ignore_merges"].boolean_or(false);
+    if (byte_fallback_) {
+      for (int b = 0; b < 256; ++b) {
+        auto id = token_to_id(fmt::format("<0x{:02X}>", b));
+        byte_ids_[b] = id ? *id : -1;
+      }
+    }
+
+    Node merges = node["merges"];
+    if (!merges.present()) merges.wrong("a list of merges");
+    const auto& list = merges.array();
+    merges_.reserve(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      Node m = merges[i];
+      std::string a, b;
+      if (m.value().is_string()) {
+        // "a b": split on the first space (tokenizers splits on ' ' and wants exactly two parts).
+        std::string s = m.value().get<std::string>();
+        size_t sp = s.find(' ');
+        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+          m.wrong("a merge \"a b\" of two tokens separated by one space");
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else if (m.value().is_array() && m.value().size() == 2 && m.value()[0].is_string() && m.value()[1].is_string()) {
+        a = m.value()[0].get<std::string>();
+        b = m.value()[1].get<std::string>();
+      } else {
+        m.wrong("a merge \"a b\" or [\"a\", \"b\"]");
+      }
+      int64_t ia = require_token(m, a), ib = require_token(m, b);
+      if (b.size() < prefix_.size()) m.wrong("a second token starting with continuing_subword_prefix");
+      int64_t merged = require_token(m, a + b.substr(prefix_.size()));
+      merges_[key(ia, ib)] = {int64_t(i), merged};
+    }
+  }
+
+  void tokenize(const std::string& w, std::vector<int64_t>& out) const override {
+    if (w.empty()) return;
+    if (ignore_merges_) {
+      if (auto id = token_to_id(w)) {
+        out.push_back(*id);
+        return;
+      }
+    }
+    std::vector<Symbol> symbols;
+    symbols.reserve(w.size());
+    int64_t unk_id = -1;  // a pending unknown token (-1: none) and its byte length
+    size_t unk_len = 0;
+    auto add = [&](int64_t id, size_t len) {
+      int64_t idx = int64_t(symbols.size());
+      symbols.push_back(Symbol{id, idx - 1, idx + 1, len});
+    };
+    std::string s;
+    for (size_t i = 0; i < w.size();) {
+      size_t len = std::min(utf8_char_len(uint8_t(w[i])), w.size() - i);
+      bool first = i == 0, last = i + len == w.size();
+      s.assign(w, i, len);
+      if (!first && !prefix_.empty()) s.insert(0, prefix_);
+      if (last && !suffix_.empty()) s += suffix_;
+      i += len;
+      if (auto id = token_to_id(s)) {
+        if (unk_id >= 0) {
+          add(unk_id, unk_len);
+          unk_id = -1;
+        }
+        add(*id, len);
+        continue;
+      }
+      if (byte_fallback_) {
+        bool all = true;
+        for (unsigned char b : s) all = all && byte_ids_[b] >= 0;
+        if (all) {
+          for (unsigned char b : s) add(byte_ids_[b], 1);
+          continue;
+        }
+      }
+      if (unk_token_) {
+        if (unk_id >= 0 && fuse_unk_) {
+          unk_len += len;
+        } else {
+          if (unk_id >= 0) add(unk_id, unk_len);
+          unk_id = require_token(node_["unk_token"], *unk_token_);
+          unk_len = len;
+        }
+      }
+    }
+    if (unk_id >= 0) add(unk_id, unk_len);
+    if (!symbols.empty()) symbols.back().next = -1;
+    merge_all(symbols);
+    for (const auto& sym : symbols)
+      if (sym.len) out.push_back(sym.id);
+  }
+
+ private:
+  struct Symbol {
+    int64_t id, prev, next;
+    size_t len;  // 0 once merged into its left neighbour
+  };
+  struct Merge {
+    size_t pos;
+    int64_t rank, new_id;
+    // std::priority_queue pops the largest: make that the lowest rank, then the leftmost.
+    bool operator<(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  static uint64_t key(int64_t a, int64_t b) { return (uint64_t(a) << 32) | uint64_t(b); }
+
+  const std::pair<int64_t, int64_t>* find_merge(int64_t a, int64_t b) const {
+    auto it = merges_.find(key(a, b));
+    return it == merges_.end() ? nullptr : &it->second;
+  }
+
+  // Word::merge_all without dropout: always apply the lowest-ranked merge present, leftmost first.
+  void merge_all(std::vector<Symbol>& sym) const {
+    std::priority_queue<Merge> queue;
+    for (size_t i = 0; i + 1 < sym.size(); ++i)
+      if (auto m = find_merge(sym[i].id, sym[i + 1].id)) queue.push(Merge{i, m->first, m->second});
+    while (!queue.empty()) {
+      Merge top = queue.top();
+      queue.pop();
+      Symbol& cur = sym[top.pos];
+      if (cur.len == 0 || cur.next == -1) continue;
+      size_t next_pos = size_t(cur.next);
+      Symbol right = sym[next_pos];
+      auto m = find_merge(cur.id, right.id);
+      if (!m || m->second != top.new_id) continue;  // stale entry
+      cur.id = top.new_id;
+      cur.len += right.len;
+      cur.next = right.next;
+      sym[next_pos].len = 0;
+      if (right.next > -1 && size_t(right.next) < sym.size()) sym[size_t(right.next)].prev = int64_t(top.pos);
+      if (cur.prev >= 0) {
+        if (auto pm = find_merge(sym[size_t(cur.prev)].id, cur.id))
+          queue.push(Merge{size_t(cur.prev), pm->first, pm->second});
+      }
+      if (cur.next >= 0 && size_t(cur.next) < sym.size()) {
+        if (auto nm = find_merge(cur.id, sym[size_t(cur.next)].id)) queue.push(Merge{top.pos, nm->first, nm->second});
+      }
+    }
+  }
+
+  Node node_;
+  std::optional<std::string> unk_token_;
+  std::string prefix_, suffix_;
+  bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
+  int64_t byte_ids_[256];
+  std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> merges_;  // (a, b) -> (rank, merged id)
+};
+
+class WordPiece : public Model {
+ public:
+  explicit WordPiece(const Node& node) : node_(node) {
+    set_vocab(node["vocab"]);
+    unk_token_ = node["unk_token"].str_or("[UNK]");
+    prefix_ = node["continuing_subword_prefix"].str_or("##");
+    max_chars_ = size_t(node["max_input_chars_per_word"].integer_opt(0).value_or(100));
+  }
+
+  void tokenize(const std::string& w, std::vector<int64_t>& out) const override {
+    size_t chars = 0;
+    for (unsigned char c : w) chars += (c & 0xC0) != 0x80;
+    if (chars > max_chars_) {
+      out.push_back(unk_id());
+      return;
+    }
+    size_t mark = out.size();
+    std::string sub;
+    for (size_t start = 0; start < w.size();) {
+      size_t end = w.size();
+      std::optional<int64_t> found;
+      while (start < end) {
+        sub.clear();
+        if (start > 0) sub = prefix_;
+        sub.append(w, start, end - start);
+        if ((found = token_to_id(sub))) break;
+        do --end;  // back off one whole character
+        while (end > start && (uint8_t(w[end]) & 0xC0) == 0x80);
+      }
+      if (!found) {
+        out.resize(mark);
+        out.push_back(unk_id());
+        return;
+      }
+      out.push_back(*found);
+      start = end;
+    }
+  }
+
+ private:
+  int64_t unk_id() const { return require_token(node_["unk_token"], unk_token_); }
+  Node node_;
+  std::string unk_token_, prefix_;
+  size_t max_chars_;
+};
+
+class WordLevel : public Model {
+ public:
+  explicit WordLevel(const Node& node) : node_(node) {
+    set_vocab(node["vocab"]);
+    unk_token_ = node["unk_token"].str_or("<unk>");
+  }
+  void tokenize(const std::string& w, std::vector<int64_t>& out) const override {
+    if (auto id = token_to_id(w))
+      out.push_back(*id);
+    else
+      out.push_back(require_token(node_["unk_token"], unk_token_));
+  }
+
+ private:
+  Node node_;
+  std::string unk_token_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_model(const Node& node) {
+  if (!node.present()) node.wrong("a model object");
+  // Older files leave out "type"; the fields tell BPE (merges) from WordPiece.
+  std::string type;
+  if (node["type"].present())
+    type = node.type();
+  else if (node["merges"].present())
+    type = "BPE";
+  else if (node["continuing_subword_prefix"].present() || node["max_input_chars_per_word"].present())
+    type = "WordPiece";
+  else
+    node["type"].wrong("a model type (BPE, WordPiece, WordLevel)");
+  if (type == "BPE") return std::make_unique<Bpe>(node);
+  if (type == "WordPiece") return std::make_unique<WordPiece>(node);
+  if (type == "WordLevel") return std::make_unique<WordLevel>(node);
+  node["type"].unsupported_value("model");
+}
+
+}  // namespace hfx::io::tok
