@@ -63,6 +63,8 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_option("--recipe", s->recipe, "Take the options from a recipe JSON or an export's hfx.json (reproduces it)")
       ->check(CLI::ExistingFile);
   cmd->add_flag("--overwrite", s->opt.overwrite, "Replace an existing output folder");
+  cmd->add_flag("--no-verify", [s](int64_t) { s->opt.verify = false; },
+                "Skip the check of the export against the reference executor before it is published");
   cmd->add_flag("--quiet,-q", s->quiet, "Print nothing on success");
   cmd->footer(
       "Output layout:\n"
@@ -92,12 +94,14 @@ void register_export(CLI::App& app, Action& action) {
           o.recipe.task.dims[name] = b;
         }
       }
+      if (!o.model_dir.empty()) o.model_dir = fs::absolute(o.model_dir).lexically_normal();
       if (o.model_dir.empty()) bad_input("--model is required (or a --recipe taken from an export's hfx.json)");
       auto r = pipeline::run_export(o);
       if (!s->quiet) {
         fmt::print("exported {} in {:.2f} s: {} files, {} of weights\n", r.out_dir.string(), r.seconds, r.files.size(),
                    human_bytes(r.weight_bytes_written));
         for (const auto& f : r.files) fmt::print("  {}\n", f.string());
+        if (!r.verify_summary.empty()) fmt::print("{}\n", r.verify_summary);
       }
       return 0;
     };

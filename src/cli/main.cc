@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   cli::register_export(app, action);
   cli::register_inspect(app, action);
   cli::register_check(app, action);
+  cli::register_verify(app, action);
   cli::register_generate(app, action);
   cli::register_run(app, action);
   try {

@@ -276,6 +276,9 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int64_t> added_ids;
   std::unordered_map<int64_t, AddedToken> added_by_id;
   std::unordered_set<std::string> special_contents;  // skipped by decode(skip_special_tokens)
+  // What decode() and id_to_token() give for an added token: its content, normalized when the token
+  // is matched normalized (tokenizers does the same; such a special token is then not skipped).
+  std::unordered_map<int64_t, std::string> added_text;
   Trie raw_trie, normalized_trie;                  // normalized: false / true
 
   struct Truncation {
@@ -294,6 +297,13 @@ struct Tokenizer::Impl {
     auto it = added_ids.find(std::string(token));
     if (it != added_ids.end()) return it->second;
     return model->token_to_id(token);
+  }
+
+  const std::string* added_token_text(int64_t id) const {
+    auto it = added_by_id.find(id);
+    if (it == added_by_id.end()) return nullptr;
+    auto norm = added_text.find(id);
+    return norm != added_text.end() ? &norm->second : &it->second.content;
   }
 
   void load_added_tokens(const Node& list);
@@ -346,6 +356,7 @@ void Tokenizer::Impl::load_added_tokens(const Node& list) {
       if (t.normalized) {
         if (normalizer) normalizer->normalize(content);
         normalized_trie.add(content, id);
+        added_text[id] = unicode::to_utf8(content);
       } else {
         raw_trie.add(content, id);
       }
@@ -508,12 +519,8 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int64_t id : ids) {
-    auto added = impl_->added_by_id.find(id);
-    const std::string* token = nullptr;
-    if (added != impl_->added_by_id.end())
-      token = &added->second.content;
-    else
-      token = impl_->model->id_to_token(id);
+    const std::string* token = impl_->added_token_text(id);
+    if (!token) token = impl_->model->id_to_token(id);
     if (!token) continue;
     if (skip_special_tokens && impl_->special_contents.count(*token)) continue;
     tokens.push_back(*token);
@@ -535,8 +542,7 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special
 std::optional<int64_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->token_to_id(token); }
 
 std::optional<std::string> Tokenizer::id_to_token(int64_t id) const {
-  auto added = impl_->added_by_id.find(id);
-  if (added != impl_->added_by_id.end()) return added->second.content;
+  if (const std::string* t = impl_->added_token_text(id)) return *t;
   if (const std::string* t = impl_->model->id_to_token(id)) return *t;
   return std::nullopt;
 }

@@ -41,6 +41,45 @@ std::vector<ValueId> swiglu(Builder& b, const Node& n) {
   return {b.times(silu, n.inputs[1])};
 }
 
+// Transformers' gelu (erf) and gelu_pytorch_tanh / gelu_new (tanh approximation), as torch computes them.
+std::vector<ValueId> gelu(Builder& b, const Node& n) {
+  ValueId x = n.inputs[0];
+  const std::string approximate = n.attr_str("approximate", "none");
+  ValueId inner;
+  if (approximate == "tanh") {
+    const double beta = std::sqrt(2.0 / 3.14159265358979323846);
+    ValueId cube = b.times(b.times(x, x), x);
+    ValueId arg = b.times(b.plus(x, b.times(cube, b.f32(0.044715f))), b.f32(float(beta)));
+    inner = b.add1("Tanh", {arg});
+  } else if (approximate == "none") {
+    inner = b.add1("Erf", {b.times(x, b.f32(float(1.0 / std::sqrt(2.0))))});
+  } else {
+    unsupported("{}: Gelu approximate=\"{}\" (expected none or tanh)", n.name, approximate);
+  }
+  return {b.times(b.times(x, b.f32(0.5f)), b.plus(inner, b.f32(1.0f)))};
+}
+
+// torch.nn.LayerNorm over the last axis: biased variance, computed in f32.
+std::vector<ValueId> layer_norm(Builder& b, const Node& n) {
+  ValueId x = n.inputs[0];
+  ValueId axes = b.i64s({-1});
+  ValueId mean = b.add1("ReduceMean", {x, axes}, {{"keepdims", int64_t(1)}});
+  ValueId d = b.minus(x, mean);
+  ValueId var = b.add1("ReduceMean", {b.times(d, d), axes}, {{"keepdims", int64_t(1)}});
+  ValueId denom = b.add1("Sqrt", {b.plus(var, b.f32(float(n.attr_float("epsilon"))))});
+  ValueId y = b.times(b.times(d, b.add1("Reciprocal", {denom})), n.inputs[1]);
+  if (n.input(2) != kNone) y = b.plus(y, n.inputs[2]);
+  return {y};
+}
+
+// tanh(x / cap) * cap, in the order Transformers writes it.
+ValueId softcap_values(Builder& b, ValueId x, double cap) {
+  ValueId c = b.f32(float(cap));
+  return b.times(b.add1("Tanh", {b.divide(x, c)}), c);
+}
+
+std::vector<ValueId> softcap(Builder& b, const Node& n) { return {softcap_values(b, n.inputs[0], n.attr_float("cap"))}; }
+
 // cos/sin tables for the positions given. With dynamic NTK scaling (Transformers' "dynamic" rope),
 // inv_freq is recomputed from the longest position in the batch once it passes the original
 // context length:  base' = base * (factor * L / L0 - (factor - 1)) ^ (d / (d - 2)).
@@ -116,8 +155,9 @@ std::vector<ValueId> attention_bias(Builder& b, const Node& n) {
   return {b.add1("Where", {allowed, b.f32(0.0f), b.f32(std::numeric_limits<float>::lowest())})};
 }
 
-// Eager attention as Transformers writes it: repeat kv heads for GQA, softmax(q k^T * scale + bias) v.
-std::vector<ValueId> attention(Builder& b, const Node& n) {
+// Eager attention as Transformers writes it: repeat kv heads for GQA, softmax(q k^T * scale + bias) v;
+// with softcap > 0 the scaled scores are soft-capped before the bias is added (Gemma 2).
+std::vector<ValueId> eager_attention(Builder& b, const Node& n, double softcap) {
   const Graph& g = b.graph();
   ValueId q = n.inputs[0];
   ValueId k = n.inputs[1], v = n.inputs[2];
@@ -135,9 +175,18 @@ std::vector<ValueId> attention(Builder& b, const Node& n) {
     v = repeat(v);
   }
   ValueId scores = b.times(b.matmul(q, b.transpose(k, {0, 1, 3, 2})), b.f32(float(n.attr_float("scale"))));
+  if (softcap > 0) scores = softcap_values(b, scores, softcap);
   scores = b.plus(scores, n.inputs[3]);
   ValueId probs = b.add1("Softmax", {scores}, {{"axis", int64_t(-1)}});
   return {b.matmul(probs, v)};
+}
+
+std::vector<ValueId> attention(Builder& b, const Node& n) { return eager_attention(b, n, 0.0); }
+
+std::vector<ValueId> softcap_attention(Builder& b, const Node& n) {
+  const double cap = n.attr_float("softcap");
+  HFX_CHECK(cap > 0, "{}: SoftcapAttention needs softcap > 0", n.name);
+  return eager_attention(b, n, cap);
 }
 
 // Writes new [b, h, s, d] into cache [b, h, n, d] at slots cache_position[s]: ScatterElements on
@@ -154,6 +203,8 @@ void register_decompositions(std::vector<OpSchema>& table) {
   const std::map<std::string, std::function<std::vector<ValueId>(Builder&, const Node&)>> fns = {
       {"Embedding", embedding},         {"Linear", linear},
       {"RMSNorm", rms_norm},            {"SwiGLU", swiglu},
+      {"Gelu", gelu},                   {"LayerNorm", layer_norm},
+      {"Softcap", softcap},             {"SoftcapAttention", softcap_attention},
       {"RopeCosSin", rope_cos_sin},     {"RotaryEmbedding", rotary_embedding},
       {"AttentionBias", attention_bias}, {"Attention", attention},
       {"CacheUpdate", cache_update},

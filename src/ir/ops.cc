@@ -333,10 +333,14 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("Linear", 2, 3, 1, infer_linear, true));
   t.push_back(make("RMSNorm", 2, 2, 1, same, true));
   t.push_back(make("SwiGLU", 2, 2, 1, same, true));
+  t.push_back(make("Gelu", 1, 1, 1, same, true));
+  t.push_back(make("LayerNorm", 2, 3, 1, same, true));
+  t.push_back(make("Softcap", 1, 1, 1, same, true));
   t.push_back(make("RopeCosSin", 2, 2, 2, infer_rope_cos_sin, true));
   t.push_back(make("RotaryEmbedding", 3, 3, 1, same, true));
   t.push_back(make("AttentionBias", 2, 3, 1, infer_attention_bias, true));
   t.push_back(make("Attention", 4, 4, 1, infer_attention, true));
+  t.push_back(make("SoftcapAttention", 4, 4, 1, infer_attention, true));
   t.push_back(make("CacheUpdate", 3, 3, 1, same, true));
   register_decompositions(t);
 

@@ -22,6 +22,10 @@
 //   Linear(x[..., in], weight[out, in], bias[out]?) -> [..., out]     = x @ weight^T + bias
 //   RMSNorm(x[..., n], weight[n]; epsilon) -> x * rsqrt(mean(x^2) + eps) * weight
 //   SwiGLU(gate, up) -> silu(gate) * up
+//   Gelu(x; approximate="none"|"tanh") -> 0.5 x (1 + erf(x / sqrt 2))  |  0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//   LayerNorm(x[..., n], weight, bias?; epsilon) -> (x - mean) / sqrt(var + eps) * weight + bias over the last
+//       axis (biased variance); weight and bias are [n] or broadcast to x's trailing dims ([heads, n] per head)
+//   Softcap(x; cap) -> tanh(x / cap) * cap                              (Gemma 2 logit soft-capping)
 //   RopeCosSin(position_ids[b,s] i64, inv_freq[d/2] f32; attention_scaling=1,
 //              dynamic_* attrs, see decompose.cc) -> cos[b,s,d], sin[b,s,d] (f32)
 //       freqs = position * inv_freq; emb = concat(freqs, freqs); cos = cos(emb) * scaling ...
@@ -35,6 +39,8 @@
 //   Attention(q[b,hq,s,d], k[b,hkv,t,d], v[b,hkv,t,d], bias[b,1,s,t]; scale) -> out[b,hq,s,d]
 //       each group of hq/hkv query heads shares one kv head; out = softmax(q @ k^T * scale + bias) @ v
 //       (the caller assembles k and v: Concat(past, new) for a growing cache, CacheUpdate for a static one)
+//   SoftcapAttention(q, k, v, bias; scale, softcap) -> as Attention with the scores soft-capped before the
+//       bias: softmax(Softcap(q @ k^T * scale; softcap) + bias) @ v     (Gemma 2)
 //   CacheUpdate(cache[b,h,n,d], new[b,h,s,d], cache_position[s] i64) -> [b,h,n,d]
 //       the cache with new written at slots cache_position (a static cache's in-place write)
 #pragma once

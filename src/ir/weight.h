@@ -1,5 +1,5 @@
 // Weights as lazy references: a leaf points into a memory-mapped checkpoint file (or holds a small
-// constant), and a chain of transforms (transpose, cast, concat, add-scalar) says how to turn it into
+// constant), and a chain of transforms (transpose, cast, concat, add-scalar, reshape, slice) says how to turn it into
 // the tensor a backend writes. Nothing is materialised until a backend asks for one tensor, so peak
 // memory stays near the largest tensor, not the model.
 #pragma once
@@ -25,9 +25,13 @@ class WeightRef {
   static WeightRef constant(Tensor value);
   static WeightRef concat(std::vector<WeightRef> parts, int64_t axis);
 
+  // A transpose of a transpose composes into one (none when they cancel: GPT-2's Conv1D weights,
+  // bound as [out, in] and transposed back by Linear, stay zero-copy).
   WeightRef transposed(std::vector<int64_t> perm) const;
   WeightRef cast(DType to) const;
   WeightRef plus_scalar(double offset) const;  // e.g. Gemma's (1 + w) norm weights
+  WeightRef reshaped(std::vector<int64_t> shape) const;  // same elements, same order
+  WeightRef slice(int64_t axis, int64_t start, int64_t end) const;  // [start, end) along axis
 
   DType dtype() const;
   const std::vector<int64_t>& shape() const;

@@ -2,18 +2,25 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "models/blocks.h"
 #include "models/weights.h"
 
 namespace hfx::models {
 
 namespace {
 
+using Layout = DecoderTraits::Layout;
+using QkNorm = DecoderTraits::QkNorm;
+using Mlp = DecoderTraits::Mlp;
+
 class Decoder final : public CausalLm {
  public:
-  Decoder(const io::Checkpoint& ckpt, DecoderConfig cfg, std::string hf_class) : ckpt_(ckpt), c_(std::move(cfg)) {
+  Decoder(const io::Checkpoint& ckpt, DecoderConfig cfg, DecoderTraits traits, std::string hf_class)
+      : ckpt_(ckpt), c_(std::move(cfg)), t_(traits) {
     s_.model_type = c_.model_type;
     s_.hf_class = std::move(hf_class);
     s_.vocab_size = c_.vocab_size;
@@ -25,15 +32,21 @@ class Decoder final : public CausalLm {
     s_.pad_token_id = c_.pad_token_id;
     int64_t windowed = 0;
     for (auto w : c_.sliding_window) windowed += w > 0;
+    std::vector<std::string> ropes;
+    for (const auto& r : c_.ropes) ropes.push_back(fmt::format("{} (theta {}, rotary_dim {})", r.type, r.theta, r.rotary_dim));
     s_.features = {
         {"attention", fmt::format("{} heads, {} kv heads (GQA x{}), head_dim {}", c_.num_heads, c_.num_kv_heads,
                                   c_.num_heads / c_.num_kv_heads, c_.head_dim)},
-        {"rope", fmt::format("{} (theta {}, rotary_dim {})", c_.rope.type, c_.rope.theta, c_.rope.rotary_dim)},
+        {"rope", fmt::format("{}", fmt::join(ropes, "; "))},
         {"qkv_bias", c_.qkv_bias ? "yes" : "no"},
         {"qk_norm", c_.qk_norm ? "yes" : "no"},
         {"sliding_window", windowed ? fmt::format("{} on {} of {} layers", *std::max_element(c_.sliding_window.begin(), c_.sliding_window.end()), windowed, c_.num_layers) : "none"},
         {"tie_word_embeddings", c_.tie_word_embeddings ? "yes" : "no"},
     };
+    if (c_.act != Activation::Silu) s_.features.emplace_back("activation", activation_name(c_.act));
+    if (c_.attn_softcap > 0) s_.features.emplace_back("attn_logit_softcapping", fmt::format("{}", c_.attn_softcap));
+    if (c_.final_softcap > 0) s_.features.emplace_back("final_logit_softcapping", fmt::format("{}", c_.final_softcap));
+    if (c_.parallel_residual) s_.features.emplace_back("parallel_residual", "yes");
   }
 
   const ModelSummary& summary() const override { return s_; }
@@ -42,134 +55,149 @@ class Decoder final : public CausalLm {
   CausalLmOutputs build(ir::Builder& b, const CausalLmInputs& in) const override {
     auto model_scope = b.scope("model");
     const std::string H = fmt::format("hidden_size={}", c_.hidden_size);
-    ir::ValueId embed = bind(b, "model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size}, "vocab_size, " + H);
+    ir::ValueId embed = bind_weight(b, ckpt_, "model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size}, "vocab_size, " + H);
     ir::ValueId h = b.add1("Embedding", {embed, in.input_ids});
+    // Gemma's sqrt(hidden_size) and Granite's embedding_multiplier, rounded to the f32 the graph computes in.
+    if (c_.embedding_multiplier != 1.0) h = b.times(h, b.f32(float(c_.embedding_multiplier)));
 
-    // Rope tables and masks are shared by all layers: computed once per step.
-    auto inv_freq = b.constant(Tensor::from_vector<float>(DType::F32, {int64_t(c_.rope.inv_freq.size())}, c_.rope.inv_freq),
-                               "rope_inv_freq");
-    ir::Attrs rope_attrs = {{"attention_scaling", c_.rope.attention_scaling}, {"rotary_dim", c_.rope.rotary_dim}};
-    if (c_.rope.dynamic) {
-      rope_attrs["dynamic"] = int64_t(1);
-      rope_attrs["dynamic_base"] = c_.rope.theta;
-      rope_attrs["dynamic_factor"] = c_.rope.factor;
-      rope_attrs["dynamic_max_position"] = c_.rope.max_position_embeddings;
-    }
-    auto cos_sin = [&] {
-      auto s = b.scope("rotary_emb");
-      return b.add("RopeCosSin", {in.position_ids, inv_freq}, rope_attrs);
-    }();
-    std::map<int64_t, ir::ValueId> bias_by_window;
-    auto attention_bias = [&](int64_t window) {
-      if (auto it = bias_by_window.find(window); it != bias_by_window.end()) return it->second;
-      auto s = b.scope(window ? fmt::format("mask_sliding_{}", window) : "mask");
-      std::vector<ir::ValueId> args = {in.attention_mask, in.input_ids};
-      if (in.cache_position != ir::kNone) args.push_back(in.cache_position);
-      ir::ValueId bias = b.add1("AttentionBias", args, {{"sliding_window", window}});
-      return bias_by_window[window] = bias;
-    };
-
+    StepTables tables(b, in);
     CausalLmOutputs out;
     for (int64_t i = 0; i < c_.num_layers; ++i) {
       auto layer_scope = b.scope(fmt::format("layers.{}", i));
       const std::string p = fmt::format("model.layers.{}.", i);
-      ir::ValueId x = rms_norm(b, h, p + "input_layernorm.weight", c_.hidden_size, "input_layernorm");
-      auto [attn, present_k, present_v] =
-          attention(b, x, p, in, i, cos_sin, attention_bias(c_.sliding_window[size_t(i)]));
-      out.present_key.push_back(present_k);
-      out.present_value.push_back(present_v);
-      h = b.plus(h, attn);
-      x = rms_norm(b, h, p + "post_attention_layernorm.weight", c_.hidden_size, "post_attention_layernorm");
-      h = b.plus(h, mlp(b, x, p));
+      auto residual = [&](ir::ValueId branch) {
+        return c_.residual_multiplier != 1.0 ? b.times(branch, b.f32(float(c_.residual_multiplier))) : branch;
+      };
+      // Attention half.
+      ir::ValueId x = t_.layout == Layout::PostNorm ? h : norm(b, h, p + "input_layernorm", "input_layernorm");
+      AttentionOut a = attention(b, x, p, in, i, tables);
+      out.present_key.push_back(a.present_key);
+      out.present_value.push_back(a.present_value);
+      if (c_.parallel_residual) {
+        // StableLM's use_parallel_residual: both branches read the same normed input.
+        ir::ValueId m = mlp(b, x, p);
+        h = b.plus(b.plus(h, a.out), m);
+      } else {
+        ir::ValueId attn = a.out;
+        if (t_.layout != Layout::PreNorm) attn = norm(b, attn, p + "post_attention_layernorm", "post_attention_layernorm");
+        h = b.plus(h, residual(attn));
+        // MLP half.
+        const char* pre = t_.layout == Layout::Sandwich ? "pre_feedforward_layernorm"
+                          : t_.layout == Layout::PreNorm ? "post_attention_layernorm"
+                                                         : nullptr;
+        x = pre ? norm(b, h, p + pre, pre) : h;
+        ir::ValueId m = mlp(b, x, p);
+        if (t_.layout != Layout::PreNorm) m = norm(b, m, p + "post_feedforward_layernorm", "post_feedforward_layernorm");
+        h = b.plus(h, residual(m));
+      }
       // A stable debug name per layer: verification diffs hidden states layer by layer by it.
       b.graph().rename(h, fmt::format("/model/layers.{}/output", i));
     }
-    h = rms_norm(b, h, "model.norm.weight", c_.hidden_size, "norm");
-    // Tied embeddings read the embedding matrix as lm_head; the checkpoint usually omits lm_head.weight.
-    const bool tied = c_.tie_word_embeddings;
-    ir::ValueId head = tied ? embed : bind(b, "lm_head.weight", {c_.vocab_size, c_.hidden_size}, "vocab_size, " + H);
-    if (tied && ckpt_.find("lm_head.weight")) ckpt_.mark_used("lm_head.weight");  // a saved copy of the tie
-    auto head_scope = b.scope("lm_head");
-    out.logits = b.add1("Linear", {h, head});
+    h = norm(b, h, "model.norm", "norm");
+    out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size);
+    if (c_.logits_scaling != 1.0) out.logits = b.divide(out.logits, b.f32(float(c_.logits_scaling)));  // Granite
+    if (c_.final_softcap > 0) out.logits = b.add1("Softcap", {out.logits}, {{"cap", c_.final_softcap}});  // Gemma 2/3
     return out;
   }
 
  private:
-  ir::ValueId bind(ir::Builder& b, const std::string& name, std::vector<int64_t> shape, const std::string& why) const {
-    return bind_weight(b, ckpt_, name, shape, why);
+  ir::ValueId norm(ir::Builder& b, ir::ValueId x, const std::string& prefix, const std::string& scope) const {
+    return models::norm(b, ckpt_, x, prefix, c_.hidden_size, t_.norm, c_.norm_eps, t_.norm == NormKind::Layer, scope);
   }
 
   ir::ValueId linear(ir::Builder& b, ir::ValueId x, const std::string& prefix, int64_t in, int64_t out, bool bias,
                      const std::string& why) const {
-    ir::ValueId w = bind(b, prefix + ".weight", {out, in}, why);
-    std::vector<ir::ValueId> inputs = {x, w};
-    if (bias) inputs.push_back(bind(b, prefix + ".bias", {out}, why));
-    return b.add1("Linear", inputs);
+    return models::linear(b, ckpt_, x, prefix, in, out, bias, why);
   }
 
-  ir::ValueId rms_norm(ir::Builder& b, ir::ValueId x, const std::string& weight, int64_t n, const std::string& scope) const {
-    auto s = b.scope(scope);
-    return b.add1("RMSNorm", {x, bind(b, weight, {n}, fmt::format("normalised size {}", n))}, {{"epsilon", c_.rms_norm_eps}});
+  // q/k normalisation: per head over head_dim (x is [b, s, heads, head_dim]) or over the whole
+  // projection (x is [b, s, heads * head_dim]), with the family's norm kind.
+  ir::ValueId qk_norm(ir::Builder& b, ir::ValueId x, const std::string& prefix, int64_t heads) const {
+    if (t_.qk_norm == QkNorm::StableLm) {
+      // StableLmLayerNormPerHead: one bias-free LayerNorm per head, stacked into a [heads, head_dim] weight.
+      std::vector<ir::WeightRef> parts;
+      for (int64_t h = 0; h < heads; ++h)
+        parts.push_back(weight_ref(ckpt_, fmt::format("{}.norms.{}.weight", prefix, h), {c_.head_dim}, "head_dim"));
+      ir::ValueId w = b.weight(prefix + ".weight", ir::WeightRef::concat(parts, 0).reshaped({heads, c_.head_dim}));
+      return b.add1("LayerNorm", {x, w}, {{"epsilon", c_.norm_eps}});
+    }
+    const int64_t n = t_.qk_norm == QkNorm::Whole ? heads * c_.head_dim : c_.head_dim;
+    const NormKind kind = t_.norm == NormKind::Layer ? NormKind::Rms : t_.norm;
+    return models::norm(b, ckpt_, x, prefix, n, kind, c_.norm_eps, false, prefix.substr(prefix.rfind('.') + 1));
   }
 
-  std::tuple<ir::ValueId, ir::ValueId, ir::ValueId> attention(ir::Builder& b, ir::ValueId x, const std::string& p,
-                                                              const CausalLmInputs& in, int64_t layer,
-                                                              const std::vector<ir::ValueId>& cos_sin,
-                                                              ir::ValueId bias) const {
+  AttentionOut attention(ir::Builder& b, ir::ValueId x, const std::string& p, const CausalLmInputs& in, int64_t layer,
+                         StepTables& tables) const {
     auto s = b.scope("self_attn");
     const std::string a = p + "self_attn.";
     const std::string why = fmt::format("hidden_size={}, heads={}, kv_heads={}, head_dim={}", c_.hidden_size,
                                         c_.num_heads, c_.num_kv_heads, c_.head_dim);
-    auto heads = [&](const std::string& proj, int64_t n_heads, bool is_q) {
+    const int64_t qn = c_.q_size(), kvn = c_.kv_size();
+    ir::ValueId fused = ir::kNone;
+    if (t_.fused_qkv) {
+      auto ps = b.scope("qkv_proj");
+      fused = linear(b, x, a + "qkv_proj", c_.hidden_size, qn + 2 * kvn, c_.qkv_bias, why);
+    }
+    auto heads = [&](const std::string& proj, int64_t n_heads, int64_t offset) {
       auto ps = b.scope(proj);
-      ir::ValueId y = linear(b, x, a + proj, c_.hidden_size, n_heads * c_.head_dim, c_.qkv_bias, why);
+      ir::ValueId y = fused != ir::kNone ? b.slice(fused, offset, offset + n_heads * c_.head_dim, -1)
+                                         : linear(b, x, a + proj, c_.hidden_size, n_heads * c_.head_dim, c_.qkv_bias, why);
+      const bool normed = c_.qk_norm && proj != "v_proj";
+      const std::string norm_name = proj == "q_proj" ? (t_.qk_norm == QkNorm::StableLm ? "q_layernorm" : "q_norm")
+                                                     : (t_.qk_norm == QkNorm::StableLm ? "k_layernorm" : "k_norm");
+      if (normed && t_.qk_norm == QkNorm::Whole) y = qk_norm(b, y, a + norm_name, n_heads);
       y = b.reshape(y, {0, 0, n_heads, c_.head_dim});  // [b, s, heads, head_dim]
-      if (c_.qk_norm && proj != "v_proj") {
-        const std::string norm = is_q ? "q_norm" : "k_norm";
-        y = b.add1("RMSNorm", {y, bind(b, a + norm + ".weight", {c_.head_dim}, "head_dim")}, {{"epsilon", c_.rms_norm_eps}});
-      }
+      if (normed && t_.qk_norm != QkNorm::Whole) y = qk_norm(b, y, a + norm_name, n_heads);
       return b.transpose(y, {0, 2, 1, 3});  // [b, heads, s, head_dim]
     };
-    ir::ValueId q = heads("q_proj", c_.num_heads, true);
-    ir::ValueId k = heads("k_proj", c_.num_kv_heads, false);
-    ir::ValueId v = heads("v_proj", c_.num_kv_heads, false);
+    ir::ValueId q = heads("q_proj", c_.num_heads, 0);
+    ir::ValueId k = heads("k_proj", c_.num_kv_heads, qn);
+    ir::ValueId v = heads("v_proj", c_.num_kv_heads, qn + kvn);
+    const size_t rope = c_.layer_rope[size_t(layer)];
+    const auto& cos_sin = tables.rope(c_.ropes[rope], rope);
     q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});
     k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});
-    // The cache: appended to (growing) or written in place (static); absent for a prefill graph.
-    auto update = [&](const std::vector<ir::ValueId>& past, ir::ValueId cur) {
-      if (past.empty()) return cur;
-      ir::ValueId p = past[size_t(layer)];
-      if (in.cache_position != ir::kNone) return b.add1("CacheUpdate", {p, cur, in.cache_position});
-      return b.concat({p, cur}, 2);
-    };
-    ir::ValueId present_k = update(in.past_key, k);
-    ir::ValueId present_v = update(in.past_value, v);
-    ir::ValueId attn = b.add1("Attention", {q, present_k, present_v, bias}, {{"scale", 1.0 / std::sqrt(double(c_.head_dim))}});
-    ir::ValueId o = b.transpose(attn, {0, 2, 1, 3});  // [b, s, heads, head_dim]
-    o = b.reshape(o, {0, 0, c_.q_size()});
+    AttentionOut r = cached_attention(b, in, layer, q, k, v, tables.mask(c_.sliding_window[size_t(layer)]),
+                                      c_.attention_scale, c_.attn_softcap);
     auto os = b.scope("o_proj");
-    o = linear(b, o, a + "o_proj", c_.q_size(), c_.hidden_size, c_.o_bias, why);
-    return {o, present_k, present_v};
+    r.out = linear(b, r.out, a + "o_proj", qn, c_.hidden_size, c_.o_bias, why);
+    return r;
   }
 
   ir::ValueId mlp(ir::Builder& b, ir::ValueId x, const std::string& p) const {
     auto s = b.scope("mlp");
     const std::string why = fmt::format("hidden_size={}, intermediate_size={}", c_.hidden_size, c_.intermediate_size);
-    ir::ValueId gate = linear(b, x, p + "mlp.gate_proj", c_.hidden_size, c_.intermediate_size, c_.mlp_bias, why);
-    ir::ValueId up = linear(b, x, p + "mlp.up_proj", c_.hidden_size, c_.intermediate_size, c_.mlp_bias, why);
-    ir::ValueId act = b.add1("SwiGLU", {gate, up});
-    return linear(b, act, p + "mlp.down_proj", c_.intermediate_size, c_.hidden_size, c_.mlp_bias, why);
+    const int64_t H = c_.hidden_size, I = c_.intermediate_size;
+    switch (t_.mlp) {
+      case Mlp::Gated: {
+        ir::ValueId gate = linear(b, x, p + "mlp.gate_proj", H, I, c_.mlp_bias, why);
+        ir::ValueId up = linear(b, x, p + "mlp.up_proj", H, I, c_.mlp_bias, why);
+        return linear(b, gated_activation(b, gate, up, c_.act), p + "mlp.down_proj", I, H, c_.mlp_bias, why);
+      }
+      case Mlp::GatedFused: {
+        // Phi-3's gate_up_proj: one matmul, then gate = first half, up = second half.
+        ir::ValueId gate_up = linear(b, x, p + "mlp.gate_up_proj", H, 2 * I, c_.mlp_bias, why);
+        ir::ValueId act = gated_activation(b, b.slice(gate_up, 0, I, -1), b.slice(gate_up, I, 2 * I, -1), c_.act);
+        return linear(b, act, p + "mlp.down_proj", I, H, c_.mlp_bias, why);
+      }
+      case Mlp::Plain: {
+        ir::ValueId y = activation(b, linear(b, x, p + "mlp.c_fc", H, I, c_.mlp_bias, why), c_.act);
+        return linear(b, y, p + "mlp.c_proj", I, H, c_.mlp_bias, why);
+      }
+    }
+    HFX_CHECK(false, "unreachable");
   }
 
   const io::Checkpoint& ckpt_;
   DecoderConfig c_;
+  DecoderTraits t_;
   ModelSummary s_;
 };
 
 }  // namespace
 
 std::unique_ptr<CausalLm> make_decoder(const io::Checkpoint& ckpt, const DecoderTraits& traits, std::string hf_class) {
-  return std::make_unique<Decoder>(ckpt, parse_decoder_config(ckpt, traits), std::move(hf_class));
+  return std::make_unique<Decoder>(ckpt, parse_decoder_config(ckpt, traits), traits, std::move(hf_class));
 }
 
 }  // namespace hfx::models

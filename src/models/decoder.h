@@ -1,10 +1,14 @@
 // The shared decoder: Transformers' LlamaForCausalLM (modeling_llama.py) and every family that is the
-// same network with different table entries (Mistral's sliding window, Qwen2's q/k/v bias, Qwen3's
-// q/k norm and explicit head_dim). Differences are DecoderTraits flags, never `if model_type`.
+// same network with different table entries: Mistral's sliding window, Qwen2's q/k/v bias, Qwen3's
+// q/k norm and explicit head_dim, Gemma's (1 + w) RMSNorm, GeGLU and scaled embeddings, Gemma 2's
+// sandwich norms and soft-capping, Gemma 3's per-layer-type rope, Phi-3's fused projections and
+// longrope, OLMo 2's post-norms, Granite's multipliers, StableLM's LayerNorm and parallel residual,
+// Starcoder2's biased LayerNorm decoder with a plain MLP. Differences are DecoderTraits flags, never
+// `if model_type`.
 //
-//   ids ─ Embedding ─┬─ RMSNorm ─ q,k,v Linear ─ (q/k RMSNorm) ─ rope ─ Attention ─ o Linear ─ + ─┐
-//                    └──────────────────────────────────────────────────────────────────────────┘
-//                    ┌─ RMSNorm ─ gate,up Linear ─ SwiGLU ─ down Linear ─ + ─ ... ─ RMSNorm ─ lm_head ─ logits
+//   ids ─ Embedding ─┬─ norm ─ q,k,v Linear ─ (q/k norm) ─ rope ─ Attention ─ o Linear ─ + ─┐
+//                    └──────────────────────────────────────────────────────────────────────┘
+//                    ┌─ norm ─ gate,up Linear ─ act(gate) * up ─ down Linear ─ + ─ ... ─ norm ─ lm_head ─ logits
 #pragma once
 
 #include <memory>

@@ -1,14 +1,92 @@
 #include "models/decoder_config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace hfx::models {
 
 namespace {
+
 std::string file_name(const io::JsonFile& f) { return f.path.filename().string(); }
+
+// A soft-capping field: absent -> the family default, null -> none, else a positive number.
+double softcap_field(const io::JsonFile& f, const char* key, double default_value) {
+  if (default_value < 0) return 0;  // the family does not apply it (Gemma 3's eager attention ignores it)
+  if (!f.json.contains(key)) return default_value;
+  const double v = io::optional_number(f, f.json, key).value_or(0.0);
+  if (v < 0) bad_input("{}: {} must be positive, found {}", file_name(f), key, v);
+  return v;
+}
+
+// Per-layer window sizes from the traits' window source.
+std::vector<int64_t> parse_windows(const io::JsonFile& f, const DecoderTraits& t, int64_t layers) {
+  const auto& j = f.json;
+  std::vector<int64_t> windows(size_t(layers), 0);
+  auto window = io::optional_int(f, j, "sliding_window", 1);
+  if (!window && !j.contains("sliding_window") && t.default_sliding_window) window = t.default_sliding_window;
+  switch (t.window) {
+    case DecoderTraits::Window::None: break;
+    case DecoderTraits::Window::AllLayers:
+      if (window) windows.assign(size_t(layers), *window);
+      break;
+    case DecoderTraits::Window::LayerTypes: {
+      auto types = io::optional_string_list(f, j, "layer_types");
+      if (!types) {
+        types = std::vector<std::string>();
+        if (t.sliding_pattern > 0) {
+          // Gemma 2/3 config classes: every n-th layer is full attention.
+          const int64_t n = io::optional_int(f, j, "sliding_window_pattern", 1).value_or(t.sliding_pattern);
+          for (int64_t i = 0; i < layers; ++i) types->push_back((i + 1) % n ? "sliding_attention" : "full_attention");
+        } else {
+          // Older Qwen2 files: derived the way the config class does (use_sliding_window, max_window_layers).
+          const bool use = io::optional_bool(f, j, "use_sliding_window").value_or(false);
+          const int64_t first = io::optional_int(f, j, "max_window_layers", 0).value_or(layers);
+          for (int64_t i = 0; i < layers; ++i)
+            types->push_back(use && window && i >= first ? "sliding_attention" : "full_attention");
+        }
+      }
+      if (int64_t(types->size()) != layers)
+        bad_input("{}: layer_types has {} entries, num_hidden_layers is {}", file_name(f), types->size(), layers);
+      for (int64_t i = 0; i < layers; ++i) {
+        const auto& type = (*types)[size_t(i)];
+        if (type == "sliding_attention") {
+          if (!window) bad_input("{}: layer {} is sliding_attention but sliding_window is not set", file_name(f), i);
+          windows[size_t(i)] = *window;
+        } else if (type != "full_attention") {
+          unsupported("{}: layer_types[{}] = \"{}\" (supported: full_attention, sliding_attention)", file_name(f), i, type);
+        }
+      }
+      break;
+    }
+  }
+  return windows;
+}
+
+// Gemma 3: one rope for full-attention layers (rope_theta, default 1e6, and any scaling) and one for
+// sliding layers (rope_local_base_freq, default 1e4), nested per layer type in v5 files.
+void parse_layer_type_ropes(const io::JsonFile& f, DecoderConfig& c) {
+  const auto& j = f.json;
+  const nlohmann::json empty = nlohmann::json::object();
+  const nlohmann::json* full = &empty;
+  const nlohmann::json* sliding = &empty;
+  if (const auto* p = io::optional_object(f, j, "rope_parameters")) {
+    io::JsonFile pf{f.path, *p};
+    if (const auto* x = io::optional_object(pf, *p, "full_attention")) full = x;
+    if (const auto* x = io::optional_object(pf, *p, "sliding_attention")) sliding = x;
+  } else if (const auto* s = io::optional_object(f, j, "rope_scaling")) {
+    full = s;  // v4: rope_scaling applies to the global layers only
+  }
+  const double global_theta = io::optional_number(f, j, "rope_theta").value_or(1e6);
+  const double local_theta = io::optional_number(f, j, "rope_local_base_freq").value_or(1e4);
+  c.ropes = {parse_rope_params(f, *full, global_theta, c.head_dim, c.max_position_embeddings),
+             parse_rope_params(f, *sliding, local_theta, c.head_dim, c.max_position_embeddings)};
+  for (int64_t i = 0; i < c.num_layers; ++i) c.layer_rope[size_t(i)] = c.sliding_window[size_t(i)] ? 1 : 0;
+}
+
 }  // namespace
 
-DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTraits& traits) {
+DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTraits& t) {
   const io::JsonFile& f = ckpt.config();
   const auto& j = f.json;
   DecoderConfig c;
@@ -25,7 +103,8 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     bad_input("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", file_name(f), c.num_heads,
               c.num_kv_heads);
   std::optional<int64_t> head_dim;
-  if (traits.head_dim_in_config) head_dim = io::optional_int(f, j, "head_dim", 1, 65536);
+  if (t.head_dim_in_config) head_dim = io::optional_int(f, j, "head_dim", 1, 65536);
+  if (!head_dim && t.default_head_dim) head_dim = t.default_head_dim;
   if (!head_dim) {
     if (c.hidden_size % c.num_heads)
       bad_input("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is given",
@@ -33,58 +112,49 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     head_dim = c.hidden_size / c.num_heads;
   }
   c.head_dim = *head_dim;
-  const auto act = io::optional_string(f, j, "hidden_act").value_or("silu");
-  if (act != "silu" && act != "swish")
-    unsupported("{}: hidden_act \"{}\" is not supported by the {} decoder (expected silu)", file_name(f), act, c.model_type);
+  if (io::optional_bool(f, j, "use_bidirectional_attention").value_or(false))
+    unsupported("{}: use_bidirectional_attention is not supported (hfx exports causal decoders)", file_name(f));
+
+  auto act = io::optional_string(f, j, t.act_key).value_or(t.default_act);
+  if (t.gelu_means_tanh && act == "gelu") act = "gelu_pytorch_tanh";
+  c.act = parse_activation(f, t.act_key, act);
   c.max_position_embeddings = io::optional_int(f, j, "max_position_embeddings", 1).value_or(2048);
-  c.rms_norm_eps = io::optional_number(f, j, "rms_norm_eps").value_or(1e-6);
+  c.norm_eps = io::optional_number(f, j, t.eps_key).value_or(t.default_eps);
   c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(false);
-  const bool attention_bias = io::optional_bool(f, j, "attention_bias").value_or(false);
-  c.qkv_bias = traits.qkv_bias_always || attention_bias;
-  c.o_bias = attention_bias && !traits.qkv_bias_always;
-  c.mlp_bias = io::optional_bool(f, j, "mlp_bias").value_or(false);
-  c.qk_norm = traits.qk_norm;
-
-  c.sliding_window.assign(size_t(c.num_layers), 0);
-  const auto window = io::optional_int(f, j, "sliding_window", 1);
-  switch (traits.window) {
-    case DecoderTraits::Window::None: break;
-    case DecoderTraits::Window::AllLayers:
-      if (window) c.sliding_window.assign(size_t(c.num_layers), *window);
-      break;
-    case DecoderTraits::Window::LayerTypes: {
-      auto types = io::optional_string_list(f, j, "layer_types");
-      if (!types) {
-        // Older files: derived the way the config class does (use_sliding_window, max_window_layers).
-        const bool use = io::optional_bool(f, j, "use_sliding_window").value_or(false);
-        const int64_t first = io::optional_int(f, j, "max_window_layers", 0).value_or(c.num_layers);
-        types = std::vector<std::string>();
-        for (int64_t i = 0; i < c.num_layers; ++i)
-          types->push_back(use && window && i >= first ? "sliding_attention" : "full_attention");
-      }
-      if (int64_t(types->size()) != c.num_layers)
-        bad_input("{}: layer_types has {} entries, num_hidden_layers is {}", file_name(f), types->size(), c.num_layers);
-      for (int64_t i = 0; i < c.num_layers; ++i) {
-        const auto& t = (*types)[size_t(i)];
-        if (t == "sliding_attention") {
-          if (!window) bad_input("{}: layer {} is sliding_attention but sliding_window is not set", file_name(f), i);
-          c.sliding_window[size_t(i)] = *window;
-        } else if (t != "full_attention") {
-          unsupported("{}: layer_types[{}] = \"{}\" (supported: full_attention, sliding_attention)", file_name(f), i, t);
-        }
-      }
-      break;
-    }
+  const bool attention_bias = io::optional_bool(f, j, t.attention_bias_key).value_or(t.default_attention_bias);
+  c.qkv_bias = t.qkv_bias_always || attention_bias;
+  c.o_bias = attention_bias && t.attention_bias_on_o && !t.qkv_bias_always;
+  c.mlp_bias = io::optional_bool(f, j, "mlp_bias").value_or(false) || (t.bias_on_mlp && attention_bias);
+  switch (t.qk_norm) {
+    case DecoderTraits::QkNorm::None: break;
+    case DecoderTraits::QkNorm::PerHead:
+    case DecoderTraits::QkNorm::Whole: c.qk_norm = true; break;
+    case DecoderTraits::QkNorm::StableLm: c.qk_norm = io::optional_bool(f, j, "qk_layernorm").value_or(false); break;
   }
-  c.rope = parse_rope(f, c.head_dim, c.max_position_embeddings);
+  if (t.parallel_residual_in_config)
+    c.parallel_residual = io::optional_bool(f, j, "use_parallel_residual").value_or(false);
 
-  // Generation ids: generation_config.json wins over config.json, as in Transformers' generate().
-  for (const io::JsonFile* src : {&f, ckpt.generation_config() ? &*ckpt.generation_config() : nullptr}) {
-    if (!src) continue;
-    if (auto eos = io::optional_int_list(*src, src->json, "eos_token_id", 0)) c.eos_token_ids = *eos;
-    if (auto bos = io::optional_int(*src, src->json, "bos_token_id", 0)) c.bos_token_id = bos;
-    if (auto pad = io::optional_int(*src, src->json, "pad_token_id", 0)) c.pad_token_id = pad;
+  // Scales. Python computes them in double and torch rounds them to f32 when they meet a tensor.
+  c.attention_scale = std::pow(double(c.head_dim), -0.5);
+  if (t.query_pre_attn_scalar)
+    c.attention_scale = std::pow(io::optional_number(f, j, "query_pre_attn_scalar").value_or(256.0), -0.5);
+  if (t.embed_scale_sqrt_hidden) c.embedding_multiplier = std::sqrt(double(c.hidden_size));
+  if (t.granite_multipliers) {
+    c.embedding_multiplier = io::optional_number(f, j, "embedding_multiplier").value_or(1.0);
+    c.residual_multiplier = io::optional_number(f, j, "residual_multiplier").value_or(1.0);
+    c.attention_scale = io::optional_number(f, j, "attention_multiplier").value_or(1.0);
+    c.logits_scaling = io::optional_number(f, j, "logits_scaling").value_or(1.0);
+    if (c.logits_scaling == 0) bad_input("{}: logits_scaling must not be 0", file_name(f));
   }
+  c.attn_softcap = softcap_field(f, "attn_logit_softcapping", t.attn_softcap_default);
+  c.final_softcap = softcap_field(f, "final_logit_softcapping", t.final_softcap_default);
+
+  c.sliding_window = parse_windows(f, t, c.num_layers);
+  c.layer_rope.assign(size_t(c.num_layers), 0);
+  if (t.rope_per_layer_type) parse_layer_type_ropes(f, c);
+  else c.ropes = {parse_rope(f, c.head_dim, c.max_position_embeddings, t.rope)};
+
+  read_generation_ids(ckpt, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "models/blocks.h"
 #include "models/rope.h"
 
 namespace hfx::models {
@@ -14,11 +15,54 @@ namespace hfx::models {
 // How a model_type maps onto the shared decoder. A new family member is a row of these.
 struct DecoderTraits {
   bool qkv_bias_always = false;  // Qwen2: q/k/v projections always carry a bias
-  bool qk_norm = false;          // Qwen3: RMSNorm over head_dim on q and k before rope
+  // q/k normalisation before rope: RMSNorm over head_dim per head (Qwen3, Gemma 3), RMSNorm over the
+  // whole projection before the head split (OLMo 2), or StableLM's per-head LayerNorms when the config
+  // sets qk_layernorm.
+  enum class QkNorm { None, PerHead, Whole, StableLm } qk_norm = QkNorm::None;
   // Where the sliding window comes from: nowhere, `sliding_window` on every layer (Mistral), or
   // `layer_types` (Qwen2/Qwen3: "sliding_attention" layers only).
   enum class Window { None, AllLayers, LayerTypes } window = Window::None;
+  // Without layer_types: 0 derives them from use_sliding_window/max_window_layers (Qwen2); n > 0
+  // makes every n-th layer full attention and the others sliding (Gemma 2: 2; Gemma 3: the config's
+  // sliding_window_pattern, else n).
+  int64_t sliding_pattern = 0;
   bool head_dim_in_config = true;  // honour an explicit `head_dim`
+  int64_t default_head_dim = 0;    // without one: this (Gemma: 256), or hidden_size / heads when 0
+  int64_t default_sliding_window = 0;  // the config class's default when `sliding_window` is absent
+
+  // Norms: RMSNorm (Llama), RMSNorm scaled by (1 + w) (Gemma), or LayerNorm (StableLM, Starcoder2).
+  NormKind norm = NormKind::Rms;
+  const char* eps_key = "rms_norm_eps";
+  double default_eps = 1e-6;
+  // Residual wiring of a layer:
+  //   PreNorm   h += attn(norm(h)); h += mlp(norm(h))                                    (Llama)
+  //   Sandwich  h += post_attn_norm(attn(norm(h))); h += post_ffw_norm(mlp(pre_ffw_norm(h))) (Gemma 2/3)
+  //   PostNorm  h += post_attn_norm(attn(h)); h += post_ffw_norm(mlp(h))                   (OLMo 2)
+  // and a config's use_parallel_residual (StableLM) makes PreNorm h += attn(norm(h)) + mlp(norm(h)).
+  enum class Layout { PreNorm, Sandwich, PostNorm } layout = Layout::PreNorm;
+  bool fused_qkv = false;  // one qkv_proj (Phi-3), split after the matmul
+  // MLP: gate/up/down projections (Llama), one gate_up_proj (Phi-3), or c_fc -> act -> c_proj (Starcoder2).
+  enum class Mlp { Gated, GatedFused, Plain } mlp = Mlp::Gated;
+  const char* act_key = "hidden_act";
+  const char* default_act = "silu";
+  bool gelu_means_tanh = false;  // GemmaConfig rewrites hidden_act "gelu" to gelu_pytorch_tanh
+
+  bool embed_scale_sqrt_hidden = false;  // Gemma: embeddings times sqrt(hidden_size) (in the model dtype)
+  bool query_pre_attn_scalar = false;    // Gemma 2/3: scale = query_pre_attn_scalar ** -0.5
+  // Soft-capping (tanh(x / c) * c) of the attention scores (Gemma 2) and of the logits (Gemma 2/3):
+  // < 0 ignores the config field; otherwise the field is honoured and this is its default when absent
+  // (0 = none; a field set to null also means none).
+  double attn_softcap_default = -1;
+  double final_softcap_default = -1;
+  bool granite_multipliers = false;      // Granite: embedding/residual/attention multipliers, logits_scaling
+  bool rope_per_layer_type = false;      // Gemma 3: rope_parameters per layer type (local and global bases)
+  // Config field names that differ by family.
+  const char* attention_bias_key = "attention_bias";  // StableLM: use_qkv_bias (q/k/v only); Starcoder2: use_bias
+  bool default_attention_bias = false;                // Starcoder2's use_bias defaults to true
+  bool attention_bias_on_o = true;                    // the flag also biases o_proj
+  bool bias_on_mlp = false;                           // ... and every MLP projection (Starcoder2's use_bias)
+  bool parallel_residual_in_config = false;           // StableLM: use_parallel_residual
+  RopeDefaults rope;
 };
 
 struct DecoderConfig {
@@ -31,14 +75,23 @@ struct DecoderConfig {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   int64_t max_position_embeddings = 0;
-  double rms_norm_eps = 1e-6;
+  double norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;
   bool o_bias = false;
   bool mlp_bias = false;
-  bool qk_norm = false;
+  bool qk_norm = false;  // the trait's q/k norm is present in this checkpoint
+  bool parallel_residual = false;
+  Activation act = Activation::Silu;
+  double attention_scale = 0;        // multiplies q @ k^T
+  double attn_softcap = 0;           // 0 = none
+  double final_softcap = 0;          // 0 = none
+  double embedding_multiplier = 1;   // embeddings times this (1 = none)
+  double residual_multiplier = 1;    // branch outputs times this before the residual add (1 = none)
+  double logits_scaling = 1;         // logits divided by this (1 = none)
   std::vector<int64_t> sliding_window;  // per layer; 0 = full attention
-  RopeSpec rope;
+  std::vector<RopeSpec> ropes;          // one per rope variant
+  std::vector<size_t> layer_rope;       // per layer: index into ropes
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id, pad_token_id;
 

@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "models/decoder.h"
+#include "models/gpt2.h"
+#include "models/gpt_neox.h"
 
 namespace hfx::models {
 
@@ -19,6 +21,9 @@ ModelEntry decoder_entry(std::string type, std::string hf_class, std::string not
 
 const std::vector<ModelEntry>& model_registry() {
   using W = DecoderTraits::Window;
+  using Q = DecoderTraits::QkNorm;
+  using L = DecoderTraits::Layout;
+  using M = DecoderTraits::Mlp;
   static const std::vector<ModelEntry> entries = {
       decoder_entry("llama", "LlamaForCausalLM", "the base decoder; attention_bias/mlp_bias flags", {}),
       decoder_entry("mistral", "MistralForCausalLM", "sliding_window on every layer",
@@ -26,7 +31,47 @@ const std::vector<ModelEntry>& model_registry() {
       decoder_entry("qwen2", "Qwen2ForCausalLM", "q/k/v bias; sliding window per layer_types",
                     {.qkv_bias_always = true, .window = W::LayerTypes}),
       decoder_entry("qwen3", "Qwen3ForCausalLM", "q/k RMSNorm over head_dim; sliding window per layer_types",
-                    {.qk_norm = true, .window = W::LayerTypes}),
+                    {.qk_norm = Q::PerHead, .window = W::LayerTypes}),
+      decoder_entry("gemma", "GemmaForCausalLM", "(1 + w) RMSNorm; GeGLU (tanh gelu); embeddings times sqrt(hidden_size)",
+                    {.default_head_dim = 256, .norm = NormKind::RmsPlusOne, .default_act = "gelu_pytorch_tanh",
+                     .gelu_means_tanh = true, .embed_scale_sqrt_hidden = true}),
+      decoder_entry("gemma2", "Gemma2ForCausalLM",
+                    "Gemma + sandwich norms, attention and final logit soft-capping, query_pre_attn_scalar, "
+                    "sliding window per layer_types",
+                    {.window = W::LayerTypes, .sliding_pattern = 2, .default_head_dim = 256,
+                     .default_sliding_window = 4096, .norm = NormKind::RmsPlusOne, .layout = L::Sandwich,
+                     .act_key = "hidden_activation", .default_act = "gelu_pytorch_tanh",
+                     .embed_scale_sqrt_hidden = true, .query_pre_attn_scalar = true, .attn_softcap_default = 50.0,
+                     .final_softcap_default = 30.0}),
+      decoder_entry("gemma3_text", "Gemma3ForCausalLM",
+                    "Gemma 2 without attention soft-capping + (1 + w) q/k norm, local and global rope per layer type",
+                    {.qk_norm = Q::PerHead, .window = W::LayerTypes, .sliding_pattern = 6, .default_head_dim = 256,
+                     .default_sliding_window = 4096, .norm = NormKind::RmsPlusOne, .layout = L::Sandwich,
+                     .act_key = "hidden_activation", .default_act = "gelu_pytorch_tanh",
+                     .embed_scale_sqrt_hidden = true, .query_pre_attn_scalar = true, .final_softcap_default = 0.0,
+                     .rope_per_layer_type = true}),
+      decoder_entry("phi3", "Phi3ForCausalLM", "fused qkv_proj and gate_up_proj; longrope; sliding_window on every layer",
+                    {.window = W::AllLayers, .default_eps = 1e-5, .fused_qkv = true, .mlp = M::GatedFused,
+                     .rope = {.yarn_is_longrope = true}}),
+      decoder_entry("olmo2", "Olmo2ForCausalLM", "post-norms only; q/k RMSNorm over the whole projection",
+                    {.qk_norm = Q::Whole, .default_eps = 1e-5, .layout = L::PostNorm}),
+      decoder_entry("granite", "GraniteForCausalLM", "embedding, residual and attention multipliers; logits_scaling",
+                    {.granite_multipliers = true}),
+      decoder_entry("stablelm", "StableLmForCausalLM",
+                    "LayerNorm; partial rotary; use_qkv_bias; per-head q/k LayerNorm; optional parallel residual",
+                    {.qk_norm = Q::StableLm, .head_dim_in_config = false, .norm = NormKind::Layer,
+                     .eps_key = "layer_norm_eps", .default_eps = 1e-5, .attention_bias_key = "use_qkv_bias",
+                     .attention_bias_on_o = false, .parallel_residual_in_config = true,
+                     .rope = {.partial_rotary_factor = 0.25}}),
+      decoder_entry("starcoder2", "Starcoder2ForCausalLM",
+                    "LayerNorm with bias; c_fc/c_proj MLP (tanh gelu); use_bias on every projection; sliding window",
+                    {.window = W::AllLayers, .norm = NormKind::Layer, .eps_key = "norm_epsilon", .default_eps = 1e-5,
+                     .mlp = M::Plain, .default_act = "gelu_pytorch_tanh", .attention_bias_key = "use_bias",
+                     .default_attention_bias = true, .bias_on_mlp = true}),
+      {"gpt2", "GPT2LMHeadModel", "learned positions; LayerNorm; Conv1D [in, out] weights; fused c_attn; gelu_new",
+       make_gpt2},
+      {"gpt_neox", "GPTNeoXForCausalLM", "LayerNorm; per-head fused query_key_value; partial rotary; parallel residual",
+       make_gpt_neox},
   };
   return entries;
 }

@@ -21,8 +21,7 @@ std::vector<double> default_inv_freq(double base, int64_t dim) {
 }
 
 std::vector<double> yarn_inv_freq(const io::JsonFile& f, const nlohmann::json& p, double base, int64_t dim,
-                                  double factor, double& attention_factor) {
-  const double original = double(io::require_int(f, p, "original_max_position_embeddings"));
+                                  double factor, double original, double& attention_factor) {
   auto get_mscale = [](double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; };
   auto explicit_factor = io::optional_number(f, p, "attention_factor");
   auto mscale = io::optional_number(f, p, "mscale");
@@ -59,10 +58,9 @@ std::vector<double> yarn_inv_freq(const io::JsonFile& f, const nlohmann::json& p
 }
 
 std::vector<double> llama3_inv_freq(const io::JsonFile& f, const nlohmann::json& p, double base, int64_t dim,
-                                    double factor) {
+                                    double factor, double old_context) {
   const double low_freq_factor = io::require_number(f, p, "low_freq_factor");
   const double high_freq_factor = io::require_number(f, p, "high_freq_factor");
-  const double old_context = double(io::require_int(f, p, "original_max_position_embeddings"));
   const double low_wavelen = old_context / low_freq_factor, high_wavelen = old_context / high_freq_factor;
   std::vector<double> inv = default_inv_freq(base, dim);
   for (auto& freq : inv) {
@@ -78,25 +76,64 @@ std::vector<double> llama3_inv_freq(const io::JsonFile& f, const nlohmann::json&
   return inv;
 }
 
+// A list of numbers (longrope's short_factor / long_factor) of the given length.
+std::vector<double> number_list(const io::JsonFile& f, const nlohmann::json& p, const char* key, size_t length) {
+  auto it = p.find(key);
+  if (it == p.end() || it->is_null())
+    bad_input("{}: rope parameter \"{}\" is required for longrope", f.path.filename().string(), key);
+  if (!it->is_array() || it->size() != length)
+    bad_input("{}: rope parameter \"{}\" must be a list of {} numbers (rotary_dim / 2)", f.path.filename().string(), key,
+              length);
+  std::vector<double> out;
+  for (const auto& v : *it) {
+    if (!v.is_number()) bad_input("{}: rope parameter \"{}\" holds a non-number", f.path.filename().string(), key);
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+// LongRoPE: 1 / (ext_factor * base ** (2i / dim)) in f32, as _compute_longrope_parameters does.
+std::vector<double> longrope_inv_freq(const std::vector<double>& ext, double base, int64_t dim) {
+  std::vector<double> inv;
+  for (int64_t i = 0; i < dim; i += 2)
+    inv.push_back(double(1.0f / (float(ext[size_t(i / 2)]) * powf(float(base), float(i) / float(dim)))));
+  return inv;
+}
+
 }  // namespace
 
-RopeSpec parse_rope(const io::JsonFile& f, int64_t head_dim, int64_t max_position_embeddings) {
+RopeSpec parse_rope(const io::JsonFile& f, int64_t head_dim, int64_t max_position_embeddings,
+                    const RopeDefaults& defaults) {
   const nlohmann::json& cfg = f.json;
   // v5 configs nest everything in rope_parameters; v4 configs split rope_theta and rope_scaling.
   nlohmann::json params = nlohmann::json::object();
   if (const auto* p = io::optional_object(f, cfg, "rope_parameters")) params = *p;
   else if (const auto* s = io::optional_object(f, cfg, "rope_scaling")) params = *s;
+  const double theta = io::optional_number(f, cfg, "rope_theta").value_or(defaults.theta);
+  return parse_rope_params(f, params, theta, head_dim, max_position_embeddings, defaults);
+}
+
+RopeSpec parse_rope_params(const io::JsonFile& f, const nlohmann::json& params, double theta, int64_t head_dim,
+                           int64_t max_position_embeddings, const RopeDefaults& defaults) {
+  const nlohmann::json& cfg = f.json;
   io::JsonFile pf{f.path, params};
   RopeSpec r;
-  r.theta = io::optional_number(pf, params, "rope_theta").value_or(io::optional_number(f, cfg, "rope_theta").value_or(10000.0));
+  r.theta = io::optional_number(pf, params, "rope_theta").value_or(theta);
   r.type = io::optional_string(pf, params, "rope_type").value_or(io::optional_string(pf, params, "type").value_or("default"));
+  if (r.type == "su" || (defaults.yarn_is_longrope && r.type == "yarn")) r.type = "longrope";
   const double partial = io::optional_number(pf, params, "partial_rotary_factor")
-                             .value_or(io::optional_number(f, cfg, "partial_rotary_factor").value_or(1.0));
+                             .value_or(io::optional_number(f, cfg, "partial_rotary_factor").value_or(defaults.partial_rotary_factor));
   r.rotary_dim = int64_t(double(head_dim) * partial);
   if (r.rotary_dim <= 0 || r.rotary_dim % 2 || r.rotary_dim > head_dim)
     bad_input("{}: rotary dimension {} (head_dim {} x partial_rotary_factor {}) must be even and in (0, head_dim]",
               f.path.filename().string(), r.rotary_dim, head_dim, partial);
   r.max_position_embeddings = max_position_embeddings;
+  // llama3, yarn and longrope read the pre-scaling context length; a top-level value wins, as in
+  // Transformers' standardize_rope_params, and max_position_embeddings is the last resort.
+  auto original_context = [&] {
+    if (auto top = io::optional_int(f, cfg, "original_max_position_embeddings")) return *top;
+    return io::optional_int(pf, params, "original_max_position_embeddings").value_or(max_position_embeddings);
+  };
   std::vector<double> inv;
   if (r.type == "default") {
     inv = default_inv_freq(r.theta, r.rotary_dim);
@@ -110,12 +147,24 @@ RopeSpec parse_rope(const io::JsonFile& f, int64_t head_dim, int64_t max_positio
     inv = default_inv_freq(r.theta, r.rotary_dim);
   } else if (r.type == "yarn") {
     r.factor = io::require_number(pf, params, "factor");
-    inv = yarn_inv_freq(pf, params, r.theta, r.rotary_dim, r.factor, r.attention_scaling);
+    inv = yarn_inv_freq(pf, params, r.theta, r.rotary_dim, r.factor, double(original_context()), r.attention_scaling);
   } else if (r.type == "llama3") {
     r.factor = io::require_number(pf, params, "factor");
-    inv = llama3_inv_freq(pf, params, r.theta, r.rotary_dim, r.factor);
+    inv = llama3_inv_freq(pf, params, r.theta, r.rotary_dim, r.factor, double(original_context()));
+  } else if (r.type == "longrope") {
+    const int64_t original = original_context();
+    r.original_max_position_embeddings = original;
+    r.factor = io::optional_number(pf, params, "factor").value_or(double(max_position_embeddings) / double(original));
+    const auto attention_factor = io::optional_number(pf, params, "attention_factor");
+    r.attention_scaling = attention_factor ? *attention_factor
+                          : r.factor <= 1.0 ? 1.0
+                                            : std::sqrt(1 + std::log(r.factor) / std::log(double(original)));
+    const size_t n = size_t(r.rotary_dim / 2);
+    inv = longrope_inv_freq(number_list(pf, params, "short_factor", n), r.theta, r.rotary_dim);
+    for (double v : longrope_inv_freq(number_list(pf, params, "long_factor", n), r.theta, r.rotary_dim))
+      r.long_inv_freq.push_back(float(v));
   } else {
-    unsupported("{}: rope type `{}` is not supported (supported: default, linear, dynamic, yarn, llama3)",
+    unsupported("{}: rope type `{}` is not supported (supported: default, linear, dynamic, yarn, llama3, longrope)",
                 f.path.filename().string(), r.type);
   }
   for (double v : inv) r.inv_freq.push_back(float(v));

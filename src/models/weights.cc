@@ -6,9 +6,8 @@
 
 namespace hfx::models {
 
-ir::ValueId bind_weight(ir::Builder& b, const io::Checkpoint& ckpt, const std::string& name,
-                        const std::vector<int64_t>& expected, const std::string& why) {
-  if (auto existing = b.graph().find(name)) return *existing;  // tied weights bind once
+ir::WeightRef weight_ref(const io::Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& expected,
+                         const std::string& why) {
   const io::TensorEntry& t = ckpt.get(name);
   if (t.shape != expected)
     bad_input("tensor {} has shape [{}] but config.json implies [{}] ({})", name,
@@ -17,8 +16,20 @@ ir::ValueId bind_weight(ir::Builder& b, const io::Checkpoint& ckpt, const std::s
     bad_input("tensor {} has dtype {}, expected a float type (F32, F16, BF16)", name,
               dtype_name(t.dtype));
   ckpt.mark_used(name);
-  auto ref = ir::WeightRef::source(t.file, name, t.dtype, t.shape, t.offset).cast(DType::F32);
-  return b.weight(name, ref);
+  return ir::WeightRef::source(t.file, name, t.dtype, t.shape, t.offset).cast(DType::F32);
+}
+
+ir::ValueId bind_weight(ir::Builder& b, const io::Checkpoint& ckpt, const std::string& name,
+                        const std::vector<int64_t>& expected, const std::string& why,
+                        const std::function<ir::WeightRef(ir::WeightRef)>& transform) {
+  if (auto existing = b.graph().find(name)) return *existing;  // tied weights bind once
+  ir::WeightRef ref = weight_ref(ckpt, name, expected, why);
+  return b.weight(name, transform ? transform(ref) : ref);
+}
+
+ir::ValueId bind_weight(ir::Builder& b, const io::Checkpoint& ckpt, const std::string& name,
+                        const std::vector<int64_t>& expected, const std::string& why) {
+  return bind_weight(b, ckpt, name, expected, why, nullptr);
 }
 
 }  // namespace hfx::models

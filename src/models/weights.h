@@ -1,6 +1,7 @@
 // Binding checkpoint tensors to the IR: by their own names, with the shape the config implies.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,5 +15,16 @@ namespace hfx::models {
 // read as f32: hfx's graphs compute in f32 and precision changes are a backend option.
 ir::ValueId bind_weight(ir::Builder& b, const io::Checkpoint& ckpt, const std::string& name,
                         const std::vector<int64_t>& expected, const std::string& why);
+
+// The same with a transform of the f32 reference applied lazily at write time: Gemma's (1 + w) norm
+// weights (`plus_scalar(1.0)`), GPT-2's [in, out] Conv1D weights (`transposed({1, 0})`). The value
+// keeps the tensor's name, so bind one tensor one way only.
+ir::ValueId bind_weight(ir::Builder& b, const io::Checkpoint& ckpt, const std::string& name,
+                        const std::vector<int64_t>& expected, const std::string& why,
+                        const std::function<ir::WeightRef(ir::WeightRef)>& transform);
+
+// The checked, f32 reference to one tensor (marked used), for weights combined from several tensors.
+ir::WeightRef weight_ref(const io::Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& expected,
+                         const std::string& why);
 
 }  // namespace hfx::models

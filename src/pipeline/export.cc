@@ -11,6 +11,7 @@
 #include "models/registry.h"
 #include "passes/pass.h"
 #include "pipeline/manifest.h"
+#include "pipeline/verify.h"
 
 namespace fs = std::filesystem;
 
@@ -99,6 +100,20 @@ ExportResult run_export(const ExportOptions& opt) {
     }
   }
   manifest.write(staged.path());
+  if (opt.verify) {
+    // A quick proof before the export is published: two shapes per component and 8 greedy tokens
+    // against the reference executor on the checkpoint. `hfx verify` runs the full matrix.
+    VerifyOptions vo;
+    vo.tokens = 8;
+    vo.reexport = false;
+    vo.full_shape_matrix = false;
+    auto report = verify_export(staged.path(), vo);
+    result.verify_summary = fmt::format("verified against the reference executor: {} checks passed", report.checks.size());
+    for (const auto& c : report.checks)
+      if (!c.passed)
+        fail(ErrorKind::Internal, "the export does not match its reference: {}: {} (nothing was written; --no-verify skips this check)",
+             c.name, c.detail);
+  }
   result.files = list_files(staged.path());
   staged.commit();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -30,6 +30,7 @@ struct ExportOptions {
   std::filesystem::path out_dir;
   Recipe recipe;
   bool overwrite = false;
+  bool verify = true;  // check the staged export against the reference executor before committing it
 };
 
 struct ExportResult {
@@ -37,6 +38,7 @@ struct ExportResult {
   std::vector<std::filesystem::path> files;  // relative to out_dir, sorted
   int64_t weight_bytes_written = 0;
   double seconds = 0;
+  std::string verify_summary;  // empty when not verified
 };
 
 // A checkpoint, its model definition, and the task's components, with strict weight accounting.

@@ -17,6 +17,8 @@
 namespace hfx::pipeline {
 
 constexpr int kManifestSchemaVersion = 1;
+// `hfx verify` writes its reports here; they describe the artifact and are not part of it.
+inline const char* kReportDir = "verify";
 
 class ManifestBuilder {
  public:

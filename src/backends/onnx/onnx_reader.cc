@@ -128,6 +128,8 @@ class Reader {
         if (declared != graph.value(*id).dtype)
           bad_input("graph output {} is declared {} but computes {}", out.name(), dtype_name(declared),
                     dtype_name(graph.value(*id).dtype));
+        // The declared shape is the contract (symbol names included); inference may know less.
+        if (out.type().tensor_type().has_shape()) graph.value(*id).shape = value_type(out).second;
       }
       graph.add_output(*id);
     }

@@ -1,0 +1,81 @@
+"""ONNX Runtime side of `hfx verify --runtime onnxruntime` (ONNX Runtime's C++ API is not on this
+machine; its Python wheel is). Reads a job file, writes a result file, both JSON:
+
+  {"runs": [{"model": "...onnx", "inputs": "in.safetensors", "outputs": "out.safetensors"}],
+   "generate": {"export": DIR, "prompts": [[...]], "max_new_tokens": N} | null,
+   "profile": "...onnx" | null}
+  -> {"placements": {"<op type>": {"<provider>": count}}, "generate": {"tokens": [[...]],
+      "cold_start_s": .., "step_s": [..]}, "ort_version": ".."}
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from safetensors.numpy import load_file, save_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hfx_ort import OrtGenerator  # noqa: E402
+
+
+def session(path, profile=False):
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if profile:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = str(Path(path).with_suffix("")) + "-ortprofile"
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def placements(model_path, feeds):
+    """Which execution provider ran each node, from ORT's own profile of one run."""
+    sess = session(model_path, profile=True)
+    sess.run(None, feeds)
+    prof = sess.end_profiling()
+    counts = defaultdict(lambda: defaultdict(int))
+    events = json.loads(Path(prof).read_text())
+    seen = set()
+    for e in events:
+        args = e.get("args", {})
+        if e.get("cat") == "Node" and "provider" in args and e["name"].endswith("_kernel_time"):
+            node = e["name"][: -len("_kernel_time")]
+            if node in seen:
+                continue
+            seen.add(node)
+            counts[args.get("op_name", "?")][args["provider"]] += 1
+    Path(prof).unlink(missing_ok=True)
+    return {op: dict(p) for op, p in sorted(counts.items())}
+
+
+def main():
+    job = json.loads(Path(sys.argv[1]).read_text())
+    result = {"ort_version": ort.__version__}
+    cache = {}
+    for run in job.get("runs", []):
+        sess = cache.get(run["model"]) or cache.setdefault(run["model"], session(run["model"]))
+        feeds = load_file(run["inputs"])
+        wanted = {i.name for i in sess.get_inputs()}
+        outs = sess.run(None, {k: v for k, v in feeds.items() if k in wanted})
+        save_file({o.name: np.ascontiguousarray(v) for o, v in zip(sess.get_outputs(), outs)}, run["outputs"])
+    if job.get("profile"):
+        p = job["profile"]
+        result["placements"] = placements(p["model"], load_file(p["inputs"]))
+    if job.get("generate"):
+        g = job["generate"]
+        t0 = time.perf_counter()
+        gen = OrtGenerator(g["export"])
+        cold = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        tokens = gen.generate(g["prompts"], g["max_new_tokens"])
+        total = time.perf_counter() - t1
+        result["generate"] = {"tokens": tokens, "cold_start_s": cold, "total_s": total}
+    Path(sys.argv[2]).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

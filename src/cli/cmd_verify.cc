@@ -1,0 +1,40 @@
+// `hfx verify`: the artifact contract, checked against the source checkpoint.
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "pipeline/verify.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::cli {
+
+void register_verify(CLI::App& app, Action& action) {
+  auto opt = std::make_shared<pipeline::VerifyOptions>();
+  auto dir = std::make_shared<fs::path>();
+  auto atol = std::make_shared<double>(0);
+  auto no_reexport = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand("verify", "Prove an export: numbers, shapes, greedy tokens, ops, speed, reproducibility.");
+  cmd->add_option("out", *dir, "Export folder (with hfx.json)")->required();
+  cmd->add_option("--runtime", opt->runtime, "Runtime that runs the artifact: reference | onnxruntime")->capture_default_str();
+  cmd->add_option("--tokens", opt->tokens, "Greedy tokens compared with the reference")->capture_default_str();
+  cmd->add_option("--atol", *atol, "Override the fp32 tolerance (default 1e-4)");
+  cmd->add_flag("--no-reexport", *no_reexport, "Skip the re-export byte comparison");
+  cmd->add_option("--python", opt->python, "Python with onnxruntime for --runtime onnxruntime (default: $HFX_PYTHON)");
+  cmd->footer("Writes OUT/verify/report.json and OUT/verify/report.md; exits 1 when a check fails.");
+  cmd->callback([=, &action] {
+    action = [=] {
+      if (!fs::is_directory(*dir)) bad_input("{}: no such export folder", dir->string());
+      if (*atol > 0) opt->atol = *atol;
+      opt->reexport = !*no_reexport;
+      auto report = pipeline::verify_export(*dir, *opt);
+      pipeline::write_reports(report);
+      for (const auto& c : report.checks) fmt::print("{} {}: {}\n", c.passed ? "pass" : "FAIL", c.name, c.detail);
+      fmt::print("{}: {} ({} checks); report in {}\n", dir->string(), report.passed() ? "verified" : "verification FAILED",
+                 report.checks.size(), (*dir / "verify" / "report.md").string());
+      return report.passed() ? 0 : 1;
+    };
+  });
+}
+
+}  // namespace hfx::cli

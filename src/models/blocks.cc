@@ -1,0 +1,144 @@
+#include "models/blocks.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "models/weights.h"
+
+namespace hfx::models {
+
+Activation parse_activation(const io::JsonFile& f, const std::string& key, const std::string& value) {
+  if (value == "silu" || value == "swish") return Activation::Silu;
+  if (value == "gelu") return Activation::Gelu;
+  if (value == "gelu_pytorch_tanh" || value == "gelu_new" || value == "gelu_fast") return Activation::GeluTanh;
+  unsupported("{}: {} \"{}\" is not supported (supported: silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast)",
+              f.path.filename().string(), key, value);
+}
+
+const char* activation_name(Activation act) {
+  switch (act) {
+    case Activation::Silu: return "silu";
+    case Activation::Gelu: return "gelu";
+    case Activation::GeluTanh: return "gelu (tanh approximation)";
+  }
+  return "?";
+}
+
+ir::ValueId activation(ir::Builder& b, ir::ValueId x, Activation act) {
+  switch (act) {
+    case Activation::Silu: return b.times(x, b.add1("Sigmoid", {x}));
+    case Activation::Gelu: return b.add1("Gelu", {x}, {{"approximate", std::string("none")}});
+    case Activation::GeluTanh: return b.add1("Gelu", {x}, {{"approximate", std::string("tanh")}});
+  }
+  HFX_CHECK(false, "unreachable");
+}
+
+ir::ValueId gated_activation(ir::Builder& b, ir::ValueId gate, ir::ValueId up, Activation act) {
+  if (act == Activation::Silu) return b.add1("SwiGLU", {gate, up});
+  return b.times(activation(b, gate, act), up);
+}
+
+ir::ValueId linear(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix, int64_t in,
+                   int64_t out, bool bias, const std::string& why) {
+  std::vector<ir::ValueId> inputs = {x, bind_weight(b, ckpt, prefix + ".weight", {out, in}, why)};
+  if (bias) inputs.push_back(bind_weight(b, ckpt, prefix + ".bias", {out}, why));
+  return b.add1("Linear", inputs);
+}
+
+ir::ValueId norm(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix, int64_t n,
+                 NormKind kind, double eps, bool bias, const std::string& scope) {
+  auto s = b.scope(scope);
+  const std::string why = fmt::format("normalised size {}", n);
+  if (kind == NormKind::Layer) {
+    std::vector<ir::ValueId> inputs = {x, bind_weight(b, ckpt, prefix + ".weight", {n}, why)};
+    if (bias) inputs.push_back(bind_weight(b, ckpt, prefix + ".bias", {n}, why));
+    return b.add1("LayerNorm", inputs, {{"epsilon", eps}});
+  }
+  // Gemma's RMSNorm multiplies by (1 + w), computed in f32 like the (1.0 + weight.float()) it reproduces.
+  auto plus_one = [](ir::WeightRef w) { return w.plus_scalar(1.0); };
+  ir::ValueId w = kind == NormKind::RmsPlusOne ? bind_weight(b, ckpt, prefix + ".weight", {n}, why, plus_one)
+                                               : bind_weight(b, ckpt, prefix + ".weight", {n}, why);
+  return b.add1("RMSNorm", {x, w}, {{"epsilon", eps}});
+}
+
+ir::ValueId split_heads(ir::Builder& b, ir::ValueId x, int64_t heads, int64_t head_dim) {
+  return b.transpose(b.reshape(x, {0, 0, heads, head_dim}), {0, 2, 1, 3});
+}
+
+const std::vector<ir::ValueId>& StepTables::rope(const RopeSpec& r, size_t key) {
+  if (auto it = ropes_.find(key); it != ropes_.end()) return it->second;
+  auto s = b_.scope(key ? fmt::format("rotary_emb_{}", key) : "rotary_emb");
+  auto table = [&](const std::vector<float>& values, const std::string& name) {
+    return b_.constant(Tensor::from_vector<float>(DType::F32, {int64_t(values.size())}, values), name);
+  };
+  ir::ValueId inv_freq = table(r.inv_freq, "rope_inv_freq");
+  if (!r.long_inv_freq.empty()) {
+    // longrope: the long factors once the longest position of the step reaches the original context
+    // (Transformers' longrope_frequency_update: max(position_ids) + 1 > original_max_position_embeddings).
+    ir::ValueId longest = b_.add1("ReduceMax", {b_.cast(in_.position_ids, DType::F32)}, {{"keepdims", int64_t(0)}});
+    ir::ValueId is_long = b_.add1("Greater", {longest, b_.f32(float(r.original_max_position_embeddings - 1))});
+    inv_freq = b_.add1("Where", {is_long, table(r.long_inv_freq, "rope_long_inv_freq"), inv_freq});
+  }
+  ir::Attrs attrs = {{"attention_scaling", r.attention_scaling}, {"rotary_dim", r.rotary_dim}};
+  if (r.dynamic) {
+    attrs["dynamic"] = int64_t(1);
+    attrs["dynamic_base"] = r.theta;
+    attrs["dynamic_factor"] = r.factor;
+    attrs["dynamic_max_position"] = r.max_position_embeddings;
+  }
+  return ropes_[key] = b_.add("RopeCosSin", {in_.position_ids, inv_freq}, attrs);
+}
+
+ir::ValueId StepTables::mask(int64_t window) {
+  if (auto it = masks_.find(window); it != masks_.end()) return it->second;
+  auto s = b_.scope(window ? fmt::format("mask_sliding_{}", window) : "mask");
+  std::vector<ir::ValueId> args = {in_.attention_mask, in_.input_ids};
+  if (in_.cache_position != ir::kNone) args.push_back(in_.cache_position);
+  return masks_[window] = b_.add1("AttentionBias", args, {{"sliding_window", window}});
+}
+
+AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t layer, ir::ValueId q, ir::ValueId k,
+                              ir::ValueId v, ir::ValueId mask, double scale, double softcap) {
+  // The cache: appended to (growing) or written in place (static); absent for a prefill graph.
+  auto update = [&](const std::vector<ir::ValueId>& past, ir::ValueId cur) {
+    if (past.empty()) return cur;
+    ir::ValueId p = past[size_t(layer)];
+    if (in.cache_position != ir::kNone) return b.add1("CacheUpdate", {p, cur, in.cache_position});
+    return b.concat({p, cur}, 2);
+  };
+  AttentionOut r;
+  r.present_key = update(in.past_key, k);
+  r.present_value = update(in.past_value, v);
+  ir::ValueId attn =
+      softcap > 0 ? b.add1("SoftcapAttention", {q, r.present_key, r.present_value, mask}, {{"scale", scale}, {"softcap", softcap}})
+                  : b.add1("Attention", {q, r.present_key, r.present_value, mask}, {{"scale", scale}});
+  const auto& qs = b.graph().value(q).shape;
+  HFX_CHECK(qs[1].is_fixed() && qs[3].is_fixed(), "attention heads and head_dim must be fixed");
+  ir::ValueId o = b.transpose(attn, {0, 2, 1, 3});  // [b, s, heads, head_dim]
+  r.out = b.reshape(o, {0, 0, qs[1].value * qs[3].value});
+  return r;
+}
+
+ir::ValueId lm_head(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId h, ir::ValueId embed, bool tied,
+                    int64_t vocab, int64_t hidden, const std::string& head_name) {
+  // Tied embeddings read the embedding matrix as lm_head; the checkpoint usually omits lm_head.weight.
+  ir::ValueId head = tied ? embed
+                          : bind_weight(b, ckpt, head_name, {vocab, hidden},
+                                        fmt::format("vocab_size, hidden_size={}", hidden));
+  if (tied && ckpt.find(head_name)) ckpt.mark_used(head_name);  // a saved copy of the tie
+  auto s = b.scope("lm_head");
+  return b.add1("Linear", {h, head});
+}
+
+void read_generation_ids(const io::Checkpoint& ckpt, std::vector<int64_t>& eos, std::optional<int64_t>& bos,
+                         std::optional<int64_t>& pad) {
+  const io::JsonFile& f = ckpt.config();
+  for (const io::JsonFile* src : {&f, ckpt.generation_config() ? &*ckpt.generation_config() : nullptr}) {
+    if (!src) continue;
+    if (auto e = io::optional_int_list(*src, src->json, "eos_token_id", 0)) eos = *e;
+    if (auto b = io::optional_int(*src, src->json, "bos_token_id", 0)) bos = b;
+    if (auto p = io::optional_int(*src, src->json, "pad_token_id", 0)) pad = p;
+  }
+}
+
+}  // namespace hfx::models

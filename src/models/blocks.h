@@ -1,0 +1,76 @@
+// Building blocks shared by the architecture definitions (decoder.cc, gpt2.cc, gpt_neox.cc): norms,
+// activations, projections, the per-step rope tables and masks, and the cached attention core. They
+// emit canonical IR only (no target knowledge) and bind weights by their checkpoint names.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "ir/builder.h"
+#include "models/model.h"
+#include "models/rope.h"
+
+namespace hfx::models {
+
+// RMSNorm (Llama), RMSNorm times (1 + w) (Gemma, bound as a plus-one weight), LayerNorm (GPT-2).
+enum class NormKind { Rms, RmsPlusOne, Layer };
+// Transformers' ACT2FN entries hfx implements: silu/swish, gelu (erf), and the tanh approximation
+// (gelu_pytorch_tanh, gelu_new, gelu_fast: the same function up to rounding).
+enum class Activation { Silu, Gelu, GeluTanh };
+
+// Maps an ACT2FN name; Unsupported naming the field and the supported names otherwise.
+Activation parse_activation(const io::JsonFile& config, const std::string& key, const std::string& value);
+const char* activation_name(Activation act);
+ir::ValueId activation(ir::Builder& b, ir::ValueId x, Activation act);
+// act(gate) * up: SwiGLU for silu, Gelu then Mul otherwise.
+ir::ValueId gated_activation(ir::Builder& b, ir::ValueId gate, ir::ValueId up, Activation act);
+
+// x @ W^T (+ b) with W = `prefix`.weight [out, in] and b = `prefix`.bias [out].
+ir::ValueId linear(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix, int64_t in,
+                   int64_t out, bool bias, const std::string& why);
+// A norm over the last axis (size n) with weights `prefix`.weight (and `prefix`.bias for a LayerNorm
+// with bias); opens a scope named `scope`.
+ir::ValueId norm(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix, int64_t n,
+                 NormKind kind, double eps, bool bias, const std::string& scope);
+
+// [b, s, heads * d] -> [b, heads, s, d]
+ir::ValueId split_heads(ir::Builder& b, ir::ValueId x, int64_t heads, int64_t head_dim);
+
+// What every layer of one step shares: rope tables and attention masks, each built once on first use.
+class StepTables {
+ public:
+  StepTables(ir::Builder& b, const CausalLmInputs& in) : b_(b), in_(in) {}
+  // cos, sin [b, s, rotary_dim] for `rope` (key: one entry per distinct rope of the model).
+  const std::vector<ir::ValueId>& rope(const RopeSpec& rope, size_t key = 0);
+  // Additive bias [b, 1, s, t]: causal and padding, and a sliding window when window > 0.
+  ir::ValueId mask(int64_t window);
+
+ private:
+  ir::Builder& b_;
+  const CausalLmInputs& in_;
+  std::map<size_t, std::vector<ir::ValueId>> ropes_;
+  std::map<int64_t, ir::ValueId> masks_;
+};
+
+struct AttentionOut {
+  ir::ValueId out = ir::kNone;  // [b, s, heads * head_dim], before the output projection
+  ir::ValueId present_key = ir::kNone, present_value = ir::kNone;
+};
+// q [b, hq, s, d] and k, v [b, hkv, s, d] (rope applied): appends k, v to layer `layer`'s cache (or
+// writes them in place for a static cache), attends with `scale` (and soft-capped scores when
+// softcap > 0), and merges the heads.
+AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t layer, ir::ValueId q, ir::ValueId k,
+                              ir::ValueId v, ir::ValueId mask, double scale, double softcap = 0);
+
+// The output projection: lm_head.weight, or the embedding matrix when tied (a saved copy of the tie
+// is accounted for).
+ir::ValueId lm_head(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId h, ir::ValueId embed, bool tied,
+                    int64_t vocab, int64_t hidden, const std::string& head_name = "lm_head.weight");
+
+// eos/bos/pad ids: generation_config.json wins over config.json, as in Transformers' generate().
+void read_generation_ids(const io::Checkpoint& ckpt, std::vector<int64_t>& eos, std::optional<int64_t>& bos,
+                         std::optional<int64_t>& pad);
+
+}  // namespace hfx::models

@@ -1,0 +1,490 @@
+#include "pipeline/verify.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <set>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "io/safetensors_write.h"
+#include "pipeline/artifact.h"
+#include "pipeline/export.h"
+#include "pipeline/manifest.h"
+#include "runtime/executor.h"
+#include "runtime/generate.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace hfx::pipeline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int64_t peak_rss_bytes() {
+  struct rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return int64_t(ru.ru_maxrss) * 1024;
+}
+
+// One step's shapes: which rows, how many new tokens, how much is already cached.
+struct ShapeCase {
+  std::string name;
+  int64_t batch, seq, past;
+};
+
+std::optional<int64_t> bound(const ir::Graph& g, const std::string& sym, bool upper) {
+  if (!g.symbols().has(sym)) return std::nullopt;
+  const auto& b = g.symbols().bounds(sym);
+  return upper ? b.max : b.min;
+}
+
+// Representative shapes and the contract's bounds: batch min and max; sequence 1, mid and max; cache
+// empty, partial and near full. Unbounded dims use small stand-ins (batch 2, sequence 8, cache 16).
+std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role, const runtime::CacheSpec& cache,
+                                    bool full) {
+  const int64_t b_lo = std::max<int64_t>(1, bound(g, "batch_size", false).value_or(1));
+  const int64_t b_hi = std::min<int64_t>(4, bound(g, "batch_size", true).value_or(2));
+  int64_t s_hi = std::min<int64_t>(16, bound(g, "sequence_length", true).value_or(8));
+  int64_t total_hi = cache.static_cache ? cache.max_cache_len
+                                        : std::min<int64_t>(64, bound(g, "total_sequence_length", true).value_or(s_hi + 16));
+  if (auto p = bound(g, "past_sequence_length", true)) total_hi = std::min(total_hi, *p + s_hi);
+  s_hi = std::max<int64_t>(1, std::min(s_hi, total_hi));
+  const int64_t s_mid = std::max<int64_t>(1, (1 + s_hi) / 2);
+  std::vector<ShapeCase> cases;
+  auto add = [&](std::string name, int64_t b, int64_t s, int64_t p) {
+    if (role == "prefill") p = 0;
+    if (role == "decode") s = 1;
+    p = std::max<int64_t>(0, std::min(p, total_hi - s));
+    for (const auto& c : cases)
+      if (c.batch == b && c.seq == s && c.past == p) return;
+    cases.push_back({std::move(name), b, s, p});
+  };
+  add("prompt, batch max", b_hi, s_hi, 0);
+  add("decode, cache partial", b_lo, 1, total_hi / 2);
+  if (full) {
+    add("prompt, batch min", b_lo, s_hi, 0);
+    add("chunk, cache partial", b_hi, s_mid, total_hi / 3);
+    add("decode, cache near full", b_hi, 1, total_hi - 1);
+    add("sequence max, cache near full", b_lo, s_hi, total_hi - s_hi);
+  }
+  return cases;
+}
+
+Tensor i64s(std::vector<int64_t> shape, const std::vector<int64_t>& v) { return Tensor::from_vector<int64_t>(DType::I64, shape, v); }
+
+// Step inputs for a component at one shape: row 0 unpadded, later rows left-padded by 2 per row.
+std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c, const runtime::CacheSpec& cache,
+                                          int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::map<std::string, Tensor> in;
+  const int64_t B = c.batch, S = c.seq, P = c.past, T = P + S;
+  const int64_t mask_len = cache.static_cache ? cache.max_cache_len : T;
+  std::vector<int64_t> ids(size_t(B * S)), pos(size_t(B * S)), mask(size_t(B * mask_len), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t pad = std::min<int64_t>(2 * b, T - 1);
+    int64_t count = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      const bool real = j >= pad;
+      mask[size_t(b * mask_len + j)] = real;
+      count += real;
+      if (j >= P) pos[size_t(b * S + j - P)] = real ? count - 1 : 1;
+    }
+    for (int64_t i = 0; i < S; ++i) ids[size_t(b * S + i)] = int64_t(rng() % uint64_t(vocab));
+  }
+  in["input_ids"] = i64s({B, S}, ids);
+  in["position_ids"] = i64s({B, S}, pos);
+  in["attention_mask"] = i64s({B, mask_len}, mask);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (auto id : g.inputs()) {
+    const std::string& name = g.value(id).name;
+    if (!name.starts_with("past_key_values.")) continue;
+    Tensor t(DType::F32, {B, cache.num_kv_heads, cache.static_cache ? cache.max_cache_len : P, cache.head_dim});
+    float* p = t.as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = normal(rng);
+    in[name] = std::move(t);
+  }
+  if (cache.static_cache) {
+    std::vector<int64_t> cp(static_cast<size_t>(S));
+    for (int64_t i = 0; i < S; ++i) cp[size_t(i)] = P + i;
+    in["cache_position"] = i64s({S}, cp);
+  }
+  return in;
+}
+
+struct Diff {
+  double max_abs = 0, mean_abs = 0;
+  int64_t mismatched = 0, total = 0;
+  std::string worst;  // output with the largest difference
+};
+
+void accumulate(Diff& d, const std::string& name, const Tensor& a, const Tensor& b, double atol) {
+  if (a.shape() != b.shape()) {
+    d.mismatched += std::max<int64_t>(1, a.numel());
+    d.worst = name + " (shape differs)";
+    d.max_abs = INFINITY;
+    return;
+  }
+  Tensor fa = a.cast(DType::F32), fb = b.cast(DType::F32);
+  double sum = d.mean_abs * double(d.total);
+  for (int64_t i = 0; i < fa.numel(); ++i) {
+    const double diff = std::fabs(double(fa.as<float>()[i]) - double(fb.as<float>()[i]));
+    const double e = std::isnan(diff) ? INFINITY : diff;
+    sum += std::isfinite(e) ? e : 0;
+    if (e > atol) ++d.mismatched;
+    if (e > d.max_abs) {
+      d.max_abs = e;
+      d.worst = name;
+    }
+  }
+  d.total += fa.numel();
+  d.mean_abs = d.total ? sum / double(d.total) : 0;
+}
+
+// Re-runs one failing case with every layer's output kept, and returns the first layer whose output
+// differs by more than atol, with its max and mean error.
+std::string first_diverging_layer(const ir::Graph& ref, const ir::Graph& art, const std::map<std::string, Tensor>& in,
+                                  int64_t layers, double atol) {
+  std::vector<std::string> keep;
+  for (int64_t i = 0; i < layers; ++i) keep.push_back(fmt::format("/model/layers.{}/output", i));
+  runtime::ExecOptions o;
+  o.keep_values = keep;
+  auto r = runtime::Executor(ref, o).run(in);
+  auto a = runtime::Executor(art, o).run(in);
+  for (int64_t i = 0; i < layers; ++i) {
+    const auto& name = keep[size_t(i)];
+    if (!r.count(name) || !a.count(name)) return "layer outputs are not exposed by this graph";
+    Diff d;
+    accumulate(d, name, a.at(name), r.at(name), atol);
+    if (d.mismatched) return fmt::format("first diverging layer: {} (max abs {:.3g}, mean abs {:.3g})", i, d.max_abs, d.mean_abs);
+  }
+  return "all layer outputs agree; the difference is in the final norm or lm_head";
+}
+
+std::string python_interpreter(const VerifyOptions& o) {
+  if (!o.python.empty()) return o.python;
+  if (const char* p = std::getenv("HFX_PYTHON")) return p;
+  const fs::path venv = fs::path(HFX_SOURCE_DIR) / ".venv" / "bin" / "python";
+  return fs::exists(venv) ? venv.string() : "python3";
+}
+
+std::string sig_str(const std::vector<std::pair<std::string, std::string>>& sig) {
+  std::string s;
+  for (const auto& [n, t] : sig) s += n + ":" + t + " ";
+  return s;
+}
+
+std::vector<std::pair<std::string, std::string>> manifest_sig(const nlohmann::json& list) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& io : list) {
+    std::vector<std::string> dims;
+    for (const auto& d : io["shape"]) dims.push_back(d.get<std::string>());
+    out.emplace_back(io["name"].get<std::string>(), fmt::format("{}[{}]", io["dtype"].get<std::string>(), fmt::join(dims, ",")));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> graph_sig(const ir::Graph& g, const std::vector<ir::ValueId>& ids) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto id : ids) {
+    std::vector<std::string> dims;
+    for (const auto& d : g.value(id).shape) dims.push_back(d.str());
+    out.emplace_back(g.value(id).name, fmt::format("{}[{}]", dtype_name(g.value(id).dtype), fmt::join(dims, ",")));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool VerifyReport::passed() const {
+  return std::all_of(checks.begin(), checks.end(), [](const CheckResult& c) { return c.passed; });
+}
+
+json VerifyReport::to_json() const {
+  json j;
+  j["export"] = dir.string();
+  j["runtime"] = runtime;
+  j["passed"] = passed();
+  j["checks"] = json::array();
+  for (const auto& c : checks)
+    j["checks"].push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}, {"tolerance", c.tolerance}, {"measured", c.measured}});
+  return j;
+}
+
+std::string VerifyReport::to_markdown() const {
+  std::string md = fmt::format("# hfx verify: {}\n\nRuntime: `{}`. Result: **{}** ({} of {} checks passed).\n\n", dir.string(),
+                               runtime, passed() ? "PASS" : "FAIL",
+                               std::count_if(checks.begin(), checks.end(), [](const auto& c) { return c.passed; }), checks.size());
+  md += "| check | result | detail | tolerance |\n|---|---|---|---|\n";
+  for (const auto& c : checks)
+    md += fmt::format("| {} | {} | {} | {} |\n", c.name, c.passed ? "pass" : "**FAIL**", c.detail, c.tolerance);
+  return md;
+}
+
+void write_reports(const VerifyReport& r) {
+  const fs::path dir = r.dir / kReportDir;
+  fs::create_directories(dir);
+  write_text_file(dir / "report.json", r.to_json().dump(2) + "\n");
+  write_text_file(dir / "report.md", r.to_markdown());
+}
+
+VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
+  if (opt.runtime != "reference" && opt.runtime != "onnxruntime")
+    bad_input("--runtime {}: unknown runtime (reference, onnxruntime)", opt.runtime);
+  VerifyReport rep;
+  rep.dir = out;
+  rep.runtime = opt.runtime;
+  const double atol = opt.atol.value_or(kF32Atol);
+  const std::string tol_numbers = fmt::format("max abs <= {:g}, no mismatching element (fp32: only summation order differs)", atol);
+  auto add = [&](CheckResult c) { rep.checks.push_back(std::move(c)); };
+
+  // 1. The artifact is what its manifest says.
+  {
+    auto r = check_export(out);
+    add({"artifact checksums", r.problems.empty(),
+         r.problems.empty() ? fmt::format("{} files match hfx.json", r.files_checked) : r.problems.front(), "sha256 equal", {}});
+  }
+  const auto manifest = read_manifest(out);
+  const fs::path source = manifest["source"]["folder"].get<std::string>();
+  {
+    std::string problem;
+    for (const auto& [name, sha] : manifest["source"]["files"].items()) {
+      if (!fs::exists(source / name)) problem = fmt::format("{} is missing", (source / name).string());
+      else if (sha256_file(source / name) != sha.get<std::string>()) problem = fmt::format("{} changed since the export", name);
+      if (!problem.empty()) break;
+    }
+    add({"source unchanged", problem.empty(), problem.empty() ? "config and weights hash as at export" : problem, "sha256 equal", {}});
+  }
+
+  // 2. The reference (eager graphs from the checkpoint) and the artifact read back from its files.
+  const auto t_open = Clock::now();
+  Artifact art = open_artifact(out, "onnx");
+  const double open_s = seconds_since(t_open);
+  Recipe recipe = Recipe::from_json(manifest, (out / kManifestName).string());
+  LoadedModel ref = load_model(source, recipe.task);
+  const int64_t vocab = ref.model->summary().vocab_size;
+
+  // 3. I/O signature: files vs manifest vs what the reference builds.
+  for (const auto& c : art.components) {
+    const nlohmann::json* mc = nullptr;
+    for (const auto& x : manifest["components"])
+      if (x["role"] == c.role && x["format"] == "onnx") mc = &x;
+    auto file_in = graph_sig(c.graph, c.graph.inputs()), file_out = graph_sig(c.graph, c.graph.outputs());
+    bool ok = mc && file_in == manifest_sig((*mc)["inputs"]) && file_out == manifest_sig((*mc)["outputs"]);
+    std::string detail = ok ? fmt::format("{} inputs, {} outputs as the manifest declares", file_in.size(), file_out.size())
+                            : fmt::format("file: {}; manifest differs", sig_str(file_in));
+    add({"I/O signature: " + c.role, ok, detail, "names, dtypes and dims identical", {}});
+  }
+
+  // 4. Numbers per component over the shape matrix.
+  struct Run {
+    const ArtifactComponent* comp;
+    const tasks::Component* refc;
+    ShapeCase sc;
+    std::map<std::string, Tensor> inputs, expected, actual;
+  };
+  std::vector<Run> runs;
+  uint64_t seed = 1;
+  for (const auto& c : art.components) {
+    const tasks::Component* rc = nullptr;
+    for (const auto& x : ref.components)
+      if (x.role == c.role) rc = &x;
+    if (!rc) {
+      add({"numbers: " + c.role, false, "the reference has no component with this role", tol_numbers, {}});
+      continue;
+    }
+    for (const auto& sc : shape_matrix(c.graph, c.role, art.cache, opt.full_shape_matrix)) {
+      Run r{&c, rc, sc, make_inputs(c.graph, sc, art.cache, vocab, seed++), {}, {}};
+      r.expected = runtime::Executor(rc->graph).run(r.inputs);
+      runs.push_back(std::move(r));
+    }
+  }
+  const fs::path scratch = fs::temp_directory_path() / fmt::format("hfx-verify-{}", ::getpid());
+  fs::create_directories(scratch);
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } cleanup{scratch};
+  nlohmann::json ort_result;
+  // Prompts for the greedy check: batch 2 (left-padded) when the contract allows it.
+  std::vector<std::vector<int64_t>> prompts = {{}};
+  for (int64_t i = 0; i < 7; ++i) prompts[0].push_back(3 + (i * 37) % std::max<int64_t>(1, vocab - 3));
+  if (bound(art.components[0].graph, "batch_size", true).value_or(2) >= 2) {
+    prompts.push_back({});
+    for (int64_t i = 0; i < 4; ++i) prompts[1].push_back(3 + (i * 53 + 11) % std::max<int64_t>(1, vocab - 3));
+  }
+  if (opt.runtime == "onnxruntime") {
+    nlohmann::json job;
+    job["runs"] = nlohmann::json::array();
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const auto in = scratch / fmt::format("in{}.safetensors", i), o = scratch / fmt::format("out{}.safetensors", i);
+      io::write_safetensors(in, runs[i].inputs);
+      job["runs"].push_back({{"model", runs[i].comp->file.string()}, {"inputs", in.string()}, {"outputs", o.string()}});
+    }
+    if (!runs.empty()) job["profile"] = {{"model", runs[0].comp->file.string()}, {"inputs", (scratch / "in0.safetensors").string()}};
+    job["generate"] = {{"export", fs::absolute(out).string()}, {"prompts", prompts}, {"max_new_tokens", opt.tokens}};
+    write_text_file(scratch / "job.json", job.dump());
+    const std::string cmd = fmt::format("'{}' '{}/hfx_ort_runner.py' '{}' '{}'", python_interpreter(opt), HFX_PYTHON_DIR,
+                                        (scratch / "job.json").string(), (scratch / "result.json").string());
+    if (std::system(cmd.c_str()) != 0)
+      fail(ErrorKind::Io, "onnxruntime driver failed: {} (is onnxruntime installed for that interpreter? set HFX_PYTHON)", cmd);
+    ort_result = nlohmann::json::parse(read_text_file(scratch / "result.json"));
+    for (size_t i = 0; i < runs.size(); ++i) runs[i].actual = io::load_safetensors(scratch / fmt::format("out{}.safetensors", i));
+  } else {
+    std::map<const ArtifactComponent*, std::unique_ptr<runtime::Executor>> execs;
+    for (auto& r : runs) {
+      auto& e = execs[r.comp];
+      if (!e) e = std::make_unique<runtime::Executor>(r.comp->graph);
+      r.actual = e->run(r.inputs);
+    }
+  }
+  for (auto& r : runs) {
+    Diff d;
+    for (const auto& [name, t] : r.expected) {
+      if (!r.actual.count(name)) {
+        d.mismatched += 1;
+        d.worst = name + " (missing)";
+        continue;
+      }
+      accumulate(d, name, r.actual.at(name), t, atol);
+    }
+    const std::string label = fmt::format("numbers: {} / {} (batch {}, seq {}, past {})", r.comp->role, r.sc.name, r.sc.batch,
+                                          r.sc.seq, r.sc.past);
+    CheckResult c{label, d.mismatched == 0, "", tol_numbers, {}};
+    c.measured = {{"max_abs", std::isfinite(d.max_abs) ? json(d.max_abs) : json("inf")}, {"mean_abs", d.mean_abs},
+                  {"mismatched", d.mismatched}, {"elements", d.total}};
+    c.detail = fmt::format("max abs {:.3g}, mean abs {:.3g}, {} of {} elements over tolerance", d.max_abs, d.mean_abs,
+                           d.mismatched, d.total);
+    if (!c.passed)
+      c.detail += "; worst output " + d.worst + "; " +
+                  first_diverging_layer(r.refc->graph, r.comp->graph, r.inputs, art.cache.num_layers, atol);
+    add(std::move(c));
+  }
+
+  // 5. Greedy generation, reference vs artifact.
+  runtime::SamplingOptions so;
+  so.max_new_tokens = opt.tokens;
+  so.eos_token_ids = art.eos_token_ids;
+  so.pad_token_id = art.pad_token_id;
+  auto runners = [](const auto& graphs_by_role) {
+    std::pair<std::unique_ptr<runtime::StepRunner>, std::unique_ptr<runtime::StepRunner>> r;
+    const ir::Graph* first = graphs_by_role("prefill");
+    if (!first) first = graphs_by_role("decoder");
+    const ir::Graph* next = graphs_by_role("decode");
+    r.first = runtime::make_executor_runner(*first);
+    if (next) r.second = runtime::make_executor_runner(*next);
+    return r;
+  };
+  auto ref_runners = runners([&](const std::string& role) -> const ir::Graph* {
+    for (const auto& c : ref.components)
+      if (c.role == role) return &c.graph;
+    return nullptr;
+  });
+  auto expected_tokens = runtime::generate(*ref_runners.first, ref_runners.second ? *ref_runners.second : *ref_runners.first,
+                                           art.cache, prompts, so);
+  std::vector<std::vector<int64_t>> actual_tokens;
+  double gen_s = 0, first_step_s = 0;
+  if (opt.runtime == "onnxruntime") {
+    actual_tokens = ort_result["generate"]["tokens"].get<std::vector<std::vector<int64_t>>>();
+    gen_s = ort_result["generate"]["total_s"].get<double>();
+    first_step_s = ort_result["generate"]["cold_start_s"].get<double>();
+  } else {
+    auto art_runners = runners([&](const std::string& role) -> const ir::Graph* {
+      for (const auto& c : art.components)
+        if (c.role == role) return &c.graph;
+      return nullptr;
+    });
+    const auto t0 = Clock::now();
+    bool first = true;
+    actual_tokens = runtime::generate(*art_runners.first, art_runners.second ? *art_runners.second : *art_runners.first,
+                                      art.cache, prompts, so, [&](size_t, int64_t) {
+                                        if (first) first_step_s = seconds_since(t0), first = false;
+                                      });
+    gen_s = seconds_since(t0);
+  }
+  {
+    size_t same = 0, total = 0;
+    for (size_t b = 0; b < expected_tokens.size(); ++b)
+      for (size_t i = 0; i < expected_tokens[b].size(); ++i, ++total)
+        same += b < actual_tokens.size() && i < actual_tokens[b].size() && actual_tokens[b][i] == expected_tokens[b][i];
+    const bool ok = expected_tokens == actual_tokens;
+    CheckResult c{fmt::format("greedy generation ({} tokens, batch {})", opt.tokens, prompts.size()), ok,
+                  ok ? "identical tokens" : fmt::format("{} of {} tokens agree", same, total), "identical tokens", {}};
+    c.measured = {{"expected", expected_tokens}, {"actual", actual_tokens}};
+    add(std::move(c));
+  }
+
+  // 6. Where ops ran.
+  {
+    CheckResult c{"op placement", true, "", "every node on the intended provider, none unsupported", {}};
+    if (opt.runtime == "onnxruntime") {
+      const auto& p = ort_result.value("placements", nlohmann::json::object());
+      std::vector<std::string> parts, off;
+      for (const auto& [op, providers] : p.items())
+        for (const auto& [prov, n] : providers.items()) {
+          parts.push_back(fmt::format("{} x{} on {}", op, n.get<int>(), prov));
+          if (prov != "CPUExecutionProvider") off.push_back(op);
+        }
+      c.passed = off.empty() && !p.empty();
+      c.detail = fmt::format("onnxruntime {}: {}", ort_result.value("ort_version", "?"), fmt::join(parts, ", "));
+      c.measured = p;
+    } else {
+      std::map<std::string, int> ops;
+      for (const auto& comp : art.components)
+        for (const auto& n : comp.graph.nodes()) ++ops[n.op];
+      std::vector<std::string> parts;
+      for (const auto& [op, n] : ops) parts.push_back(fmt::format("{} x{}", op, n));
+      c.detail = fmt::format("reference executor kernels: {}", fmt::join(parts, ", "));
+    }
+    add(std::move(c));
+  }
+
+  // 7. Latency, memory, size (measured, not gated: timings depend on the machine).
+  {
+    int64_t size = 0;
+    for (const auto& [rel, sha] : manifest["files"].items()) size += int64_t(fs::file_size(out / rel));
+    int64_t new_tokens = 0;
+    for (const auto& r : actual_tokens) new_tokens += int64_t(r.size());
+    CheckResult c{"performance", true, "", "measured only (no timing gate)", {}};
+    c.measured = {{"runtime", opt.runtime}, {"load_s", opt.runtime == "onnxruntime" ? first_step_s : open_s},
+                  {"generate_s", gen_s}, {"tokens_per_s", gen_s > 0 ? double(new_tokens) / gen_s : 0.0},
+                  {"peak_rss_bytes", peak_rss_bytes()}, {"artifact_bytes", size}};
+    c.detail = fmt::format("load {:.3f} s, {} tokens in {:.3f} s ({:.1f} tok/s), peak RSS {} MiB (this process), artifact {} KiB",
+                           opt.runtime == "onnxruntime" ? first_step_s : open_s, new_tokens, gen_s,
+                           gen_s > 0 ? double(new_tokens) / gen_s : 0.0, peak_rss_bytes() >> 20, size >> 10);
+    add(std::move(c));
+  }
+
+  // 8. A re-export from the same source and recipe reproduces the same bytes.
+  if (opt.reexport) {
+    const fs::path again = scratch / "reexport";
+    ExportOptions eo;
+    eo.model_dir = source;
+    eo.out_dir = again;
+    eo.recipe = recipe;
+    eo.verify = false;
+    run_export(eo);
+    std::string problem;
+    for (const auto& [rel, sha] : manifest["files"].items())
+      if (!fs::exists(again / rel) || sha256_file(again / rel) != sha.get<std::string>()) {
+        problem = rel + " differs";
+        break;
+      }
+    if (problem.empty() && read_text_file(again / kManifestName) != read_text_file(out / kManifestName)) problem = "hfx.json differs";
+    add({"re-export reproduces bytes", problem.empty(), problem.empty() ? "every file identical" : problem, "sha256 equal", {}});
+  }
+  return rep;
+}
+
+}  // namespace hfx::pipeline

@@ -1,0 +1,51 @@
+// `hfx verify`: proves an export before anyone ships it. Rebuilds the reference from the source
+// checkpoint the manifest names, and checks the artifact against it: checksums, source hashes, I/O
+// signature, numbers per component over a shape matrix at the contract's bounds, greedy generation,
+// where ops ran, latency/memory/size, and that a re-export reproduces the same bytes. When numbers
+// diverge it names the first layer whose output diverges.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hfx::pipeline {
+
+struct VerifyOptions {
+  std::string runtime = "reference";  // reference | onnxruntime
+  int64_t tokens = 64;                // greedy tokens compared
+  bool reexport = true;               // re-export into a temporary folder and compare bytes
+  bool full_shape_matrix = true;      // false: two shapes only (the check `hfx export` runs)
+  std::optional<double> atol;         // overrides the f32 default
+  std::string python;                 // interpreter with onnxruntime (default: $HFX_PYTHON or python3)
+};
+
+struct CheckResult {
+  std::string name;
+  bool passed = false;
+  std::string detail;     // one line: what was measured, or what went wrong
+  std::string tolerance;  // the gate and why it is that number
+  nlohmann::ordered_json measured = nlohmann::ordered_json::object();
+};
+
+struct VerifyReport {
+  std::filesystem::path dir;
+  std::string runtime;
+  std::vector<CheckResult> checks;
+  bool passed() const;
+  nlohmann::ordered_json to_json() const;
+  std::string to_markdown() const;
+};
+
+// The default fp32 tolerance and its reason (documented in docs/verify.md).
+constexpr double kF32Atol = 1e-4;
+
+VerifyReport verify_export(const std::filesystem::path& out_dir, const VerifyOptions& options);
+
+// Writes OUT/verify/report.json and OUT/verify/report.md.
+void write_reports(const VerifyReport& report);
+
+}  // namespace hfx::pipeline

@@ -1,0 +1,234 @@
+// tokenizer.json: loading errors, hand-checked encodings of tiny tokenizers, the Unicode helpers and
+// the known-regex matcher. The parity with `tokenizers` itself is tests/oracle/test_tokenizer.py.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/tokenizer.h"
+#include "io/tokenizer_internal.h"
+#include "io/unicode_tables.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace hfx;
+using namespace hfx::io;
+
+namespace {
+
+class TokenizerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("hfx_tok_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write(const json& j, const std::string& name = "tokenizer.json") {
+    fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << j.dump();
+    return p;
+  }
+  Tokenizer load(const json& j) { return Tokenizer::load(write(j)); }
+
+  // Loading `j` fails with `kind`, in one line naming every string of `expected`.
+  void expect_error(const json& j, ErrorKind kind, std::initializer_list<std::string> expected) {
+    fs::path p = write(j);
+    try {
+      Tokenizer::load(p);
+      FAIL() << "loading should have failed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.describe();
+      EXPECT_EQ(e.describe().find('\n'), std::string::npos);
+      for (const auto& s : expected) EXPECT_NE(e.describe().find(s), std::string::npos) << s << " not in " << e.describe();
+    }
+  }
+
+  fs::path dir_;
+};
+
+json tiny_bpe() {
+  return {{"model",
+           {{"type", "BPE"},
+            {"vocab", {{"a", 0}, {"b", 1}, {"c", 2}, {"ab", 3}, {"abc", 4}, {"<unk>", 5}}},
+            {"merges", {"a b", json::array({"ab", "c"})}},
+            {"unk_token", "<unk>"}}},
+          {"pre_tokenizer", {{"type", "WhitespaceSplit"}}}};
+}
+
+json tiny_wordpiece() {
+  return {{"normalizer", {{"type", "BertNormalizer"}, {"lowercase", true}, {"strip_accents", nullptr}}},
+          {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+          {"model",
+           {{"type", "WordPiece"},
+            {"unk_token", "[UNK]"},
+            {"continuing_subword_prefix", "##"},
+            {"max_input_chars_per_word", 10},
+            {"vocab", {{"[UNK]", 0}, {"un", 1}, {"##aff", 2}, {"##able", 3}, {"[CLS]", 4}, {"[SEP]", 5}, {"!", 6}, {"e", 7}}}}},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single", json::array({{{"SpecialToken", {{"id", "[CLS]"}, {"type_id", 0}}}},
+                                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                    {{"SpecialToken", {{"id", "[SEP]"}, {"type_id", 0}}}}})},
+            {"special_tokens",
+             {{"[CLS]", {{"id", "[CLS]"}, {"ids", {4}}, {"tokens", {"[CLS]"}}}},
+              {"[SEP]", {{"id", "[SEP]"}, {"ids", {5}}, {"tokens", {"[SEP]"}}}}}}}},
+          {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+          {"added_tokens", json::array({{{"id", 4}, {"content", "[CLS]"}, {"special", true}, {"normalized", false}},
+                                        {{"id", 5}, {"content", "[SEP]"}, {"special", true}, {"normalized", false}}})}};
+}
+
+TEST_F(TokenizerTest, BpeMergesInBothSpellingsAndUnknowns) {
+  auto tok = load(tiny_bpe());
+  EXPECT_EQ(tok.encode("abc ab ca"), (std::vector<int64_t>{4, 3, 2, 0}));
+  EXPECT_EQ(tok.encode("axxb"), (std::vector<int64_t>{0, 5, 5, 1}));  // one <unk> per character
+  EXPECT_EQ(tok.encode(""), std::vector<int64_t>{});
+  EXPECT_EQ(tok.vocab_size(), 6);
+  EXPECT_EQ(tok.token_to_id("abc"), 4);
+  EXPECT_EQ(tok.token_to_id("zz"), std::nullopt);
+  EXPECT_EQ(tok.decode({4, 3, 99}), "abc ab");  // no decoder: tokens joined by spaces, unknown ids skipped
+
+  json j = tiny_bpe();
+  j["model"]["fuse_unk"] = true;
+  EXPECT_EQ(load(j).encode("axxb"), (std::vector<int64_t>{0, 5, 1}));
+}
+
+TEST_F(TokenizerTest, ByteFallbackRoundTrip) {
+  json j = tiny_bpe();
+  j["model"]["byte_fallback"] = true;
+  j["model"]["vocab"]["<0xC3>"] = 6;
+  j["model"]["vocab"]["<0xA9>"] = 7;
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}};
+  auto tok = load(j);
+  EXPECT_EQ(tok.encode("a\xC3\xA9"), (std::vector<int64_t>{0, 6, 7}));  // "aé"
+  EXPECT_EQ(tok.encode("a\xC3\xA8"), (std::vector<int64_t>{0, 5}));     // "è": no <0xA8>, so <unk>
+  EXPECT_EQ(tok.decode({0, 6, 7}), "a\xC3\xA9");
+  EXPECT_EQ(tok.decode({6, 0}), "\xEF\xBF\xBD" "a");  // a lone lead byte decodes to U+FFFD
+}
+
+TEST_F(TokenizerTest, WordPieceWithTemplateAndDecoder) {
+  auto tok = load(tiny_wordpiece());
+  EXPECT_EQ(tok.encode("UnAffable!"), (std::vector<int64_t>{4, 1, 2, 3, 6, 5}));
+  EXPECT_EQ(tok.encode("UnAffable!", false), (std::vector<int64_t>{1, 2, 3, 6}));
+  EXPECT_EQ(tok.encode("unaffablex"), (std::vector<int64_t>{4, 0, 5}));    // no piece for "x": the whole word is [UNK]
+  EXPECT_EQ(tok.encode("unaffableun"), (std::vector<int64_t>{4, 0, 5}));   // longer than 10 characters
+  EXPECT_EQ(tok.encode("\xC3\x89"), (std::vector<int64_t>{4, 7, 5}));      // "É": lowercased, accent stripped
+  EXPECT_EQ(tok.encode("[CLS]un"), (std::vector<int64_t>{4, 4, 1, 5}));    // special tokens are split out first
+  EXPECT_EQ(tok.decode({4, 1, 2, 3, 6, 5}), "unaffable!");
+  EXPECT_EQ(tok.decode({4, 1, 5}, false), "[CLS] un [SEP]");
+}
+
+TEST_F(TokenizerTest, AddedTokenFlags) {
+  json j = tiny_bpe();
+  j["added_tokens"] = json::array({{{"id", 6}, {"content", "<x>"}, {"special", true}, {"lstrip", true}},
+                                   {{"id", 7}, {"content", "<y>"}, {"single_word", true}, {"normalized", false}}});
+  auto tok = load(j);
+  EXPECT_EQ(tok.encode("ab  <x>c"), (std::vector<int64_t>{3, 6, 2}));  // lstrip swallows the spaces
+  EXPECT_EQ(tok.encode("a <y> b"), (std::vector<int64_t>{0, 7, 1}));
+  EXPECT_EQ(tok.encode("a<y>"), (std::vector<int64_t>{0, 5, 5, 5}));   // not a single word: left as text
+  EXPECT_EQ(tok.vocab_size(), 8);
+  EXPECT_EQ(tok.decode({3, 6, 7}), "ab <y>");  // special <x> skipped
+}
+
+TEST_F(TokenizerTest, LoadErrorsNameFileAndField) {
+  EXPECT_THROW(Tokenizer::load(dir_ / "missing.json"), Error);
+  try {
+    Tokenizer::load(dir_);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    EXPECT_NE(e.describe().find("tokenizer.json"), std::string::npos);
+  }
+
+  expect_error(json::object(), ErrorKind::BadInput, {"tokenizer.json", "\"model\"", "missing"});
+  json j = tiny_bpe();
+  j["model"]["merges"][0] = "a z";
+  expect_error(j, ErrorKind::BadInput, {"model.merges[0]", "\"z\"", "not in the vocabulary"});
+  j = tiny_bpe();
+  j["model"]["merges"][1] = 7;
+  expect_error(j, ErrorKind::BadInput, {"model.merges[1]", "found 7"});
+  j = tiny_bpe();
+  j["normalizer"] = {{"type", "Precompiled"}};
+  expect_error(j, ErrorKind::Unsupported, {"normalizer.type", "Precompiled"});
+  j = tiny_bpe();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}, {"behavior", "Isolated"}};
+  expect_error(j, ErrorKind::Unsupported, {"pre_tokenizer.pattern.Regex", "\\\\w+"});
+  j = tiny_bpe();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}};
+  expect_error(j, ErrorKind::BadInput, {"pre_tokenizer.behavior", "Sideways"});
+  j = tiny_bpe();
+  j["model"]["dropout"] = 0.1;
+  expect_error(j, ErrorKind::Unsupported, {"model.dropout"});
+  j = tiny_wordpiece();
+  j["post_processor"]["single"][0]["SpecialToken"]["id"] = "[BOS]";
+  expect_error(j, ErrorKind::BadInput, {"post_processor.single[0].SpecialToken.id", "[BOS]"});
+}
+
+TEST_F(TokenizerTest, InvalidUtf8TextIsBadInput) {
+  auto tok = load(tiny_bpe());
+  try {
+    tok.encode("ab\xFF");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    EXPECT_NE(e.describe().find("offset 2"), std::string::npos) << e.describe();
+  }
+}
+
+TEST(Unicode, NormalizationForms) {
+  using unicode::Form;
+  using unicode::normalize;
+  EXPECT_EQ(normalize(U"e\u0301", Form::NFC), U"\u00e9");
+  EXPECT_EQ(normalize(U"\u00c5", Form::NFD), U"A\u030a");
+  EXPECT_EQ(normalize(U"\u212b", Form::NFC), U"\u00c5");                  // singleton decomposition
+  EXPECT_EQ(normalize(U"q\u0307\u0323", Form::NFC), U"q\u0323\u0307");     // canonical reordering
+  EXPECT_EQ(normalize(U"\u1112\u1161\u11ab", Form::NFC), U"\ud55c");      // Hangul LVT
+  EXPECT_EQ(normalize(U"\ud55c", Form::NFD), U"\u1112\u1161\u11ab");
+  EXPECT_EQ(normalize(U"\ufb01", Form::NFKC), U"fi");
+  EXPECT_EQ(normalize(U"\ufb01", Form::NFC), U"\ufb01");
+  EXPECT_EQ(normalize(U"x\u00b2", Form::NFKD), U"x2");
+  EXPECT_EQ(unicode::lowercase(U"\u0130A\u03a3"), U"i\u0307a\u03c3");     // per character, no final sigma
+}
+
+TEST(Unicode, Properties) {
+  using unicode::has;
+  EXPECT_TRUE(has(U'a', unicode::kLetter));
+  EXPECT_TRUE(has(U'\u6771', unicode::kLetter));
+  EXPECT_TRUE(has(U'\u0663', unicode::kNumber));
+  EXPECT_TRUE(has(U'\u3000', unicode::kWhiteSpace));
+  EXPECT_FALSE(has(U'\u200b', unicode::kWhiteSpace));
+  EXPECT_TRUE(has(U'\u0301', unicode::kBertMn));
+  EXPECT_TRUE(has(U'!', unicode::kBertPunct));
+  EXPECT_EQ(unicode::combining_class(U'\u0301'), 230);
+  EXPECT_EQ(unicode::combining_class(U'a'), 0);
+}
+
+TEST(Unicode, Utf8) {
+  EXPECT_EQ(unicode::utf8_lossy("a\xE6\x9D" "b"), "a\xEF\xBF\xBD" "b");           // one U+FFFD per maximal subpart
+  EXPECT_EQ(unicode::utf8_lossy("\xF0\x9F\x98" "A"), "\xEF\xBF\xBD" "A");
+  EXPECT_EQ(unicode::utf8_lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");          // never-valid lead byte
+  EXPECT_EQ(unicode::utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(unicode::to_utf8(unicode::from_utf8("h\xC3\xA9\xF0\x9F\x98\x80")), "h\xC3\xA9\xF0\x9F\x98\x80");
+  EXPECT_FALSE(unicode::is_valid_utf8("\xE6\x9D"));
+}
+
+TEST(KnownRegex, Llama3Pattern) {
+  const char* pattern =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const auto* re = tok::find_known_regex(pattern);
+  ASSERT_NE(re, nullptr);
+  EXPECT_EQ(tok::find_known_regex(R"(\p{L}+)"), nullptr);
+  std::u32string s = U"I'LL pay 1234567 now!!\n\n  ok   ";
+  std::vector<std::u32string> pieces;
+  for (auto [b, e] : tok::find_regex_matches(*re, s)) pieces.push_back(s.substr(b, e - b));
+  std::vector<std::u32string> want = {U"I", U"'LL", U" pay", U" ", U"123", U"456", U"7", U" now", U"!!\n\n",
+                                      U" ", U" ok", U"   "};
+  EXPECT_EQ(pieces, want);
+}
+
+}  // namespace
