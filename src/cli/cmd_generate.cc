@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "io/tokenizer.h"
 #include "pipeline/artifact.h"
 #include "runtime/generate.h"
 
@@ -39,7 +40,12 @@ void register_generate(CLI::App& app, Action& action) {
       auto art = pipeline::open_artifact(s->dir, "onnx");
       std::vector<std::vector<int64_t>> prompts;
       for (const auto& p : s->prompt_ids) prompts.push_back(parse_id_list(p, "--prompt-ids"));
-      if (!s->prompt.empty()) unsupported("--prompt needs the tokenizer (not wired yet); use --prompt-ids");
+      std::optional<io::Tokenizer> tok;
+      if (fs::exists(s->dir / "tokenizer.json")) tok = io::Tokenizer::load(s->dir / "tokenizer.json");
+      if (!s->prompt.empty()) {
+        if (!tok) bad_input("{}: --prompt needs tokenizer.json in the export; use --prompt-ids", s->dir.string());
+        prompts.push_back(tok->encode(s->prompt, true));
+      }
       if (prompts.empty()) bad_input("give --prompt TEXT or --prompt-ids 1,2,3");
       auto opts = s->sampling;
       opts.eos_token_ids = art.eos_token_ids;
@@ -47,13 +53,26 @@ void register_generate(CLI::App& app, Action& action) {
       const bool split = art.components.size() > 1;
       auto first = runtime::make_executor_runner(art.component(split ? "prefill" : "").graph);
       auto next = split ? runtime::make_executor_runner(art.component("decode").graph) : nullptr;
+      // Stream a single row as it comes: text when there is a tokenizer, ids otherwise. Text is
+      // re-decoded from all new ids each time and only the new suffix printed, so multi-byte
+      // characters split over tokens come out whole.
       const bool stream = !s->print_ids && prompts.size() == 1;
+      std::vector<int64_t> so_far;
+      std::string printed;
       auto rows = runtime::generate(*first, next ? *next : *first, art.cache, prompts, opts,
-                                    [&](size_t, int64_t tok) {
-                                      if (stream) {
-                                        fmt::print("{} ", tok);
-                                        std::fflush(stdout);
+                                    [&](size_t, int64_t id) {
+                                      if (!stream) return;
+                                      if (!tok) {
+                                        fmt::print("{} ", id);
+                                      } else {
+                                        so_far.push_back(id);
+                                        std::string text = tok->decode(so_far, true);
+                                        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+                                          fmt::print("{}", text.substr(printed.size()));
+                                          printed = text;
+                                        }
                                       }
+                                      std::fflush(stdout);
                                     });
       if (stream) fmt::print("\n");
       else

@@ -2,6 +2,7 @@
 // a line on stderr and an exit code (1 bad input / unsupported / i/o, 2 usage, 70 internal).
 #include <fmt/format.h>
 
+#include "cli/cmd_tokenize.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   cli::register_verify(app, action);
   cli::register_generate(app, action);
   cli::register_run(app, action);
+  cli::register_tokenize(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

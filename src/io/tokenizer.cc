@@ -508,6 +508,7 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     pad.left = is_left(p["direction"]);
     impl->padding = pad;
   }
+  impl->file.json = json();  // everything is built: free the document (tens of MB for large vocabularies)
   return Tokenizer(std::move(impl));
 }
 

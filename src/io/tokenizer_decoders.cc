@@ -177,7 +177,7 @@ class WordPieceDecoder : public Decoder {
         if (t.compare(0, prefix_.size(), prefix_) == 0)
           t.erase(0, prefix_.size());
         else
-          t.insert(0, " ");
+          t = " " + t;
       }
       if (cleanup_) t = cleanup(t);
     }

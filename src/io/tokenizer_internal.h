@@ -108,7 +108,11 @@ class Model {
   void set_vocab(const Node& vocab_node);  // {"token": id, ...}
   int64_t require_token(const Node& where, const std::string& token) const;
 
-  std::unordered_map<std::string, int64_t> vocab_;
+  struct Hash {  // lets find() take a string_view without building a std::string
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int64_t, Hash, std::equal_to<>> vocab_;
   std::unordered_map<int64_t, std::string> vocab_r_;
 };
 std::unique_ptr<Model> make_model(const Node& node);

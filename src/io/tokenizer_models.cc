@@ -7,7 +7,7 @@
 namespace hfx::io::tok {
 
 std::optional<int64_t> Model::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(std::string(token));
+  auto it = vocab_.find(token);
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -20,9 +20,15 @@ const std::string* Model::id_to_token(int64_t id) const {
 void Model::set_vocab(const Node& node) {
   if (!node.present() || !node.value().is_object()) node.wrong("an object {\"token\": id, ...}");
   vocab_.reserve(node.value().size());
+  vocab_r_.reserve(node.value().size());
   for (const auto& [token, id] : node.value().items()) {
-    Node entry(node.file(), &id, node.path() + "[" + nlohmann::json(token).dump() + "]");
-    int64_t v = entry.integer(0, UINT32_MAX);
+    int64_t v;
+    if (id.is_number_unsigned() && id.get<uint64_t>() <= UINT32_MAX) {
+      v = int64_t(id.get<uint64_t>());
+    } else {
+      Node entry(node.file(), &id, node.path() + "[" + nlohmann::json(token).dump() + "]");
+      v = entry.integer(0, UINT32_MAX);
+    }
     vocab_[token] = v;
     vocab_r_[v] = token;
   }
@@ -37,6 +43,17 @@ int64_t Model::require_token(const Node& where, const std::string& token) const 
 
 namespace {
 
+// Where a token such as unk_token is named, for an error at encode time (the JSON is gone by then).
+struct TokenSite {
+  explicit TokenSite(const Node& n) : file(n.file().path.string()), path(n.path()) {}
+  int64_t id(const Model& model, const std::string& token) const {
+    auto id = model.token_to_id(token);
+    if (!id) bad_input("{}: field \"{}\": token {} is not in the vocabulary", file, path, nlohmann::json(token).dump());
+    return *id;
+  }
+  std::string file, path;
+};
+
 size_t utf8_char_len(unsigned char lead) {
   if (lead < 0x80) return 1;
   if (lead < 0xE0) return 2;
@@ -46,7 +63,7 @@ size_t utf8_char_len(unsigned char lead) {
 
 class Bpe : public Model {
  public:
-  explicit Bpe(const Node& node) : node_(node) {
+  explicit Bpe(const Node& node) : unk_site_(node["unk_token"]) {
     set_vocab(node["vocab"]);
     if (node["dropout"].present() && node["dropout"].value().is_number() && node["dropout"].value().get<double>() != 0.0)
       node["dropout"].unsupported_value("BPE dropout (encoding would be random)");
@@ -136,7 +153,7 @@ class Bpe : public Model {
           unk_len += len;
         } else {
           if (unk_id >= 0) add(unk_id, unk_len);
-          unk_id = require_token(node_["unk_token"], *unk_token_);
+          unk_id = unk_site_.id(*this, *unk_token_);
           unk_len = len;
         }
       }
@@ -195,7 +212,7 @@ class Bpe : public Model {
     }
   }
 
-  Node node_;
+  TokenSite unk_site_;
   std::optional<std::string> unk_token_;
   std::string prefix_, suffix_;
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
@@ -205,7 +222,7 @@ class Bpe : public Model {
 
 class WordPiece : public Model {
  public:
-  explicit WordPiece(const Node& node) : node_(node) {
+  explicit WordPiece(const Node& node) : unk_site_(node["unk_token"]) {
     set_vocab(node["vocab"]);
     unk_token_ = node["unk_token"].str_or("[UNK]");
     prefix_ = node["continuing_subword_prefix"].str_or("##");
@@ -243,15 +260,15 @@ class WordPiece : public Model {
   }
 
  private:
-  int64_t unk_id() const { return require_token(node_["unk_token"], unk_token_); }
-  Node node_;
+  int64_t unk_id() const { return unk_site_.id(*this, unk_token_); }
+  TokenSite unk_site_;
   std::string unk_token_, prefix_;
   size_t max_chars_;
 };
 
 class WordLevel : public Model {
  public:
-  explicit WordLevel(const Node& node) : node_(node) {
+  explicit WordLevel(const Node& node) : unk_site_(node["unk_token"]) {
     set_vocab(node["vocab"]);
     unk_token_ = node["unk_token"].str_or("<unk>");
   }
@@ -259,11 +276,11 @@ class WordLevel : public Model {
     if (auto id = token_to_id(w))
       out.push_back(*id);
     else
-      out.push_back(require_token(node_["unk_token"], unk_token_));
+      out.push_back(unk_site_.id(*this, unk_token_));
   }
 
  private:
-  Node node_;
+  TokenSite unk_site_;
   std::string unk_token_;
 };
 

@@ -26,6 +26,9 @@ BASE = dict(
     pad_token_id=0,
 )
 
+LONGROPE = dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5,
+                short_factor=[1.0, 1.3, 1.9, 2.6], long_factor=[1.5, 3.0, 7.0, 11.0])
+
 CASES: dict[str, tuple[str, dict]] = {
     # llama: GQA 2, untied; then each rope type and the remaining flags
     "llama": ("llama", dict(tie_word_embeddings=False)),
@@ -48,6 +51,55 @@ CASES: dict[str, tuple[str, dict]] = {
     # qwen3: q/k norm, explicit head_dim != hidden/heads
     "qwen3": ("qwen3", dict(head_dim=32, tie_word_embeddings=True)),
     "qwen3-gqa4": ("qwen3", dict(head_dim=16, num_attention_heads=8, num_key_value_heads=2)),
+    # gemma: (1 + w) RMSNorm, GeGLU (tanh gelu), sqrt(hidden) embedding scale, tied, head_dim != hidden/heads
+    "gemma": ("gemma", dict(head_dim=24)),
+    # gemma2: sandwich norms, small soft-caps so tanh really bends, query_pre_attn_scalar != head_dim,
+    # alternating sliding (window shorter than the prompt) / full layers
+    "gemma2": ("gemma2", dict(head_dim=16, num_hidden_layers=3, sliding_window=4, query_pre_attn_scalar=24,
+                              attn_logit_softcapping=2.0, final_logit_softcapping=5.0)),
+    # gemma3: (1 + w) q/k norm, linear-scaled global rope and a local base for sliding layers, final soft-cap
+    "gemma3": ("gemma3_text", dict(head_dim=16, num_hidden_layers=3, sliding_window=4, query_pre_attn_scalar=20,
+                                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                   final_logit_softcapping=5.0,
+                                   rope_parameters={"full_attention": dict(rope_type="linear", factor=4.0, rope_theta=1e6),
+                                                    "sliding_attention": dict(rope_type="default", rope_theta=1e4)})),
+    # gpt2: learned positions, Conv1D weights, fused c_attn, gelu_new, tied; n_inner set (BASE's
+    # intermediate_size is not a GPT-2 field); MHA, so num_key_value_heads (read by the tests) = heads.
+    # n_positions covers the longest generation (prompt + 64 new tokens).
+    "gpt2": ("gpt2", dict(num_key_value_heads=4, n_inner=80, max_position_embeddings=128)),
+    "gpt2-untied-scaled": ("gpt2", dict(num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=False,
+                                        activation_function="gelu", scale_attn_by_inverse_layer_idx=True)),
+    # phi3: fused qkv_proj / gate_up_proj, sliding window on every layer
+    "phi3": ("phi3", dict(sliding_window=5)),
+    # phi3 longrope with partial rotary: every step past the original context (long factors), and every
+    # step within it (short factors). Crossing it mid-generation is PARITY_CASES' phi3-longrope-switch:
+    # Transformers' Phi-3 generate() then re-encodes the whole sequence, which a decode loop must mirror.
+    "phi3-longrope": ("phi3", dict(original_max_position_embeddings=4, rope_parameters=dict(LONGROPE))),
+    "phi3-longrope-short": ("phi3", dict(original_max_position_embeddings=96, max_position_embeddings=128,
+                                         rope_parameters=dict(LONGROPE))),
+    # gpt_neox: parallel residual, partial rotary 0.25, biases; and the sequential variant
+    "gpt-neox": ("gpt_neox", dict(num_key_value_heads=4)),
+    "gpt-neox-sequential": ("gpt_neox", dict(num_key_value_heads=4, use_parallel_residual=False, hidden_act="gelu_new",
+                                             rope_parameters=dict(rope_type="default", rope_theta=500.0,
+                                                                  partial_rotary_factor=0.5))),
+    # olmo2: post-norms, q/k RMSNorm over the whole projection
+    "olmo2": ("olmo2", dict()),
+    # granite: every multiplier away from 1
+    "granite": ("granite", dict(embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.09,
+                                logits_scaling=3.0)),
+    # stablelm: LayerNorm, partial rotary, q/k/v bias, per-head q/k LayerNorm; then the parallel residual
+    "stablelm": ("stablelm", dict(use_qkv_bias=True, qk_layernorm=True)),
+    "stablelm-parallel": ("stablelm", dict(use_parallel_residual=True, partial_rotary_factor=0.5)),
+    # starcoder2: biased LayerNorm, c_fc/c_proj MLP, use_bias, sliding window
+    "starcoder2": ("starcoder2", dict(sliding_window=5)),
+}
+
+
+# Checkpoints for forward-parity tests only (tests/oracle/test_families_*.py), not in the generation matrix.
+PARITY_CASES: dict[str, tuple[str, dict]] = {
+    # the prompt (10 tokens) is within the original context (11), decode steps cross it: the step that
+    # reaches position 11 switches from the short to the long factors, the cached keys keep theirs
+    "phi3-longrope-switch": ("phi3", dict(original_max_position_embeddings=11, rope_parameters=dict(LONGROPE))),
 }
 
 
@@ -56,7 +108,7 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    model_type, overrides = CASES[case]
+    model_type, overrides = CASES[case] if case in CASES else PARITY_CASES[case]
     cfg = dict(BASE)
     cfg.update(overrides)
     config = AutoConfig.for_model(model_type, **cfg)
@@ -89,7 +141,7 @@ if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("case", choices=sorted({**CASES, **PARITY_CASES}))
     ap.add_argument("folder")
     ap.add_argument("--dtype", default="float32")
     args = ap.parse_args()

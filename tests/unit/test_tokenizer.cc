@@ -56,7 +56,7 @@ json tiny_bpe() {
   return {{"model",
            {{"type", "BPE"},
             {"vocab", {{"a", 0}, {"b", 1}, {"c", 2}, {"ab", 3}, {"abc", 4}, {"<unk>", 5}}},
-            {"merges", {"a b", json::array({"ab", "c"})}},
+            {"merges", {"a b", "ab c"}},
             {"unk_token", "<unk>"}}},
           {"pre_tokenizer", {{"type", "WhitespaceSplit"}}}};
 }
@@ -94,6 +94,8 @@ TEST_F(TokenizerTest, BpeMergesInBothSpellingsAndUnknowns) {
   EXPECT_EQ(tok.decode({4, 3, 99}), "abc ab");  // no decoder: tokens joined by spaces, unknown ids skipped
 
   json j = tiny_bpe();
+  j["model"]["merges"] = json::array({json::array({"a", "b"}), json::array({"ab", "c"})});  // the newer spelling
+  EXPECT_EQ(load(j).encode("abc ab ca"), (std::vector<int64_t>{4, 3, 2, 0}));
   j["model"]["fuse_unk"] = true;
   EXPECT_EQ(load(j).encode("axxb"), (std::vector<int64_t>{0, 5, 1}));
 }
