@@ -72,7 +72,7 @@ def check_same(name: str, ours: set[int], oracle: set[int]) -> None:
         extra, missing = sorted(ours - oracle), sorted(oracle - ours)
         sys.exit(f"{name}: unicodedata {unicodedata.unidata_version} disagrees with tokenizers "
                  f"{tokenizers.__version__}: +{[hex(c) for c in extra[:8]]} -{[hex(c) for c in missing[:8]]} "
-                 "(install unicodedata2 of the Unicode version tokenizers uses)")
+                 "(pip install unicodedata2==16.0.0, the Unicode version tokenizers 0.23 uses, and rerun)")
 
 
 def properties() -> list[int]:

@@ -58,7 +58,10 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_flag("--static-cache", s->static_cache, "Fixed-length KV buffers written in place (needs --max-cache-len)");
   cmd->add_option("--max-cache-len", s->max_cache_len, "Length N of the static cache buffers");
   cmd->add_option("--dim", s->dims, "Bound a dim: NAME=MIN:MAX (batch_size, sequence_length, past_sequence_length, "
-                                    "total_sequence_length); repeatable");
+                                    "total_sequence_length); repeatable")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--dynamic", s->dynamic, "All dims symbolic and unbounded (no contract bounds)");
   cmd->add_option("--recipe", s->recipe, "Take the options from a recipe JSON or an export's hfx.json (reproduces it)")
       ->check(CLI::ExistingFile);

@@ -27,6 +27,9 @@ void register_generate(CLI::App& app, Action& action) {
   cmd->add_option("out", s->dir, "Export folder (with hfx.json)")->required();
   auto* text = cmd->add_option("--prompt", s->prompt, "Prompt text (encoded with the export's tokenizer.json)");
   cmd->add_option("--prompt-ids", s->prompt_ids, "Prompt as token ids 1,2,3; repeat for a batch (left-padded)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->excludes(text);
   cmd->add_option("--max-new-tokens,-n", s->sampling.max_new_tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", s->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();

@@ -30,7 +30,10 @@ void register_run(CLI::App& app, Action& action) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--output,-o", s->output, "safetensors file to write logits and present.* to")->required();
   cmd->add_flag("--decomposed", s->decomposed, "Run composite ops through their primitive decompositions");
-  cmd->add_option("--keep", s->keep, "Also return these intermediate values (by IR value name)");
+  cmd->add_option("--keep", s->keep, "Also return these intermediate values (by IR value name); repeatable")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->callback([s, &action] {
     action = [s] {
       auto inputs = io::load_safetensors(s->inputs);

@@ -101,9 +101,9 @@ void register_tokenize(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand(
       "tokenize", "Encode text to token ids (or decode ids to text) with a tokenizer.json, like `tokenizers`.");
   cmd->add_option("--tokenizer,-t", s->tokenizer, "tokenizer.json, or a folder holding one")->required();
-  cmd->add_flag("--decode,-d", s->decode, "Decode: read JSON arrays of ids, print JSON strings");
-  cmd->add_option("--ids", s->ids, "Decode these comma-separated ids (instead of stdin)");
-  auto* text = cmd->add_option("--text", s->text, "Encode this text (instead of stdin)");
+  auto* decode = cmd->add_flag("--decode,-d", s->decode, "Decode: read JSON arrays of ids, print JSON strings");
+  auto* ids = cmd->add_option("--ids", s->ids, "Decode these comma-separated ids (instead of stdin)");
+  auto* text = cmd->add_option("--text", s->text, "Encode this text (instead of stdin)")->excludes(decode)->excludes(ids);
   cmd->add_flag("--add-special-tokens,!--no-special-tokens", s->add_special_tokens,
                 "Encode: add the post-processor's special tokens ([CLS], <s>, ...); default on");
   cmd->add_flag("--keep-special-tokens", s->keep_special_tokens, "Decode: keep special tokens in the text");

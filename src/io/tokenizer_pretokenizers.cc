@@ -273,7 +273,8 @@ class ByteLevel : public PreTokenizer {
     if (add_prefix_space_ && (p.text.empty() || p.text[0] != U' ')) p.text.insert(p.text.begin(), U' ');
     size_t first = out.size();
     if (use_regex_) {
-      split_by(p, find_regex_matches(*find_known_regex(kGpt2Pattern), p.text), Behavior::Isolated, false, out);
+      static const KnownRegex* gpt2 = find_known_regex(kGpt2Pattern);
+      split_by(p, find_regex_matches(*gpt2, p.text), Behavior::Isolated, false, out);
     } else {
       out.push_back(Piece{std::move(p.text), -1, false});
     }

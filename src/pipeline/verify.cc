@@ -318,11 +318,19 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   } cleanup{scratch};
   nlohmann::json ort_result;
   // Prompts for the greedy check: batch 2 (left-padded) when the contract allows it.
+  // Prompts and token count stay inside the contract: the prompt within sequence_length, prompt plus
+  // new tokens within total_sequence_length (or the static cache).
+  const ir::Graph& g0 = art.components[0].graph;
+  const int64_t prompt_len = std::min<int64_t>(7, bound(g0, "sequence_length", true).value_or(7));
+  int64_t total_max = art.cache.static_cache ? art.cache.max_cache_len : bound(g0, "total_sequence_length", true).value_or(INT64_MAX);
+  if (auto p = bound(g0, "past_sequence_length", true)) total_max = std::min(total_max, *p + 1);
+  const int64_t tokens = std::max<int64_t>(1, std::min<int64_t>(opt.tokens, total_max - prompt_len));
   std::vector<std::vector<int64_t>> prompts = {{}};
-  for (int64_t i = 0; i < 7; ++i) prompts[0].push_back(3 + (i * 37) % std::max<int64_t>(1, vocab - 3));
-  if (bound(art.components[0].graph, "batch_size", true).value_or(2) >= 2) {
+  for (int64_t i = 0; i < prompt_len; ++i) prompts[0].push_back(3 + (i * 37) % std::max<int64_t>(1, vocab - 3));
+  if (bound(g0, "batch_size", true).value_or(2) >= 2) {
     prompts.push_back({});
-    for (int64_t i = 0; i < 4; ++i) prompts[1].push_back(3 + (i * 53 + 11) % std::max<int64_t>(1, vocab - 3));
+    for (int64_t i = 0; i < std::max<int64_t>(1, prompt_len - 3); ++i)
+      prompts[1].push_back(3 + (i * 53 + 11) % std::max<int64_t>(1, vocab - 3));
   }
   if (opt.runtime == "onnxruntime") {
     nlohmann::json job;
@@ -333,7 +341,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       job["runs"].push_back({{"model", runs[i].comp->file.string()}, {"inputs", in.string()}, {"outputs", o.string()}});
     }
     if (!runs.empty()) job["profile"] = {{"model", runs[0].comp->file.string()}, {"inputs", (scratch / "in0.safetensors").string()}};
-    job["generate"] = {{"export", fs::absolute(out).string()}, {"prompts", prompts}, {"max_new_tokens", opt.tokens}};
+    job["generate"] = {{"export", fs::absolute(out).string()}, {"prompts", prompts}, {"max_new_tokens", tokens}};
     write_text_file(scratch / "job.json", job.dump());
     const std::string cmd = fmt::format("'{}' '{}/hfx_ort_runner.py' '{}' '{}'", python_interpreter(opt), HFX_PYTHON_DIR,
                                         (scratch / "job.json").string(), (scratch / "result.json").string());
@@ -374,7 +382,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
 
   // 5. Greedy generation, reference vs artifact.
   runtime::SamplingOptions so;
-  so.max_new_tokens = opt.tokens;
+  so.max_new_tokens = tokens;
   so.eos_token_ids = art.eos_token_ids;
   so.pad_token_id = art.pad_token_id;
   auto runners = [](const auto& graphs_by_role) {
@@ -419,7 +427,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       for (size_t i = 0; i < expected_tokens[b].size(); ++i, ++total)
         same += b < actual_tokens.size() && i < actual_tokens[b].size() && actual_tokens[b][i] == expected_tokens[b][i];
     const bool ok = expected_tokens == actual_tokens;
-    CheckResult c{fmt::format("greedy generation ({} tokens, batch {})", opt.tokens, prompts.size()), ok,
+    CheckResult c{fmt::format("greedy generation ({} tokens, batch {})", tokens, prompts.size()), ok,
                   ok ? "identical tokens" : fmt::format("{} of {} tokens agree", same, total), "identical tokens", {}};
     c.measured = {{"expected", expected_tokens}, {"actual", actual_tokens}};
     add(std::move(c));
