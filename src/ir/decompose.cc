@@ -78,7 +78,9 @@ ValueId softcap_values(Builder& b, ValueId x, double cap) {
   return b.times(b.add1("Tanh", {b.divide(x, c)}), c);
 }
 
-std::vector<ValueId> softcap(Builder& b, const Node& n) { return {softcap_values(b, n.inputs[0], n.attr_float("cap"))}; }
+std::vector<ValueId> softcap(Builder& b, const Node& n) {
+  return {softcap_values(b, n.inputs[0], n.attr_float("cap"))};
+}
 
 // cos/sin tables for the positions given. With dynamic NTK scaling (Transformers' "dynamic" rope),
 // inv_freq is recomputed from the longest position in the batch once it passes the original

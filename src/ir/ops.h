@@ -22,7 +22,8 @@
 //   Linear(x[..., in], weight[out, in], bias[out]?) -> [..., out]     = x @ weight^T + bias
 //   RMSNorm(x[..., n], weight[n]; epsilon) -> x * rsqrt(mean(x^2) + eps) * weight
 //   SwiGLU(gate, up) -> silu(gate) * up
-//   Gelu(x; approximate="none"|"tanh") -> 0.5 x (1 + erf(x / sqrt 2))  |  0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//   Gelu(x; approximate="none"|"tanh") -> 0.5 x (1 + erf(x / sqrt 2))
+//                                       | 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 //   LayerNorm(x[..., n], weight, bias?; epsilon) -> (x - mean) / sqrt(var + eps) * weight + bias over the last
 //       axis (biased variance); weight and bias are [n] or broadcast to x's trailing dims ([heads, n] per head)
 //   Softcap(x; cap) -> tanh(x / cap) * cap                              (Gemma 2 logit soft-capping)

@@ -7,7 +7,7 @@
 namespace hfx::ir {
 
 struct WeightRef::Node {
-  enum Kind { Source, Constant, Transpose, Cast, Concat, PlusScalar, Reshape, Slice } kind;
+  enum Kind { Source, Constant, Transpose, Cast, Concat, PlusScalar, Reshape } kind;
   DType dtype;
   std::vector<int64_t> shape;
   // Source
@@ -20,7 +20,6 @@ struct WeightRef::Node {
   std::vector<WeightRef> children;
   std::vector<int64_t> perm;
   int64_t axis = 0;
-  int64_t start = 0;  // Slice: [start, start + shape[axis])
   double scalar = 0;
 };
 
@@ -119,22 +118,6 @@ WeightRef WeightRef::reshaped(std::vector<int64_t> shape) const {
   return WeightRef(std::move(n));
 }
 
-WeightRef WeightRef::slice(int64_t axis, int64_t start, int64_t end) const {
-  const auto rank = int64_t(shape().size());
-  if (axis < 0) axis += rank;
-  HFX_CHECK(axis >= 0 && axis < rank && 0 <= start && start <= end && end <= shape()[size_t(axis)],
-            "slice [{}, {}) on axis {} of {} [{}]", start, end, axis, describe(), fmt::join(shape(), ", "));
-  auto n = std::make_shared<Node>();
-  n->kind = Node::Slice;
-  n->dtype = dtype();
-  n->shape = shape();
-  n->shape[size_t(axis)] = end - start;
-  n->axis = axis;
-  n->start = start;
-  n->children = {*this};
-  return WeightRef(std::move(n));
-}
-
 DType WeightRef::dtype() const { return node_->dtype; }
 const std::vector<int64_t>& WeightRef::shape() const { return node_->shape; }
 size_t WeightRef::nbytes() const { return size_t(numel_of(node_->shape)) * dtype_size(node_->dtype); }
@@ -149,9 +132,6 @@ std::string WeightRef::describe() const {
     case Node::Cast: return fmt::format("{} as {}", n.children[0].describe(), dtype_name(n.dtype));
     case Node::PlusScalar: return fmt::format("({} + {})", n.children[0].describe(), n.scalar);
     case Node::Reshape: return fmt::format("{} as [{}]", n.children[0].describe(), fmt::join(n.shape, ","));
-    case Node::Slice:
-      return fmt::format("{}[{}:{} on axis {}]", n.children[0].describe(), n.start, n.start + n.shape[size_t(n.axis)],
-                         n.axis);
     case Node::Concat: {
       std::vector<std::string> parts;
       for (const auto& c : n.children) parts.push_back(c.describe());
@@ -178,17 +158,6 @@ std::optional<std::span<const uint8_t>> WeightRef::raw_bytes() const {
   if (node_->kind == Node::Source) return std::span<const uint8_t>(node_->file->data() + node_->offset, nbytes());
   if (node_->kind == Node::Constant) return std::span<const uint8_t>(node_->value.data(), node_->value.nbytes());
   if (node_->kind == Node::Reshape) return node_->children[0].raw_bytes();  // same bytes, new shape
-  if (node_->kind == Node::Slice) {
-    // A slice on the outermost non-trivial axis is one contiguous run of the child's bytes.
-    bool leading = true;
-    for (int64_t i = 0; i < node_->axis; ++i) leading = leading && node_->shape[size_t(i)] == 1;
-    if (!leading) return std::nullopt;
-    auto raw = node_->children[0].raw_bytes();
-    if (!raw) return std::nullopt;
-    int64_t inner = 1;
-    for (size_t i = size_t(node_->axis) + 1; i < node_->shape.size(); ++i) inner *= node_->shape[i];
-    return raw->subspan(size_t(node_->start * inner) * dtype_size(node_->dtype), nbytes());
-  }
   return std::nullopt;
 }
 
@@ -314,24 +283,6 @@ Tensor WeightRef::materialize() const {
       Tensor src = n.children[0].materialize();
       Tensor t(n.dtype, n.shape);
       std::memcpy(t.data(), src.data(), t.nbytes());
-      return t;
-    }
-    case Node::Slice: {
-      if (auto raw = raw_bytes()) {
-        Tensor t(n.dtype, n.shape);
-        std::memcpy(t.data(), raw->data(), t.nbytes());
-        return t;
-      }
-      Tensor src = n.children[0].materialize();
-      Tensor t(n.dtype, n.shape);
-      const size_t es = dtype_size(n.dtype);
-      int64_t outer = 1, inner = 1;
-      for (int64_t i = 0; i < n.axis; ++i) outer *= n.shape[size_t(i)];
-      for (size_t i = size_t(n.axis) + 1; i < n.shape.size(); ++i) inner *= n.shape[i];
-      const int64_t src_len = n.children[0].shape()[size_t(n.axis)], len = n.shape[size_t(n.axis)];
-      for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(t.data() + size_t(o * len * inner) * es, src.data() + size_t((o * src_len + n.start) * inner) * es,
-                    size_t(len * inner) * es);
       return t;
     }
   }

@@ -1,6 +1,6 @@
 // Weights as lazy references: a leaf points into a memory-mapped checkpoint file (or holds a small
-// constant), and a chain of transforms (transpose, cast, concat, add-scalar, reshape, slice) says how to turn it into
-// the tensor a backend writes. Nothing is materialised until a backend asks for one tensor, so peak
+// constant), and a chain of transforms (transpose, cast, concat, add-scalar, reshape) says how to turn
+// it into the tensor a backend writes. Nothing is materialised until a backend asks for one tensor, so peak
 // memory stays near the largest tensor, not the model.
 #pragma once
 
@@ -31,7 +31,6 @@ class WeightRef {
   WeightRef cast(DType to) const;
   WeightRef plus_scalar(double offset) const;  // e.g. Gemma's (1 + w) norm weights
   WeightRef reshaped(std::vector<int64_t> shape) const;  // same elements, same order
-  WeightRef slice(int64_t axis, int64_t start, int64_t end) const;  // [start, end) along axis
 
   DType dtype() const;
   const std::vector<int64_t>& shape() const;

@@ -109,9 +109,9 @@ AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t 
   AttentionOut r;
   r.present_key = update(in.past_key, k);
   r.present_value = update(in.past_value, v);
-  ir::ValueId attn =
-      softcap > 0 ? b.add1("SoftcapAttention", {q, r.present_key, r.present_value, mask}, {{"scale", scale}, {"softcap", softcap}})
-                  : b.add1("Attention", {q, r.present_key, r.present_value, mask}, {{"scale", scale}});
+  const std::vector<ir::ValueId> args = {q, r.present_key, r.present_value, mask};
+  ir::ValueId attn = softcap > 0 ? b.add1("SoftcapAttention", args, {{"scale", scale}, {"softcap", softcap}})
+                                 : b.add1("Attention", args, {{"scale", scale}});
   const auto& qs = b.graph().value(q).shape;
   HFX_CHECK(qs[1].is_fixed() && qs[3].is_fixed(), "attention heads and head_dim must be fixed");
   ir::ValueId o = b.transpose(attn, {0, 2, 1, 3});  // [b, s, heads, head_dim]

@@ -79,7 +79,8 @@ class Decoder final : public CausalLm {
         h = b.plus(b.plus(h, a.out), m);
       } else {
         ir::ValueId attn = a.out;
-        if (t_.layout != Layout::PreNorm) attn = norm(b, attn, p + "post_attention_layernorm", "post_attention_layernorm");
+        if (t_.layout != Layout::PreNorm)
+          attn = norm(b, attn, p + "post_attention_layernorm", "post_attention_layernorm");
         h = b.plus(h, residual(attn));
         // MLP half.
         const char* pre = t_.layout == Layout::Sandwich ? "pre_feedforward_layernorm"
@@ -87,7 +88,8 @@ class Decoder final : public CausalLm {
                                                          : nullptr;
         x = pre ? norm(b, h, p + pre, pre) : h;
         ir::ValueId m = mlp(b, x, p);
-        if (t_.layout != Layout::PreNorm) m = norm(b, m, p + "post_feedforward_layernorm", "post_feedforward_layernorm");
+        if (t_.layout != Layout::PreNorm)
+          m = norm(b, m, p + "post_feedforward_layernorm", "post_feedforward_layernorm");
         h = b.plus(h, residual(m));
       }
       // A stable debug name per layer: verification diffs hidden states layer by layer by it.
@@ -140,8 +142,9 @@ class Decoder final : public CausalLm {
     }
     auto heads = [&](const std::string& proj, int64_t n_heads, int64_t offset) {
       auto ps = b.scope(proj);
-      ir::ValueId y = fused != ir::kNone ? b.slice(fused, offset, offset + n_heads * c_.head_dim, -1)
-                                         : linear(b, x, a + proj, c_.hidden_size, n_heads * c_.head_dim, c_.qkv_bias, why);
+      const int64_t n = n_heads * c_.head_dim;
+      ir::ValueId y = fused != ir::kNone ? b.slice(fused, offset, offset + n, -1)
+                                         : linear(b, x, a + proj, c_.hidden_size, n, c_.qkv_bias, why);
       const bool normed = c_.qk_norm && proj != "v_proj";
       const std::string norm_name = proj == "q_proj" ? (t_.qk_norm == QkNorm::StableLm ? "q_layernorm" : "q_norm")
                                                      : (t_.qk_norm == QkNorm::StableLm ? "k_layernorm" : "k_norm");

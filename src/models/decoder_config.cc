@@ -54,7 +54,8 @@ std::vector<int64_t> parse_windows(const io::JsonFile& f, const DecoderTraits& t
           if (!window) bad_input("{}: layer {} is sliding_attention but sliding_window is not set", file_name(f), i);
           windows[size_t(i)] = *window;
         } else if (type != "full_attention") {
-          unsupported("{}: layer_types[{}] = \"{}\" (supported: full_attention, sliding_attention)", file_name(f), i, type);
+          unsupported("{}: layer_types[{}] = \"{}\" (supported: full_attention, sliding_attention)", file_name(f), i,
+                      type);
         }
       }
       break;

@@ -53,7 +53,8 @@ Gpt2Config parse_gpt2_config(const io::Checkpoint& ckpt) {
     bad_input("{}: n_embd ({}) is not a multiple of n_head ({})", file, c.hidden_size, c.num_heads);
   c.head_dim = c.hidden_size / c.num_heads;
   c.eps = io::optional_number(f, j, "layer_norm_epsilon").value_or(1e-5);
-  c.act = parse_activation(f, "activation_function", io::optional_string(f, j, "activation_function").value_or("gelu_new"));
+  c.act = parse_activation(f, "activation_function",
+                           io::optional_string(f, j, "activation_function").value_or("gelu_new"));
   c.scale_attn_weights = io::optional_bool(f, j, "scale_attn_weights").value_or(true);
   c.scale_by_inverse_layer_idx = io::optional_bool(f, j, "scale_attn_by_inverse_layer_idx").value_or(false);
   c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(true);

@@ -121,8 +121,9 @@ RopeSpec parse_rope_params(const io::JsonFile& f, const nlohmann::json& params, 
   r.theta = io::optional_number(pf, params, "rope_theta").value_or(theta);
   r.type = io::optional_string(pf, params, "rope_type").value_or(io::optional_string(pf, params, "type").value_or("default"));
   if (r.type == "su" || (defaults.yarn_is_longrope && r.type == "yarn")) r.type = "longrope";
-  const double partial = io::optional_number(pf, params, "partial_rotary_factor")
-                             .value_or(io::optional_number(f, cfg, "partial_rotary_factor").value_or(defaults.partial_rotary_factor));
+  const double partial =
+      io::optional_number(pf, params, "partial_rotary_factor")
+          .value_or(io::optional_number(f, cfg, "partial_rotary_factor").value_or(defaults.partial_rotary_factor));
   r.rotary_dim = int64_t(double(head_dim) * partial);
   if (r.rotary_dim <= 0 || r.rotary_dim % 2 || r.rotary_dim > head_dim)
     bad_input("{}: rotary dimension {} (head_dim {} x partial_rotary_factor {}) must be even and in (0, head_dim]",

@@ -115,11 +115,12 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, torch_dtype=getattr(torch, dtype))
     # from_config leaves some weights at their init constants (norms = 1, biases = 0): randomise
-    # everything so that a weight read from the wrong place can't hide.
+    # everything so that a weight read from the wrong place can't hide. Norm scales stay centred on
+    # their init: 1 for w-scaled norms, 0 for Gemma's (1 + w) norms (whose effective scale is then ~1).
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
-            p.copy_(torch.randn(p.shape, dtype=torch.float32).to(p.dtype) * (0.25 if p.dim() > 1 else 0.2)
-                    + (1.0 if "norm" in name else 0.0))
+            centre = 1.0 if "norm" in name and bool((p == 1).all()) else 0.0
+            p.copy_(torch.randn(p.shape, dtype=torch.float32).to(p.dtype) * (0.25 if p.dim() > 1 else 0.2) + centre)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)

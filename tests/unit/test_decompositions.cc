@@ -99,9 +99,11 @@ TEST(Decompositions, CoverEveryCompositeOp) {
                                         "AttentionBias", "Attention", "CacheUpdate"};
   // A composite op with a fused kernel must be tested against its decomposition here. One without a
   // fused kernel always runs its decomposition, which the oracle tests check against Transformers.
-  for (const auto& name : ir::all_op_names())
-    if (ir::op_schema(name).composite && runtime::detail::composite_kernels().count(name))
+  for (const auto& name : ir::all_op_names()) {
+    if (ir::op_schema(name).composite && runtime::detail::composite_kernels().count(name)) {
       EXPECT_TRUE(tested.count(name)) << name << " has a fused kernel but no decomposition test";
+    }
+  }
 }
 
 TEST(Decompositions, Embedding) {

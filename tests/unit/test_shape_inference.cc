@@ -99,7 +99,9 @@ TEST(SymbolTable, CheckNamesDimValueAndBounds) {
 TEST(OpSchemas, EveryCompositeHasADecomposition) {
   for (const auto& name : all_op_names()) {
     const auto& s = op_schema(name);
-    if (s.composite) EXPECT_TRUE(bool(s.decompose)) << name;
+    if (s.composite) {
+      EXPECT_TRUE(bool(s.decompose)) << name;
+    }
   }
   EXPECT_THROW(op_schema("NoSuchOp"), Error);
 }
