@@ -41,6 +41,9 @@ void register_generate(CLI::App& app, Action& action) {
     action = [s] {
       if (!fs::is_directory(s->dir)) bad_input("{}: no such export folder", s->dir.string());
       auto art = pipeline::open_artifact(s->dir, "onnx");
+      if (art.manifest["model"].value("task", "causal-lm") != "causal-lm")
+        bad_input("{}: a {} export has no decode loop; generate needs a decoder", s->dir.string(),
+                  art.manifest["model"].value("task", "?"));
       std::vector<std::vector<int64_t>> prompts;
       for (const auto& p : s->prompt_ids) prompts.push_back(parse_id_list(p, "--prompt-ids"));
       std::optional<io::Tokenizer> tok;

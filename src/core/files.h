@@ -14,6 +14,14 @@ std::string sha256_file(const std::filesystem::path& path);  // lower-case hex
 // object is destroyed without commit() (an error, an exception), the partial folder is removed, so a
 // failed export leaves nothing behind and a previous artifact at `final` stays intact until the
 // rename.
+//
+// The staging folder is `.<final name>.hfx-partial-<pid>` beside `final`. It is removed on SIGINT,
+// SIGTERM and SIGHUP once install_cleanup_on_signal() has run. A process killed outright (SIGKILL,
+// a crash, power loss) cannot clean up: the next StagedDirectory for the same `final` removes such
+// stale folders, recognised by their owner pid no longer running and no process holding the lock
+// each staging folder carries (an flock on the folder itself, released by the kernel at death).
+// commit() swaps the folders with one atomic renameat2(RENAME_EXCHANGE) where the file system has
+// it, so at every instant `final` is either the complete previous artifact or the complete new one.
 class StagedDirectory {
  public:
   explicit StagedDirectory(std::filesystem::path final_path, bool overwrite);
@@ -28,7 +36,16 @@ class StagedDirectory {
  private:
   std::filesystem::path final_;
   std::filesystem::path staging_;
+  int lock_fd_ = -1;
   bool committed_ = false;
 };
+
+// Removes stale staging folders of `final_path` (see StagedDirectory) and returns how many.
+int remove_stale_staging(const std::filesystem::path& final_path);
+
+// Makes SIGINT, SIGTERM and SIGHUP remove every live StagedDirectory's folder before the process
+// dies of the signal (exit status unchanged: killed by that signal). A handler writes to a pipe; a
+// helper thread does the removal, so the work is not limited to async-signal-safe calls. Idempotent.
+void install_cleanup_on_signal();
 
 }  // namespace hfx

@@ -12,6 +12,7 @@
 #include "passes/pass.h"
 #include "pipeline/manifest.h"
 #include "pipeline/verify.h"
+#include "tasks/feature_extraction.h"
 
 namespace fs = std::filesystem;
 
@@ -35,11 +36,11 @@ void check_weight_accounting(const io::Checkpoint& ckpt, const std::string& mode
             leftovers.size() > shown ? ", ..." : "");
 }
 
-std::map<std::string, std::string> onnx_metadata(const models::CausalLm& model, const tasks::Component& c,
-                                                 const ir::Graph& g) {
+std::map<std::string, std::string> onnx_metadata(const LoadedModel& m, const tasks::Component& c, const ir::Graph& g) {
   std::map<std::string, std::string> md;
   md["hfx.version"] = HFX_VERSION;
-  md["hfx.model_type"] = model.summary().model_type;
+  md["hfx.model_type"] = m.summary().model_type;
+  md["hfx.task"] = m.task();
   md["hfx.role"] = c.role;
   // The shape contract: each symbol's bounds and relations, readable by any ONNX consumer.
   for (const auto& [name, bounds] : g.symbols().all()) md["hfx.dim." + name] = bounds.str();
@@ -51,10 +52,16 @@ std::map<std::string, std::string> onnx_metadata(const models::CausalLm& model, 
 }  // namespace
 
 LoadedModel load_model(const fs::path& model_dir, const tasks::CausalLmOptions& task) {
-  LoadedModel m{std::make_unique<io::Checkpoint>(io::Checkpoint::open(model_dir)), nullptr, {}};
-  m.model = models::load_causal_lm(*m.checkpoint);
-  m.components = with_context(m.checkpoint->dir().string(), [&] { return tasks::build_causal_lm(*m.model, task); });
-  check_weight_accounting(*m.checkpoint, m.model->summary().model_type);
+  LoadedModel m{std::make_unique<io::Checkpoint>(io::Checkpoint::open(model_dir)), nullptr, nullptr, {}};
+  const std::string type = m.checkpoint->model_type();
+  if (const auto* e = models::find_encoder(type)) {
+    m.encoder = with_context(m.checkpoint->config().path.string(), [&] { return e->make(*m.checkpoint); });
+    m.components = with_context(m.checkpoint->dir().string(), [&] { return tasks::build_feature_extraction(*m.encoder, task); });
+  } else {
+    m.model = models::load_causal_lm(*m.checkpoint);
+    m.components = with_context(m.checkpoint->dir().string(), [&] { return tasks::build_causal_lm(*m.model, task); });
+  }
+  check_weight_accounting(*m.checkpoint, type);
   return m;
 }
 
@@ -72,7 +79,7 @@ ExportResult run_export(const ExportOptions& opt) {
   ExportResult result;
   result.out_dir = opt.out_dir;
 
-  ManifestBuilder manifest(*m.checkpoint, *m.model, opt.recipe);
+  ManifestBuilder manifest(*m.checkpoint, m, opt.recipe);
   for (const auto& format : opt.recipe.formats) {
     const fs::path dir = staged.path() / format;
     fs::create_directories(dir);
@@ -82,7 +89,7 @@ ExportResult run_export(const ExportOptions& opt) {
       onnx_backend::OnnxWriteOptions wo;
       wo.model_file = c.file_stem + ".onnx";
       wo.data_file = c.file_stem + ".onnx_data";
-      wo.metadata = onnx_metadata(*m.model, c, g);
+      wo.metadata = onnx_metadata(m, c, g);
       int64_t total_bytes = 0;
       for (auto id : g.weights()) total_bytes += int64_t(g.weight(id)->nbytes());
       Progress progress(fmt::format("{} {}", format, c.role), int64_t(g.weights().size()), total_bytes);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint.h"
+#include "models/encoder.h"
 #include "models/model.h"
 #include "tasks/causal_lm.h"
 
@@ -44,8 +45,12 @@ struct ExportResult {
 // A checkpoint, its model definition, and the task's components, with strict weight accounting.
 struct LoadedModel {
   std::unique_ptr<io::Checkpoint> checkpoint;  // heap: the model keeps a reference to it
-  std::unique_ptr<models::CausalLm> model;
+  std::unique_ptr<models::CausalLm> model;    // a decoder (causal-lm task), or
+  std::unique_ptr<models::Encoder> encoder;   // an encoder (feature-extraction task)
   std::vector<tasks::Component> components;
+
+  const models::ModelSummary& summary() const { return model ? model->summary() : encoder->summary(); }
+  std::string task() const { return model ? "causal-lm" : "feature-extraction"; }
 };
 LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::CausalLmOptions& task = {});
 

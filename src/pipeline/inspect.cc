@@ -46,7 +46,7 @@ Preflight preflight(const LoadedModel& m) {
 
 std::string inspect_report(const fs::path& model_dir, bool as_json) {
   LoadedModel m = load_model(model_dir);
-  const auto& s = m.model->summary();
+  const auto& s = m.summary();
   int64_t params = 0;
   std::map<std::string, int64_t> dtypes;
   for (const auto& [name, t] : m.checkpoint->tensors()) {

@@ -33,19 +33,22 @@ std::vector<fs::path> list_files(const fs::path& root) {
   return files;
 }
 
-ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const models::CausalLm& model, const Recipe& recipe) {
+ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& loaded, const Recipe& recipe) {
   json_["schema_version"] = kManifestSchemaVersion;
   json_["tool"] = {{"name", "hfx"}, {"version", HFX_VERSION}};
   nlohmann::ordered_json files = nlohmann::ordered_json::object();
   files["config.json"] = sha256_file(ckpt.config().path);
   if (ckpt.generation_config()) files["generation_config.json"] = sha256_file(ckpt.generation_config()->path);
   for (const auto& f : ckpt.weight_files()) files[f.filename().string()] = sha256_file(f);
-  const auto& s = model.summary();
+  const auto& s = loaded.summary();
   json_["source"] = {{"folder", ckpt.dir().string()}, {"model_type", s.model_type}, {"hf_class", s.hf_class}, {"files", files}};
   json_["recipe"] = recipe.to_json();
-  const auto g = model.cache();
-  nlohmann::ordered_json m = {{"vocab_size", s.vocab_size},
-                              {"num_layers", g.num_layers},
+  json_["recipe"]["task"] = loaded.task();
+  const auto g = loaded.model ? loaded.model->cache() : models::CacheGeometry{};
+  nlohmann::ordered_json m = {{"task", loaded.task()},
+                              {"vocab_size", s.vocab_size},
+                              {"hidden_size", s.hidden_size},
+                              {"num_layers", loaded.model ? g.num_layers : s.num_layers},
                               {"num_kv_heads", g.num_kv_heads},
                               {"head_dim", g.head_dim},
                               {"sliding_window", g.sliding_window},

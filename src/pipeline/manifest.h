@@ -22,7 +22,7 @@ inline const char* kReportDir = "verify";
 
 class ManifestBuilder {
  public:
-  ManifestBuilder(const io::Checkpoint& ckpt, const models::CausalLm& model, const Recipe& recipe);
+  ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& model, const Recipe& recipe);
   void add_component(const tasks::Component& c, const std::string& format, const std::string& file,
                      const std::vector<std::string>& passes);
   // Hashes every file under `root` and writes root/hfx.json.

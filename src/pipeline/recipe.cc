@@ -37,8 +37,8 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
       r.formats.push_back(f.get<std::string>());
     }
   }
-  if (j.contains("task") && j["task"] != "causal-lm")
-    unsupported("{}: recipe task {} (supported: causal-lm)", where, j["task"].dump());
+  if (j.contains("task") && j["task"] != "causal-lm" && j["task"] != "feature-extraction")
+    unsupported("{}: recipe task {} (supported: causal-lm, feature-extraction)", where, j["task"].dump());
   get_bool("split_prefill", r.task.split_prefill);
   get_bool("static_cache", r.task.static_cache);
   get_bool("dynamic", r.task.dynamic);

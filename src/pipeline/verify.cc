@@ -61,7 +61,7 @@ std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role,
   const int64_t s_mid = std::max<int64_t>(1, (1 + s_hi) / 2);
   std::vector<ShapeCase> cases;
   auto add = [&](std::string name, int64_t b, int64_t s, int64_t p) {
-    if (role == "prefill") p = 0;
+    if (role == "prefill" || role == "encoder") p = 0;
     if (role == "decode") s = 1;
     p = std::max<int64_t>(0, std::min(p, total_hi - s));
     for (const auto& c : cases)
@@ -100,9 +100,16 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
     }
     for (int64_t i = 0; i < S; ++i) ids[size_t(b * S + i)] = int64_t(rng() % uint64_t(vocab));
   }
+  std::set<std::string> wanted;
+  for (auto id : g.inputs()) wanted.insert(g.value(id).name);
   in["input_ids"] = i64s({B, S}, ids);
-  in["position_ids"] = i64s({B, S}, pos);
+  if (wanted.count("position_ids")) in["position_ids"] = i64s({B, S}, pos);
   in["attention_mask"] = i64s({B, mask_len}, mask);
+  if (wanted.count("token_type_ids")) {
+    std::vector<int64_t> types(static_cast<size_t>(B * S));
+    for (int64_t i = 0; i < B * S; ++i) types[size_t(i)] = (i % S) >= S / 2;  // two segments
+    in["token_type_ids"] = i64s({B, S}, types);
+  }
   std::normal_distribution<float> normal(0.f, 1.f);
   for (auto id : g.inputs()) {
     const std::string& name = g.value(id).name;
@@ -270,7 +277,8 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   const double open_s = seconds_since(t_open);
   Recipe recipe = Recipe::from_json(manifest, (out / kManifestName).string());
   LoadedModel ref = load_model(source, recipe.task);
-  const int64_t vocab = ref.model->summary().vocab_size;
+  const int64_t vocab = ref.summary().vocab_size;
+  const bool causal = ref.model != nullptr;
 
   // 3. I/O signature: files vs manifest vs what the reference builds.
   for (const auto& c : art.components) {
@@ -327,7 +335,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   const int64_t tokens = std::max<int64_t>(1, std::min<int64_t>(opt.tokens, total_max - prompt_len));
   std::vector<std::vector<int64_t>> prompts = {{}};
   for (int64_t i = 0; i < prompt_len; ++i) prompts[0].push_back(3 + (i * 37) % std::max<int64_t>(1, vocab - 3));
-  if (bound(g0, "batch_size", true).value_or(2) >= 2) {
+  if (causal && bound(g0, "batch_size", true).value_or(2) >= 2) {
     prompts.push_back({});
     for (int64_t i = 0; i < std::max<int64_t>(1, prompt_len - 3); ++i)
       prompts[1].push_back(3 + (i * 53 + 11) % std::max<int64_t>(1, vocab - 3));
@@ -341,7 +349,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       job["runs"].push_back({{"model", runs[i].comp->file.string()}, {"inputs", in.string()}, {"outputs", o.string()}});
     }
     if (!runs.empty()) job["profile"] = {{"model", runs[0].comp->file.string()}, {"inputs", (scratch / "in0.safetensors").string()}};
-    job["generate"] = {{"export", fs::absolute(out).string()}, {"prompts", prompts}, {"max_new_tokens", tokens}};
+    if (causal) job["generate"] = {{"export", fs::absolute(out).string()}, {"prompts", prompts}, {"max_new_tokens", tokens}};
     write_text_file(scratch / "job.json", job.dump());
     const std::string cmd = fmt::format("'{}' '{}/hfx_ort_runner.py' '{}' '{}'", python_interpreter(opt), HFX_PYTHON_DIR,
                                         (scratch / "job.json").string(), (scratch / "result.json").string());
@@ -380,7 +388,10 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     add(std::move(c));
   }
 
-  // 5. Greedy generation, reference vs artifact.
+  // 5. Greedy generation, reference vs artifact (decoders only).
+  std::vector<std::vector<int64_t>> actual_tokens;
+  double gen_s = 0, first_step_s = 0;
+  if (causal) {
   runtime::SamplingOptions so;
   so.max_new_tokens = tokens;
   so.eos_token_ids = art.eos_token_ids;
@@ -401,8 +412,6 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   });
   auto expected_tokens = runtime::generate(*ref_runners.first, ref_runners.second ? *ref_runners.second : *ref_runners.first,
                                            art.cache, prompts, so);
-  std::vector<std::vector<int64_t>> actual_tokens;
-  double gen_s = 0, first_step_s = 0;
   if (opt.runtime == "onnxruntime") {
     actual_tokens = ort_result["generate"]["tokens"].get<std::vector<std::vector<int64_t>>>();
     gen_s = ort_result["generate"]["total_s"].get<double>();
@@ -431,6 +440,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
                   ok ? "identical tokens" : fmt::format("{} of {} tokens agree", same, total), "identical tokens", {}};
     c.measured = {{"expected", expected_tokens}, {"actual", actual_tokens}};
     add(std::move(c));
+  }
   }
 
   // 6. Where ops ran.

@@ -1,0 +1,47 @@
+// Encoder-only models (BERT and its family): one bidirectional pass, no cache. Like CausalLm, a
+// definition emits canonical IR for one call and the task (tasks/feature_extraction) owns the I/O.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "ir/builder.h"
+#include "models/model.h"
+
+namespace hfx::models {
+
+struct EncoderInputs {
+  ir::ValueId input_ids = ir::kNone;       // i64 [batch, seq]
+  ir::ValueId attention_mask = ir::kNone;  // i64 [batch, seq]
+  ir::ValueId token_type_ids = ir::kNone;  // i64 [batch, seq]; kNone when the model has no segments
+};
+
+struct EncoderOutputs {
+  ir::ValueId last_hidden_state = ir::kNone;  // f32 [batch, seq, hidden]
+  ir::ValueId logits = ir::kNone;             // f32 [batch, num_labels] when the checkpoint has a head
+};
+
+class Encoder {
+ public:
+  virtual ~Encoder() = default;
+  virtual const ModelSummary& summary() const = 0;
+  virtual bool uses_token_type_ids() const = 0;
+  virtual int64_t num_labels() const = 0;  // 0: no classification head in the checkpoint
+  virtual EncoderOutputs build(ir::Builder& b, const EncoderInputs& in) const = 0;
+};
+
+struct EncoderEntry {
+  std::string model_type;
+  std::string hf_class;
+  std::string notes;
+  std::function<std::unique_ptr<Encoder>(const io::Checkpoint&)> make;
+};
+
+// The encoder half of the registry (model_type -> definition); empty entries list = none known.
+const std::vector<EncoderEntry>& encoder_registry();
+const EncoderEntry* find_encoder(const std::string& model_type);
+
+}  // namespace hfx::models

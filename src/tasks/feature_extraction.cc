@@ -1,0 +1,46 @@
+#include "tasks/feature_extraction.h"
+
+#include "core/error.h"
+
+namespace hfx::tasks {
+
+std::vector<Component> build_feature_extraction(const models::Encoder& model, const CausalLmOptions& o) {
+  if (o.split_prefill || o.static_cache) bad_input("--split-prefill and --static-cache apply to decoders only");
+  for (const auto& [name, b] : o.dims)
+    if (name != "batch_size" && name != "sequence_length")
+      bad_input("--dim {}: an encoder has only batch_size and sequence_length", name);
+  const Shape bs = {Dim::sym("batch_size"), Dim::sym("sequence_length")};
+  Component c{"encoder", "model", ir::Graph("main"), {}, {}, {}};
+  c.inputs = {{"input_ids", DType::I64, bs}, {"attention_mask", DType::I64, bs}};
+  if (model.uses_token_type_ids()) c.inputs.push_back({"token_type_ids", DType::I64, bs});
+  ir::Graph& g = c.graph;
+  models::EncoderInputs in;
+  in.input_ids = g.add_input("input_ids", DType::I64, bs);
+  in.attention_mask = g.add_input("attention_mask", DType::I64, bs);
+  if (model.uses_token_type_ids()) in.token_type_ids = g.add_input("token_type_ids", DType::I64, bs);
+  ir::Builder b(g);
+  auto out = model.build(b, in);
+  c.outputs = {{"last_hidden_state", DType::F32, {Dim::sym("batch_size"), Dim::sym("sequence_length"),
+                                                  Dim::fixed(model.summary().hidden_size)}}};
+  std::vector<ir::ValueId> values = {out.last_hidden_state};
+  if (out.logits != ir::kNone) {
+    c.outputs.push_back({"logits", DType::F32, {Dim::sym("batch_size"), Dim::fixed(model.num_labels())}});
+    values.push_back(out.logits);
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    ir::ValueId v = values[i];
+    if (g.value(v).producer < 0) v = b.add1("Identity", {v});
+    g.rename(v, c.outputs[i].name);
+    g.value(v).shape = c.outputs[i].shape;
+    g.add_output(v);
+  }
+  if (!o.dynamic) {
+    g.symbols().set_bounds("batch_size", {1, std::nullopt});
+    g.symbols().set_bounds("sequence_length", {1, std::nullopt});
+    for (const auto& [name, bd] : o.dims) g.symbols().set_bounds(name, bd);
+  }
+  g.validate();
+  return {std::move(c)};
+}
+
+}  // namespace hfx::tasks
