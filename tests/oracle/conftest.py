@@ -56,3 +56,24 @@ def exported(tiny_checkpoint, tmp_path_factory):
         return done[case]
 
     return get
+
+
+# Coverage records: (case, model_type, backend, check) -> measured value, written at the end of the
+# session to build/coverage.json; scripts/coverage.py turns it into docs/coverage.md.
+_COVERAGE: dict = {}
+
+
+def record_coverage(case: str, backend: str, check: str, value) -> None:
+    model_type = tiny_models.CASES[case][0] if case in tiny_models.CASES else case
+    _COVERAGE[f"{case}|{model_type}|{backend}|{check}"] = value
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _COVERAGE:
+        return
+    import json
+    out = ROOT / "build" / "coverage.json"
+    out.parent.mkdir(exist_ok=True)
+    old = json.loads(out.read_text()) if out.exists() else {}
+    old.update(_COVERAGE)
+    out.write_text(json.dumps(old, indent=1, sort_keys=True))

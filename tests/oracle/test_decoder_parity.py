@@ -18,7 +18,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 import decode_inputs as D
-from conftest import run_hfx
+from conftest import record_coverage, run_hfx
 from tiny_models import CASES, load_reference
 
 ATOL = 1e-4  # fp32 end to end: only summation order differs from Transformers
@@ -107,6 +107,7 @@ def test_onnxruntime_matches_transformers(case, tiny_checkpoint, exported):
     names = [o.name for o in sess.get_outputs()]
     ours = run_steps(lambda feed: dict(zip(names, sess.run(None, feed))), steps, *geometry(model))
     worst = compare(case, ours, ref)
+    record_coverage(case, "onnxruntime", "logits max abs diff", worst)
     print(f"{case}: onnxruntime max abs diff {worst:.2e}")
 
 
@@ -126,4 +127,5 @@ def test_reference_executor_matches_transformers(case, decomposed, tiny_checkpoi
 
     ours = run_steps(run_one, steps, *geometry(model))
     worst = compare(case, ours, ref)
+    record_coverage(case, "reference" + ("-decomposed" if decomposed else ""), "logits max abs diff", worst)
     print(f"{case}: reference executor ({'decomposed' if decomposed else 'fused'}) max abs diff {worst:.2e}")

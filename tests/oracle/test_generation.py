@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, run_hfx
+from conftest import ROOT, record_coverage, run_hfx
 from tiny_models import CASES, load_reference
 
 sys.path.insert(0, str(ROOT / "python"))
@@ -71,6 +71,7 @@ def reference_tokens(tiny_checkpoint):
 def test_onnxruntime_greedy_equals_transformers(case, layout, batch, layout_export, reference_tokens):
     gen = OrtGenerator(layout_export(case, layout))
     assert gen.generate(PROMPTS[batch], NEW_TOKENS) == reference_tokens(case, batch)
+    record_coverage(case, "onnxruntime", f"greedy {layout} {batch}", "identical")
 
 
 @pytest.mark.parametrize("batch", sorted(PROMPTS))
@@ -83,6 +84,7 @@ def test_hfx_generate_equals_transformers(case, layout, batch, layout_export, re
     proc = run_hfx("generate", layout_export(case, layout), *args, "-n", NEW_TOKENS, "--print-ids")
     rows = [[int(t) for t in line.split(",")] for line in proc.stdout.strip().splitlines()]
     assert rows == reference_tokens(case, batch)
+    record_coverage(case, "reference", f"greedy {layout} {batch}", "identical")
 
 
 def test_static_buffers_are_shared_in_place(layout_export):
