@@ -82,8 +82,6 @@ def main() -> int:
         cp_t, cp_rss = measure(["cp", str(ckpt / "model.safetensors"), str(work / "copy.safetensors")])
         hfx_t, hfx_rss = measure([args.hfx, "export", "--model", str(ckpt), "--format", "onnx", "--quiet",
                                   "--no-verify", "--overwrite", str(work / "onnx-out")])
-        ver_t, ver_rss = measure([args.hfx, "export", "--model", str(ckpt), "--format", "onnx", "--quiet",
-                                  "--overwrite", str(work / "onnx-verified")])
         written = sum(f.stat().st_size for f in (work / "onnx-out").rglob("*") if f.is_file())
         largest = max(f.stat().st_size for f in [ckpt / "model.safetensors"])
         mb = 1 << 20
@@ -91,7 +89,6 @@ def main() -> int:
         print(f"{'tool':<6} {'wall s':>8} {'peak RSS MiB':>13} {'MiB/s written':>14}")
         print(f"{'cp':<6} {cp_t:8.2f} {cp_rss / mb:13.0f} {size / mb / cp_t:14.0f}")
         print(f"{'hfx':<6} {hfx_t:8.2f} {hfx_rss / mb:13.0f} {written / mb / hfx_t:14.0f}   (export --no-verify)")
-        print(f"{'hfx+v':<6} {ver_t:8.2f} {ver_rss / mb:13.0f} {written / mb / ver_t:14.0f}   (export + default verification)")
         largest_tensor = 151936 * 1024 * 4 if args.model == "qwen3-0.6b" else 0
         if largest_tensor:
             print(f"peak RSS goal 1 GiB + 2 x largest tensor = {(1 << 30) / mb + 2 * largest_tensor / mb:.0f} MiB")

@@ -4,7 +4,7 @@
 // components and run through the ONNX passes and the preflight, as `hfx inspect` does.
 #include <nlohmann/json.hpp>
 
-#include "fuzz_util.h"
+#include "harness.h"
 #include "pipeline/inspect.h"
 
 using namespace hfx;

@@ -1,7 +1,7 @@
 // The sharded index: model.safetensors.index.json fuzzed, beside a valid tiny llama config.json and
 // its two valid shards (fuzz/data/index/). On success every tensor must come from a shard inside the
 // folder, and the model must load as for an export.
-#include "fuzz_util.h"
+#include "harness.h"
 #include "pipeline/export.h"
 
 using namespace hfx;

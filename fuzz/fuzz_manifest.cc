@@ -1,7 +1,7 @@
 // The manifest: pipeline::read_manifest and check_export on an export folder whose hfx.json is the
 // input, beside real files of a tiny export (fuzz/data/export/: onnx/, config.json, ...), so a
 // seed manifest checks clean and mutations reach the hashing and listing code.
-#include "fuzz_util.h"
+#include "harness.h"
 #include "pipeline/manifest.h"
 
 using namespace hfx;

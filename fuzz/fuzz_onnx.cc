@@ -1,7 +1,7 @@
 // ONNX read-back: onnx_backend::read_onnx on the input as model.onnx, beside the valid weights file
 // of a tiny export (fuzz/data/export/onnx/model.onnx_data) that the seed graphs reference.
 #include "backends/onnx/onnx_reader.h"
-#include "fuzz_util.h"
+#include "harness.h"
 
 using namespace hfx;
 namespace fs = std::filesystem;

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "core/mapped_file.h"
-#include "fuzz_util.h"
+#include "harness.h"
 #include "io/safetensors.h"
 
 using namespace hfx;

@@ -3,7 +3,7 @@
 // tokens. Ids from encode must lie in [0, vocab_size) or be added tokens.
 #include <algorithm>
 
-#include "fuzz_util.h"
+#include "harness.h"
 #include "io/tokenizer.h"
 
 using namespace hfx;

@@ -105,6 +105,8 @@ void register_export(CLI::App& app, Action& action) {
                    human_bytes(r.weight_bytes_written));
         for (const auto& f : r.files) fmt::print("  {}\n", f.string());
         if (!r.verify_summary.empty()) fmt::print("{}\n", r.verify_summary);
+      } else if (r.verify_summary.starts_with("not verified")) {
+        fmt::print(stderr, "hfx: note: {}\n", r.verify_summary);
       }
       return 0;
     };

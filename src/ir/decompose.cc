@@ -157,6 +157,14 @@ std::vector<ValueId> attention_bias(Builder& b, const Node& n) {
   return {b.add1("Where", {allowed, b.f32(0.0f), b.f32(std::numeric_limits<float>::lowest())})};
 }
 
+// Bidirectional padding bias [b, 1, 1, t]: 0 where attention_mask != 0, the lowest f32 elsewhere, as
+// Transformers' eager create_bidirectional_mask (bool mask -> where(mask, 0, finfo.min)); the query
+// axis is broadcast by the Attention it feeds.
+std::vector<ValueId> padding_bias(Builder& b, const Node& n) {
+  ValueId keep = b.unsqueeze(b.cast(n.inputs[0], DType::Bool), {1, 2});  // [b, 1, 1, t]
+  return {b.add1("Where", {keep, b.f32(0.0f), b.f32(std::numeric_limits<float>::lowest())})};
+}
+
 // Eager attention as Transformers writes it: repeat kv heads for GQA, softmax(q k^T * scale + bias) v;
 // with softcap > 0 the scaled scores are soft-capped before the bias is added (Gemma 2).
 std::vector<ValueId> eager_attention(Builder& b, const Node& n, double softcap) {
@@ -210,6 +218,7 @@ void register_decompositions(std::vector<OpSchema>& table) {
       {"RopeCosSin", rope_cos_sin},     {"RotaryEmbedding", rotary_embedding},
       {"AttentionBias", attention_bias}, {"Attention", attention},
       {"CacheUpdate", cache_update},
+      {"PaddingBias", padding_bias},
   };
   for (auto& s : table)
     if (auto it = fns.find(s.name); it != fns.end()) s.decompose = it->second;

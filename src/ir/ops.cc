@@ -281,6 +281,12 @@ std::vector<Value> infer_attention_bias(const Graph& g, const Node& n) {
   return {{"", DType::F32, {mask.shape.at(0), Dim::fixed(1), ids.shape.at(1), mask.shape.at(1)}}};
 }
 
+std::vector<Value> infer_padding_bias(const Graph& g, const Node& n) {
+  const auto& mask = in(g, n, 0);
+  HFX_CHECK(mask.shape.size() == 2, "{}: PaddingBias expects a rank-2 attention_mask", n.name);
+  return {{"", DType::F32, {mask.shape[0], Dim::fixed(1), Dim::fixed(1), mask.shape[1]}}};
+}
+
 std::vector<Value> infer_attention(const Graph& g, const Node& n) {
   const auto& q = in(g, n, 0);
   const auto& k = in(g, n, 1);
@@ -339,6 +345,7 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("RopeCosSin", 2, 2, 2, infer_rope_cos_sin, true));
   t.push_back(make("RotaryEmbedding", 3, 3, 1, same, true));
   t.push_back(make("AttentionBias", 2, 3, 1, infer_attention_bias, true));
+  t.push_back(make("PaddingBias", 1, 1, 1, infer_padding_bias, true));
   t.push_back(make("Attention", 4, 4, 1, infer_attention, true));
   t.push_back(make("SoftcapAttention", 4, 4, 1, infer_attention, true));
   t.push_back(make("CacheUpdate", 3, 3, 1, same, true));

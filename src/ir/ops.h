@@ -37,6 +37,9 @@
 //       0 where query i (at cache position pos_i = cache_position[i], or t - s + i without it) may
 //       see key j: j <= pos_i, mask[b,j] != 0, and, with a window w > 0, pos_i - j < w; the lowest
 //       f32 elsewhere (as Transformers' eager mask does)
+//   PaddingBias(attention_mask[b,t] i64) -> [b,1,1,t] f32
+//       bidirectional (encoder) attention: 0 where mask[b,j] != 0, the lowest f32 elsewhere; broadcast over
+//       the queries (Transformers' eager create_bidirectional_mask)
 //   Attention(q[b,hq,s,d], k[b,hkv,t,d], v[b,hkv,t,d], bias[b,1,s,t]; scale) -> out[b,hq,s,d]
 //       each group of hq/hkv query heads shares one kv head; out = softmax(q @ k^T * scale + bias) @ v
 //       (the caller assembles k and v: Concat(past, new) for a growing cache, CacheUpdate for a static one)

@@ -21,15 +21,7 @@ class Decoder final : public CausalLm {
  public:
   Decoder(const io::Checkpoint& ckpt, DecoderConfig cfg, DecoderTraits traits, std::string hf_class)
       : ckpt_(ckpt), c_(std::move(cfg)), t_(traits) {
-    s_.model_type = c_.model_type;
-    s_.hf_class = std::move(hf_class);
-    s_.vocab_size = c_.vocab_size;
-    s_.hidden_size = c_.hidden_size;
-    s_.num_layers = c_.num_layers;
-    s_.num_heads = c_.num_heads;
-    s_.eos_token_ids = c_.eos_token_ids;
-    s_.bos_token_id = c_.bos_token_id;
-    s_.pad_token_id = c_.pad_token_id;
+    s_ = summary_of(c_, c_.model_type, std::move(hf_class));
     int64_t windowed = 0;
     for (auto w : c_.sliding_window) windowed += w > 0;
     std::vector<std::string> ropes;

@@ -69,15 +69,7 @@ class Gpt2 final : public CausalLm {
  public:
   Gpt2(const io::Checkpoint& ckpt, Gpt2Config cfg) : ckpt_(ckpt), c_(std::move(cfg)) {
     prefix_ = ckpt.find("transformer.wte.weight") || !ckpt.find("wte.weight") ? "transformer." : "";
-    s_.model_type = ckpt.model_type();
-    s_.hf_class = "GPT2LMHeadModel";
-    s_.vocab_size = c_.vocab_size;
-    s_.hidden_size = c_.hidden_size;
-    s_.num_layers = c_.num_layers;
-    s_.num_heads = c_.num_heads;
-    s_.eos_token_ids = c_.eos_token_ids;
-    s_.bos_token_id = c_.bos_token_id;
-    s_.pad_token_id = c_.pad_token_id;
+    s_ = summary_of(c_, ckpt.model_type(), "GPT2LMHeadModel");
     s_.features = {
         {"attention", fmt::format("{} heads, head_dim {}", c_.num_heads, c_.head_dim)},
         {"positions", fmt::format("learned absolute (n_positions {})", c_.max_positions)},

@@ -68,15 +68,7 @@ NeoxConfig parse_neox_config(const io::Checkpoint& ckpt) {
 class GptNeox final : public CausalLm {
  public:
   GptNeox(const io::Checkpoint& ckpt, NeoxConfig cfg) : ckpt_(ckpt), c_(std::move(cfg)) {
-    s_.model_type = ckpt.model_type();
-    s_.hf_class = "GPTNeoXForCausalLM";
-    s_.vocab_size = c_.vocab_size;
-    s_.hidden_size = c_.hidden_size;
-    s_.num_layers = c_.num_layers;
-    s_.num_heads = c_.num_heads;
-    s_.eos_token_ids = c_.eos_token_ids;
-    s_.bos_token_id = c_.bos_token_id;
-    s_.pad_token_id = c_.pad_token_id;
+    s_ = summary_of(c_, ckpt.model_type(), "GPTNeoXForCausalLM");
     s_.features = {
         {"attention", fmt::format("{} heads, head_dim {}", c_.num_heads, c_.head_dim)},
         {"rope", fmt::format("{} (theta {}, rotary_dim {})", c_.rope.type, c_.rope.theta, c_.rope.rotary_dim)},

@@ -43,6 +43,23 @@ struct ModelSummary {
   std::optional<int64_t> bos_token_id, pad_token_id;
 };
 
+// The summary fields every definition fills the same way from its typed config (any config struct
+// with these member names).
+template <typename Config>
+ModelSummary summary_of(const Config& c, std::string model_type, std::string hf_class) {
+  ModelSummary s;
+  s.model_type = std::move(model_type);
+  s.hf_class = std::move(hf_class);
+  s.vocab_size = c.vocab_size;
+  s.hidden_size = c.hidden_size;
+  s.num_layers = c.num_layers;
+  s.num_heads = c.num_heads;
+  s.eos_token_ids = c.eos_token_ids;
+  s.bos_token_id = c.bos_token_id;
+  s.pad_token_id = c.pad_token_id;
+  return s;
+}
+
 class CausalLm {
  public:
   virtual ~CausalLm() = default;

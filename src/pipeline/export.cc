@@ -24,10 +24,24 @@ namespace {
 // Transformers versions saved as buffers (hfx recomputes them from the config).
 bool deliberately_ignored(const std::string& name) { return name.ends_with("rotary_emb.inv_freq"); }
 
+// And in an encoder checkpoint (BERT family), BertModel's pooler: pooler.dense.weight / .bias, bare or
+// under one base-model prefix ("bert.", "roberta."). The feature-extraction outputs are fixed
+// (last_hidden_state, logits) and Optimum's feature-extraction export drops the pooler too; a
+// sequence-classification head that needs it binds it, so it only reaches here when unused.
+bool deliberately_ignored_by_encoder(const std::string& name) {
+  for (const std::string leaf : {"pooler.dense.weight", "pooler.dense.bias"}) {
+    if (name == leaf) return true;
+    if (name.size() > leaf.size() + 1 && name.ends_with("." + leaf) && name.find('.') == name.size() - leaf.size() - 1)
+      return true;
+  }
+  return false;
+}
+
 void check_weight_accounting(const io::Checkpoint& ckpt, const std::string& model_type) {
   std::vector<std::string> leftovers;
+  const bool encoder = models::find_encoder(model_type) != nullptr;
   for (const auto& name : ckpt.unused())
-    if (!deliberately_ignored(name)) leftovers.push_back(name);
+    if (!deliberately_ignored(name) && !(encoder && deliberately_ignored_by_encoder(name))) leftovers.push_back(name);
   if (leftovers.empty()) return;
   const size_t shown = std::min<size_t>(leftovers.size(), 5);
   bad_input("{}: {} tensor(s) in the checkpoint are not used by the `{}` definition: {}{}", ckpt.dir().string(),
@@ -107,7 +121,16 @@ ExportResult run_export(const ExportOptions& opt) {
     }
   }
   manifest.write(staged.path());
-  if (opt.verify) {
+  // The built-in check runs the reference executor over the checkpoint and over the artifact, each
+  // holding the weights in f32: past a size that makes that costly it is left to `hfx verify`.
+  int64_t f32_weight_bytes = 0;
+  for (auto id : m.components.at(0).graph.weights()) f32_weight_bytes += int64_t(m.components[0].graph.weight(id)->nbytes());
+  if (opt.verify && f32_weight_bytes > opt.verify_max_bytes) {
+    result.verify_summary = fmt::format(
+        "not verified: {} of f32 weights is above the built-in check's limit of {} (it holds the model twice); "
+        "run `hfx verify {}`",
+        human_bytes(f32_weight_bytes), human_bytes(opt.verify_max_bytes), opt.out_dir.string());
+  } else if (opt.verify) {
     // A quick proof before the export is published: two shapes per component and 8 greedy tokens
     // against the reference executor on the checkpoint. `hfx verify` runs the full matrix.
     VerifyOptions vo;

@@ -32,6 +32,7 @@ struct ExportOptions {
   Recipe recipe;
   bool overwrite = false;
   bool verify = true;  // check the staged export against the reference executor before committing it
+  int64_t verify_max_bytes = int64_t(1) << 30;  // ... when its f32 weights take at most this much
 };
 
 struct ExportResult {

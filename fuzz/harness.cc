@@ -1,4 +1,4 @@
-#include "fuzz_util.h"
+#include "harness.h"
 
 #include <unistd.h>
 
