@@ -32,9 +32,11 @@ fi
 stamp="$venv/.hfx-requirements"
 if ! cmp -s requirements-test.txt "$stamp" 2>/dev/null; then
   echo "setup: installing Python test oracles into .venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q torch==2.13.0
-  "$venv/bin/pip" install -q -r requirements-test.txt
+  # (grep drops a warning this machine's pip config prints for every package; pip's status is kept)
+  quiet() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; return "${PIPESTATUS[0]}"; }
+  quiet "$venv/bin/pip" install -q --upgrade pip
+  quiet "$venv/bin/pip" install -q torch==2.13.0
+  quiet "$venv/bin/pip" install -q -r requirements-test.txt
   cp requirements-test.txt "$stamp"
 fi
 

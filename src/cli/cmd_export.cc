@@ -69,6 +69,8 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_flag("--no-verify", [s](int64_t) { s->opt.verify = false; },
                 "Skip the check of the export against the reference executor before it is published");
   cmd->add_flag("--quiet,-q", s->quiet, "Print nothing on success");
+  cmd->add_option("--verify-runtime", s->opt.verify_runtime,
+                  "Also run the built-in verification on this runtime (onnxruntime)");
   cmd->footer(
       "Output layout:\n"
       "  OUT/onnx/model.onnx + model.onnx_data   one decoder graph (or prefill.onnx + decode.onnx)\n"

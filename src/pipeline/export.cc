@@ -137,12 +137,21 @@ ExportResult run_export(const ExportOptions& opt) {
     vo.tokens = 8;
     vo.reexport = false;
     vo.full_shape_matrix = false;
-    auto report = verify_export(staged.path(), vo);
-    result.verify_summary = fmt::format("verified against the reference executor: {} checks passed", report.checks.size());
-    for (const auto& c : report.checks)
-      if (!c.passed)
-        fail(ErrorKind::Internal, "the export does not match its reference: {}: {} (nothing was written; --no-verify skips this check)",
-             c.name, c.detail);
+    std::vector<std::string> runtimes = {"reference"};
+    if (!opt.verify_runtime.empty() && opt.verify_runtime != "reference") runtimes.push_back(opt.verify_runtime);
+    size_t checks = 0;
+    for (const auto& rt : runtimes) {
+      vo.runtime = rt;
+      auto report = verify_export(staged.path(), vo);
+      checks += report.checks.size();
+      for (const auto& c : report.checks)
+        if (!c.passed)
+          fail(ErrorKind::Internal,
+               "the export does not match its reference ({}): {}: {} (nothing was written; --no-verify skips this check)",
+               rt, c.name, c.detail);
+    }
+    result.verify_summary = fmt::format("verified against the reference executor, artifact run on {}: {} checks passed",
+                                        fmt::join(runtimes, ", "), checks);
   }
   result.files = list_files(staged.path());
   staged.commit();

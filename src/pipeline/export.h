@@ -20,6 +20,8 @@ namespace hfx::pipeline {
 struct Recipe {
   std::vector<std::string> formats = {"onnx"};
   tasks::CausalLmOptions task;
+  // Verification tolerances by dtype (max abs diff of outputs against the reference executor).
+  std::map<std::string, double> tolerances = {{"f32", 1e-4}};
 
   nlohmann::ordered_json to_json() const;
   // Accepts a recipe object or a whole manifest (its "recipe" member). BadInput names the field.
@@ -33,6 +35,7 @@ struct ExportOptions {
   bool overwrite = false;
   bool verify = true;  // check the staged export against the reference executor before committing it
   int64_t verify_max_bytes = int64_t(1) << 30;  // ... when its f32 weights take at most this much
+  std::string verify_runtime;                   // also verify with this runtime (e.g. onnxruntime)
 };
 
 struct ExportResult {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "io/json_fields.h"
 
 namespace fs = std::filesystem;
 
@@ -102,7 +103,9 @@ nlohmann::json read_manifest(const fs::path& out_dir) {
   if (!fs::exists(path)) bad_input("{}: no manifest ({}): not an hfx export, or an incomplete one", out_dir.string(), kManifestName);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text_file(path));
+    const std::string text = read_text_file(path);
+    io::check_json_depth(text, path.string());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     bad_input("{}: not valid JSON: {}", path.string(), e.what());
   }
@@ -137,8 +140,12 @@ CheckReport check_export(const fs::path& out_dir) {
     if (rel != kManifestName && !listed.count(rel.generic_string()) && *rel.begin() != kReportDir)
       r.problems.push_back(fmt::format("{}: present but not in the manifest", rel.generic_string()));
   for (const auto& c : m["components"]) {
-    const std::string file = c.value("file", "");
-    if (!listed.count(file)) r.problems.push_back(fmt::format("component {}: file {} is not listed", c.value("role", "?"), file));
+    // A hand-edited manifest may hold anything here: report it, never throw a JSON type error.
+    auto text = [&](const char* key, const char* fallback) {
+      return c.is_object() && c.contains(key) && c[key].is_string() ? c[key].get<std::string>() : std::string(fallback);
+    };
+    const std::string file = text("file", "");
+    if (!listed.count(file)) r.problems.push_back(fmt::format("component {}: file {} is not listed", text("role", "?"), file));
   }
   return r;
 }

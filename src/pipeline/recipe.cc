@@ -17,7 +17,8 @@ nlohmann::ordered_json Recipe::to_json() const {
           {"static_cache", task.static_cache},
           {"max_cache_len", task.max_cache_len},
           {"dynamic", task.dynamic},
-          {"dims", dims}};
+          {"dims", dims},
+          {"tolerances", tolerances}};
 }
 
 Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
@@ -56,6 +57,14 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
         (std::string(key) == "min" ? b.min : b.max) = d[key].get<int64_t>();
       }
       r.task.dims[name] = b;
+    }
+  }
+  if (j.contains("tolerances")) {
+    if (!j["tolerances"].is_object()) bad_input("{}: recipe field \"tolerances\" must be an object", where);
+    for (const auto& [dtype, v] : j["tolerances"].items()) {
+      if (dtype != "f32") unsupported("{}: tolerance for {} (this hfx exports f32 only)", where, dtype);
+      if (!v.is_number() || v.get<double>() <= 0) bad_input("{}: tolerances.{} must be a positive number", where, dtype);
+      r.tolerances[dtype] = v.get<double>();
     }
   }
   tasks::validate(r.task);

@@ -249,7 +249,11 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   VerifyReport rep;
   rep.dir = out;
   rep.runtime = opt.runtime;
-  const double atol = opt.atol.value_or(kF32Atol);
+  const auto manifest_for_tol = read_manifest(out);
+  double recipe_atol = kF32Atol;
+  if (manifest_for_tol["recipe"].contains("tolerances") && manifest_for_tol["recipe"]["tolerances"].contains("f32"))
+    recipe_atol = manifest_for_tol["recipe"]["tolerances"]["f32"].get<double>();
+  const double atol = opt.atol.value_or(recipe_atol);
   const std::string tol_numbers = fmt::format("max abs <= {:g}, no mismatching element (fp32: only summation order differs)", atol);
   auto add = [&](CheckResult c) { rep.checks.push_back(std::move(c)); };
 

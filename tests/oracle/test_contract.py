@@ -134,3 +134,37 @@ def test_bad_dim_flags(tiny_checkpoint, tmp_path):
         proc = run_hfx("export", "--model", tiny_checkpoint("llama"), *args, tmp_path / "x", check=False)
         assert proc.returncode == 1 and text in proc.stderr, proc.stderr
         assert not (tmp_path / "x").exists()
+
+
+def test_recipe_tolerance_is_recorded_and_used(tiny_checkpoint, tmp_path):
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"formats": ["onnx"], "tolerances": {"f32": 2e-4}}))
+    out = tmp_path / "out"
+    run_hfx("export", "--model", tiny_checkpoint("llama"), "--recipe", recipe, "--quiet", out)
+    assert json.loads((out / "hfx.json").read_text())["recipe"]["tolerances"] == {"f32": 2e-4}
+    run_hfx("verify", out, "--no-reexport", "--tokens", "4")
+    report = json.loads((out / "verify" / "report.json").read_text())
+    numbers = [c for c in report["checks"] if c["name"].startswith("numbers")]
+    assert numbers and all("0.0002" in c["tolerance"] for c in numbers)
+
+
+def test_generate_from_text_prompt_uses_the_tokenizer(tiny_checkpoint, tmp_path):
+    """--prompt TEXT is encoded with the export's tokenizer.json: the same tokens as --prompt-ids with
+    the ids `tokenizers` gives for that text."""
+    import shutil
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    words = ["[UNK]"] + [f"w{i}" for i in range(120)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    model = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint("llama"), model)
+    tok.save(str(model / "tokenizer.json"))
+    out = tmp_path / "out"
+    run_hfx("export", "--model", model, "--quiet", out)
+    text = "w5 w17 w33 w8 w91"
+    ids = tok.encode(text).ids
+    by_text = run_hfx("generate", out, "--prompt", text, "-n", "8", "--print-ids").stdout
+    by_ids = run_hfx("generate", out, "--prompt-ids", ",".join(map(str, ids)), "-n", "8", "--print-ids").stdout
+    assert by_text == by_ids and len(by_text.strip().split(",")) == 8
+    streamed = run_hfx("generate", out, "--prompt", text, "-n", "8").stdout
+    assert streamed.strip().startswith("w") or streamed.strip().startswith("[UNK]")
