@@ -119,8 +119,9 @@ std::vector<ValueId> rope_cos_sin(Builder& b, const Node& n) {
 std::vector<ValueId> rotary_embedding(Builder& b, const Node& n) {
   const Graph& g = b.graph();
   ValueId x = n.inputs[0];
-  const Dim& d = g.value(x).shape.back();
-  const Dim& r = g.value(n.inputs[1]).shape.back();
+  // Copies: the builder appends values below, which may reallocate the graph's value table.
+  const Dim d = g.value(x).shape.back();
+  const Dim r = g.value(n.inputs[1]).shape.back();
   HFX_CHECK(d.is_fixed() && r.is_fixed() && r.value % 2 == 0, "{}: rotary dims must be fixed and even", n.name);
   ValueId cos = b.unsqueeze(n.inputs[1], {1});  // [b, 1, s, r]
   ValueId sin = b.unsqueeze(n.inputs[2], {1});
@@ -171,9 +172,9 @@ std::vector<ValueId> eager_attention(Builder& b, const Node& n, double softcap) 
   const Graph& g = b.graph();
   ValueId q = n.inputs[0];
   ValueId k = n.inputs[1], v = n.inputs[2];
-  const Dim& hq = g.value(q).shape[1];
-  const Dim& hkv = g.value(n.inputs[1]).shape[1];
-  const Dim& hd = g.value(q).shape[3];
+  const Dim hq = g.value(q).shape[1];  // copies, as in rotary_embedding
+  const Dim hkv = g.value(n.inputs[1]).shape[1];
+  const Dim hd = g.value(q).shape[3];
   HFX_CHECK(hq.is_fixed() && hkv.is_fixed() && hd.is_fixed() && hq.value % hkv.value == 0,
             "{}: head counts must be fixed, q heads a multiple of kv heads", n.name);
   if (const int64_t rep = hq.value / hkv.value; rep > 1) {

@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -131,20 +132,12 @@ class BertEncoder final : public Encoder {
     prefix_ = detect_prefix();
     detect_head();
     const std::string base = ckpt.model_type() == "xlm-roberta" ? "XLMRoberta" : family_name(family_);
-    s_.model_type = ckpt.model_type();
-    s_.hf_class = base + (num_labels_ ? "ForSequenceClassification" : "Model");
-    s_.vocab_size = c_.vocab_size;
-    s_.hidden_size = c_.hidden_size;
-    s_.num_layers = c_.num_layers;
-    s_.num_heads = c_.num_heads;
-    s_.eos_token_ids = c_.eos_token_ids;
-    s_.bos_token_id = c_.bos_token_id;
-    s_.pad_token_id = c_.pad_token_id;
+    s_ = summary_of(c_, ckpt.model_type(), base + (num_labels_ ? "ForSequenceClassification" : "Model"));
     s_.features = {
         {"attention", fmt::format("bidirectional, {} heads, head_dim {}", c_.num_heads, c_.head_dim)},
         {"positions", family_ == Family::Roberta
-                          ? fmt::format("learned, from padding_idx {} + 1 (max_position_embeddings {})",
-                                        *c_.pad_token_id, c_.max_positions)
+                          ? fmt::format("learned, counted from padding_idx + 1 = {} over real tokens (max_position_embeddings {})",
+                                        *c_.pad_token_id + 1, c_.max_positions)
                           : fmt::format("learned absolute (max_position_embeddings {})", c_.max_positions)},
         {"token types", family_ == Family::DistilBert ? "none"
                         : uses_token_type_ids()       ? fmt::format("input (type_vocab_size {})", c_.type_vocab_size)

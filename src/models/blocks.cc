@@ -112,7 +112,7 @@ AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t 
   const std::vector<ir::ValueId> args = {q, r.present_key, r.present_value, mask};
   ir::ValueId attn = softcap > 0 ? b.add1("SoftcapAttention", args, {{"scale", scale}, {"softcap", softcap}})
                                  : b.add1("Attention", args, {{"scale", scale}});
-  const auto& qs = b.graph().value(q).shape;
+  const Shape qs = b.graph().value(q).shape;  // a copy: adding nodes below may reallocate the value table
   HFX_CHECK(qs[1].is_fixed() && qs[3].is_fixed(), "attention heads and head_dim must be fixed");
   ir::ValueId o = b.transpose(attn, {0, 2, 1, 3});  // [b, s, heads, head_dim]
   r.out = b.reshape(o, {0, 0, qs[1].value * qs[3].value});

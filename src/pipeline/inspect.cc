@@ -92,7 +92,8 @@ std::string inspect_report(const fs::path& model_dir, bool as_json) {
   for (const auto& [k, v] : dtypes) dt.push_back(fmt::format("{} {}", k, v));
   out += fmt::format("dtypes       {}\n", fmt::join(dt, ", "));
   for (const auto& [k, v] : s.features) out += fmt::format("{:<12} {}\n", k, v);
-  out += "\nI/O contract of an export (decoder step, symbolic query axis):\n";
+  out += m.model ? "\nI/O contract of an export (decoder step, symbolic query axis):\n"
+                 : "\nI/O contract of an export (encoder, feature extraction):\n";
   auto line = [&](const char* dir, const tasks::IoSpec& x) {
     std::vector<std::string> dims;
     for (const auto& d : x.shape) dims.push_back(d.str());
@@ -113,7 +114,7 @@ std::string inspect_report(const fs::path& model_dir, bool as_json) {
     }
     line("out", outputs[i]);
   }
-  out += "  total_sequence_length = past_sequence_length + sequence_length\n";
+  if (m.model) out += "  total_sequence_length = past_sequence_length + sequence_length\n";
   out += fmt::format("\npreflight (onnx, f32): disk {}, peak memory {} (largest tensor {}: {})\n",
                      human_bytes(p.disk_bytes), human_bytes(p.peak_memory_bytes), p.largest_tensor,
                      human_bytes(p.largest_tensor_bytes));
