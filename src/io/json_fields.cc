@@ -81,12 +81,32 @@ double number_value(const JsonFile& f, const json& v, std::string_view key) {
 
 }  // namespace
 
+void check_json_depth(std::string_view text, const std::string& where, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        bad_input("{}: JSON nested deeper than {} levels (at byte {})", where, max_depth, i);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 JsonFile JsonFile::load(const std::filesystem::path& path) {
   std::string text = read_text_file(path);
+  check_json_depth(text, path.string());
   JsonFile f{path, {}};
   try {
     f.json = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large for a double
     // Drop nlohmann's "[json.exception.parse_error.101] " prefix; the rest says where and why.
     std::string_view what = e.what();
     if (auto p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);

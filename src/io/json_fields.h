@@ -22,6 +22,14 @@ struct JsonFile {
   static JsonFile load(const std::filesystem::path& path);
 };
 
+// JSON nesting hfx accepts from user files. nlohmann parses iteratively, but printing, copying and
+// comparing values recurse, so a document of 100000 nested arrays would overflow the stack later.
+constexpr int kMaxJsonDepth = 512;
+
+// BadInput "<where>: JSON nested deeper than 512 levels" when brackets outside strings nest deeper
+// than max_depth. A linear pre-scan to run before parsing text from a user file.
+void check_json_depth(std::string_view text, const std::string& where, int max_depth = kMaxJsonDepth);
+
 // Integers must lie in [min, max]. Integral floats (4.0) are accepted, as Python writes them.
 int64_t require_int(const JsonFile& file, const nlohmann::json& obj, std::string_view key,
                     int64_t min = 1, int64_t max = INT64_MAX);

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "io/json_fields.h"
 
 namespace hfx::io {
 
@@ -59,9 +60,10 @@ json parse_header(const std::string& where, const uint8_t* bytes, size_t n) {
   };
   json header;
   const char* text = reinterpret_cast<const char*>(bytes);
+  check_json_depth(std::string_view(text, n), where + ": header");
   try {
     header = json::parse(text, text + n, callback);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large for a double
     std::string_view what = e.what();  // drop nlohmann's "[json.exception.parse_error.101] "
     if (auto p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
     bad_input("{}: header is not valid JSON: {}", where, what);
