@@ -7,7 +7,10 @@ a tiny checkpoint (needs the hfx binary: $HFX_BIN, default build/hfx).
     .venv/bin/python scripts/make_fuzz_corpus.py            # rewrite fuzz/corpus and fuzz/data
 
 Seeds are valid inputs plus near-valid ones (one thing wrong each), so libFuzzer starts next to
-both the accepting paths and each rejection. The whole tree stays well under 2 MB.
+both the accepting paths and each rejection. Files named regression-* (inputs that once found a bug,
+copied from build-fuzz/findings/) are kept. The whole tree stays well under 2 MB. Regenerating gives
+the same files except a few trained tokenizers (bert, mistral), whose trainers break ties in hash
+order.
 """
 from __future__ import annotations
 
@@ -282,12 +285,14 @@ def export_seeds(work: Path) -> None:
     hfx = os.environ.get("HFX_BIN", str(ROOT / "build" / "hfx"))
     # Intermediate 16: every weight but the two 64x16 embeddings is inline, so the data file is small.
     cfg = tiny_case("llama", dict(tie_word_embeddings=False, intermediate_size=16))
-    src = save_tiny("llama", cfg, work / "export-llama", seed=2)
+    save_tiny("llama", cfg, work / "export-llama", seed=2)
     out = work / "export"
-    subprocess.run([hfx, "export", "--model", src, "--quiet", "--no-verify", out], check=True)
+    # Relative paths from the work folder: the manifest records the source folder as given, so the
+    # seeds do not change with the temporary folder's name.
+    subprocess.run([hfx, "export", "--model", "export-llama", "--quiet", "--no-verify", "export"], check=True, cwd=work)
     static = work / "export-static"
-    subprocess.run([hfx, "export", "--model", src, "--quiet", "--no-verify", "--static-cache", "--max-cache-len", "8",
-                    static], check=True)
+    subprocess.run([hfx, "export", "--model", "export-llama", "--quiet", "--no-verify", "--static-cache",
+                    "--max-cache-len", "8", "export-static"], check=True, cwd=work)
     dest = DATA / "export"
     if dest.exists():
         shutil.rmtree(dest)
@@ -323,8 +328,10 @@ def export_seeds(work: Path) -> None:
     except ImportError:
         pass
 
-    put("manifest", "valid", manifest)
     j = json.loads(manifest)
+    j["source"]["folder"] = "export-llama"  # the temporary folder's name would change the seeds every run
+    manifest = json.dumps(j, indent=2)
+    put("manifest", "valid", manifest)
     first = next(iter(j["files"]))
     variants = {
         "schema-2": {**j, "schema_version": 2},
@@ -343,9 +350,14 @@ def export_seeds(work: Path) -> None:
 
 
 def main() -> int:
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # Set-ordered steps (tokenizer training corpora) must not depend on the hash seed: rerun with 0.
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
     for target in ["safetensors", "config", "index", "tokenizer", "manifest", "onnx"]:
-        if (CORPUS / target).exists():
-            shutil.rmtree(CORPUS / target)
+        # Inputs that once found a bug (regression-*, copied from build-fuzz/findings/) stay.
+        for p in (CORPUS / target).glob("*"):
+            if not p.name.startswith("regression-"):
+                p.unlink()
     if (DATA / "config").exists():
         shutil.rmtree(DATA / "config")
     with tempfile.TemporaryDirectory(prefix="hfx-fuzz-corpus-") as tmp:

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/progress.h"
+#include "io/json_fields.h"
 #include "pipeline/export.h"
 #include "pipeline/inspect.h"
 #include "pipeline/manifest.h"
@@ -45,15 +46,33 @@ void register_export(CLI::App& app, Action& action) {
     std::vector<std::string> dims;
     fs::path recipe;
     bool quiet = false;
-    bool split = false, static_cache = false, dynamic = false;
+    bool split = false, static_cache = false, dynamic = false, stateless = false;
     int64_t max_cache_len = 0;
+    std::string dtype = "f32", quantize;
+    bool quantize_lm_head = false;
+    std::string onnx_profile = "portable";
   };
   auto s = std::make_shared<State>();
   auto* cmd = app.add_subcommand("export", "Export a checkpoint to one or more formats (atomic: all or nothing).");
   cmd->add_option("--model,-m", s->opt.model_dir, "Checkpoint folder: config.json + model.safetensors or a sharded index")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("out", s->opt.out_dir, "Output folder (built in a temporary folder, renamed when complete)")->required();
-  cmd->add_option("--format,-f", s->formats, "Formats to write, comma separated (onnx)")->capture_default_str();
+  cmd->add_option("--format,-f", s->formats, "Formats to write, comma separated (onnx, openvino; `hfx formats` lists them)")
+      ->capture_default_str();
+  cmd->add_flag("--stateless", s->stateless,
+                "openvino: explicit past_key_values.*/present.* I/O instead of the stateful KV cache (ReadValue/Assign)");
+  cmd->add_option("--dtype", s->dtype,
+                  "Weight dtype: f32, f16 (Linear layers compute in f16), bf16 (stored bf16, cast to f32 at use)")
+      ->capture_default_str();
+  cmd->add_option("--quantize", s->quantize,
+                  "Weight-only quantization of Linear layers: int4 (blocks of 32) | int8 (blocks of 128), options "
+                  ":block=N (16..256) :sym|:asym, int8:channel (per channel, DequantizeLinear); e.g. int4:block=64:asym "
+                  "(docs/quantization.md)");
+  cmd->add_flag("--quantize-lm-head", s->quantize_lm_head, "Quantize lm_head too (default: kept in --dtype)");
+  cmd->add_option("--onnx-profile", s->onnx_profile,
+                  "onnx: `ort` (ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, genai_config.json; "
+                  "falls back to portable per model; no left-padded batches) or `portable` (standard ops only, every contract)")
+      ->capture_default_str();
   cmd->add_flag("--split-prefill", s->split, "Write a prefill graph and a decode graph (query length 1) instead of one");
   cmd->add_flag("--static-cache", s->static_cache, "Fixed-length KV buffers written in place (needs --max-cache-len)");
   cmd->add_option("--max-cache-len", s->max_cache_len, "Length N of the static cache buffers");
@@ -74,6 +93,7 @@ void register_export(CLI::App& app, Action& action) {
   cmd->footer(
       "Output layout:\n"
       "  OUT/onnx/model.onnx + model.onnx_data   one decoder graph (or prefill.onnx + decode.onnx)\n"
+      "  OUT/openvino/openvino_model.xml + .bin  OpenVINO IR (--format openvino; stateful KV cache unless --stateless)\n"
       "  OUT/config.json, generation_config.json, tokenizer files (also in OUT/onnx/)\n"
       "  OUT/hfx.json                            manifest: recipe, components, contract, checksums");
   cmd->callback([s, cmd, &action] {
@@ -81,12 +101,15 @@ void register_export(CLI::App& app, Action& action) {
       auto& o = s->opt;
       if (!s->recipe.empty()) {
         // A recipe fixes every option that shapes the output; flags on top would make it lie.
-        for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic"})
+        for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic", "--stateless",
+                                 "--dtype", "--quantize", "--quantize-lm-head"})
           if (cmd->count(flag)) bad_input("{} cannot be combined with --recipe (the recipe fixes it)", flag);
-        const auto j = nlohmann::json::parse(read_text_file(s->recipe), nullptr, false);
+        const std::string text = read_text_file(s->recipe);
+        io::check_json_depth(text, s->recipe.string());  // printing a 100000-deep value would overflow the stack
+        const auto j = nlohmann::json::parse(text, nullptr, false);
         if (j.is_discarded()) bad_input("{}: not valid JSON", s->recipe.string());
         o.recipe = pipeline::Recipe::from_json(j, s->recipe.string());
-        if (o.model_dir.empty() && j.contains("source") && j["source"].contains("folder"))
+        if (o.model_dir.empty() && j.contains("source") && j["source"].contains("folder") && j["source"]["folder"].is_string())
           o.model_dir = j["source"]["folder"].get<std::string>();
       } else {
         o.recipe.formats = split_commas(s->formats);
@@ -94,6 +117,14 @@ void register_export(CLI::App& app, Action& action) {
         o.recipe.task.static_cache = s->static_cache;
         o.recipe.task.max_cache_len = s->max_cache_len;
         o.recipe.task.dynamic = s->dynamic;
+        o.recipe.precision.dtype = quant::parse_dtype(s->dtype);
+        o.recipe.precision.quant = quant::QuantSpec::parse(s->quantize);
+        o.recipe.precision.quantize_lm_head = s->quantize_lm_head;
+        if (s->quantize_lm_head && !o.recipe.precision.quant.enabled())
+          bad_input("--quantize-lm-head needs --quantize");
+        o.recipe.openvino_stateful = !s->stateless;
+        pipeline::check_onnx_profile(s->onnx_profile, "--onnx-profile");
+        o.recipe.onnx_profile = s->onnx_profile;
         for (const auto& d : s->dims) {
           auto [name, b] = parse_dim(d);
           o.recipe.task.dims[name] = b;
@@ -102,6 +133,7 @@ void register_export(CLI::App& app, Action& action) {
       if (!o.model_dir.empty()) o.model_dir = fs::absolute(o.model_dir).lexically_normal();
       if (o.model_dir.empty()) bad_input("--model is required (or a --recipe taken from an export's hfx.json)");
       auto r = pipeline::run_export(o);
+      for (const auto& note : r.notes) fmt::print(stderr, "hfx: note: {}\n", note);
       if (!s->quiet) {
         fmt::print("exported {} in {:.2f} s: {} files, {} of weights\n", r.out_dir.string(), r.seconds, r.files.size(),
                    human_bytes(r.weight_bytes_written));

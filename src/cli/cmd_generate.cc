@@ -8,7 +8,11 @@
 #include "core/error.h"
 #include "io/tokenizer.h"
 #include "pipeline/artifact.h"
+#include "pipeline/export.h"
 #include "runtime/generate.h"
+#ifdef HFX_HAVE_OPENVINO
+#include "runtime/openvino/ov_runner.h"
+#endif
 
 namespace fs = std::filesystem;
 
@@ -21,9 +25,10 @@ void register_generate(CLI::App& app, Action& action) {
     std::vector<std::string> prompt_ids;
     runtime::SamplingOptions sampling;
     bool print_ids = false;
+    std::string runtime = "reference";
   };
   auto s = std::make_shared<State>();
-  auto* cmd = app.add_subcommand("generate", "Generate tokens from an export with the reference executor.");
+  auto* cmd = app.add_subcommand("generate", "Generate tokens from an export (reference executor, or --runtime openvino).");
   cmd->add_option("out", s->dir, "Export folder (with hfx.json)")->required();
   auto* text = cmd->add_option("--prompt", s->prompt, "Prompt text (encoded with the export's tokenizer.json)");
   cmd->add_option("--prompt-ids", s->prompt_ids, "Prompt as token ids 1,2,3; repeat for a batch (left-padded)")
@@ -36,11 +41,20 @@ void register_generate(CLI::App& app, Action& action) {
   cmd->add_option("--top-k", s->sampling.top_k, "Keep the k most likely tokens; 0 = off");
   cmd->add_option("--top-p", s->sampling.top_p, "Keep the smallest set with this probability mass; 1 = off");
   cmd->add_option("--seed", s->sampling.seed, "Random seed for sampling")->capture_default_str();
+  cmd->add_option("--runtime", s->runtime,
+                  "reference (the onnx graphs on hfx's executor) | openvino (openvino/*.xml on OpenVINO's CPU plugin, f32)")
+      ->capture_default_str();
   cmd->add_flag("--print-ids", s->print_ids, "Print each row's new token ids (comma separated, one row a line)");
   cmd->callback([s, &action] {
     action = [s] {
       if (!fs::is_directory(s->dir)) bad_input("{}: no such export folder", s->dir.string());
-      auto art = pipeline::open_artifact(s->dir, "onnx");
+      if (s->runtime != "reference" && s->runtime != "openvino")
+        bad_input("--runtime {}: expected reference or openvino", s->runtime);
+      const bool openvino = s->runtime == "openvino";
+#ifndef HFX_HAVE_OPENVINO
+      if (openvino) unsupported("--runtime openvino: {}", pipeline::kOpenVinoHint);
+#endif
+      auto art = pipeline::open_artifact(s->dir, openvino ? "openvino" : "onnx");
       if (art.manifest["model"].value("task", "causal-lm") != "causal-lm")
         bad_input("{}: a {} export has no decode loop; generate needs a decoder", s->dir.string(),
                   art.manifest["model"].value("task", "?"));
@@ -57,8 +71,14 @@ void register_generate(CLI::App& app, Action& action) {
       opts.eos_token_ids = art.eos_token_ids;
       opts.pad_token_id = art.pad_token_id;
       const bool split = art.components.size() > 1;
-      auto first = runtime::make_executor_runner(art.component(split ? "prefill" : "").graph);
-      auto next = split ? runtime::make_executor_runner(art.component("decode").graph) : nullptr;
+      auto make_runner = [&](const pipeline::ArtifactComponent& c) -> std::unique_ptr<runtime::StepRunner> {
+#ifdef HFX_HAVE_OPENVINO
+        if (openvino) return runtime::make_openvino_runner(c.file);
+#endif
+        return runtime::make_executor_runner(c.graph);
+      };
+      auto first = make_runner(art.component(split ? "prefill" : ""));
+      auto next = split ? make_runner(art.component("decode")) : nullptr;
       // Stream a single row as it comes: text when there is a tokenizer, ids otherwise. Text is
       // re-decoded from all new ids each time and only the new suffix printed, so multi-byte
       // characters split over tokens come out whole.

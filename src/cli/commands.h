@@ -16,6 +16,7 @@ void register_run(CLI::App& app, Action& action);
 void register_check(CLI::App& app, Action& action);
 void register_generate(CLI::App& app, Action& action);
 void register_verify(CLI::App& app, Action& action);
+void register_formats(CLI::App& app, Action& action);
 
 // "1,2,3" -> {1, 2, 3}; BadInput naming `what` otherwise.
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what);

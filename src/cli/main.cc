@@ -5,6 +5,7 @@
 #include "cli/cmd_tokenize.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace {
 
@@ -34,11 +35,14 @@ int main(int argc, char** argv) {
   cli::register_generate(app, action);
   cli::register_run(app, action);
   cli::register_tokenize(app, action);
+  cli::register_formats(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  // Ctrl-C, kill and a closed terminal remove staging and scratch folders before the process dies.
+  install_cleanup_on_signal();
   try {
     return action ? action() : 0;
   } catch (const Error& e) {

@@ -57,6 +57,7 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::Unsupported: return "unsupported";
     case ErrorKind::Io: return "i/o error";
     case ErrorKind::Internal: return "internal error";
+    case ErrorKind::Mismatch: return "verification failed";
   }
   return "error";
 }

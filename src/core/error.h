@@ -16,6 +16,7 @@ enum class ErrorKind {
   Unsupported,  // valid input that hfx does not handle (yet)
   Io,           // the operating system refused (open, read, write, rename)
   Internal,     // a bug in hfx
+  Mismatch,     // an artifact's numbers differ from its reference beyond the tolerance (verification)
 };
 
 const char* error_kind_name(ErrorKind kind);

@@ -123,8 +123,11 @@ void on_signal(int sig) {
 
 void cleanup_thread() {
   unsigned char sig = 0;
-  while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
-  }
+  ssize_t n;
+  do {
+    n = ::read(g_signal_pipe[0], &sig, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) return;  // the pipe broke: no cleanup rather than a spurious exit
   staging_mutex().lock();  // held until the process is gone
   for (const auto& dir : live_staging()) remove_staging_now(dir);
   ::signal(sig, SIG_DFL);
@@ -173,8 +176,23 @@ void install_cleanup_on_signal() {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction old {};
+      // A signal ignored at start (nohup, a background job's SIGINT) stays ignored.
+      if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+      ::sigaction(sig, &sa, nullptr);
+    }
   });
+}
+
+void remove_on_signal(const fs::path& dir) {
+  std::lock_guard lock(staging_mutex());
+  live_staging().insert(dir);
+}
+
+void forget_on_signal(const fs::path& dir) {
+  std::lock_guard lock(staging_mutex());
+  live_staging().erase(dir);
 }
 
 StagedDirectory::StagedDirectory(fs::path final_path, bool overwrite) : final_(std::move(final_path)) {

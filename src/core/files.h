@@ -48,4 +48,8 @@ int remove_stale_staging(const std::filesystem::path& final_path);
 // helper thread does the removal, so the work is not limited to async-signal-safe calls. Idempotent.
 void install_cleanup_on_signal();
 
+// Adds / removes another folder for that cleanup (a scratch folder such as hfx verify's).
+void remove_on_signal(const std::filesystem::path& dir);
+void forget_on_signal(const std::filesystem::path& dir);
+
 }  // namespace hfx

@@ -27,8 +27,7 @@ Shape fixed_shape(const std::vector<int64_t>& dims) {
 std::optional<int64_t> fixed_numel(const Shape& s) {
   int64_t n = 1;
   for (const auto& d : s) {
-    if (!d.is_fixed()) return std::nullopt;
-    n *= d.value;
+    if (!d.is_fixed() || __builtin_mul_overflow(n, d.value, &n)) return std::nullopt;
   }
   return n;
 }

@@ -28,7 +28,7 @@ using Shape = std::vector<Dim>;
 
 std::string shape_str(const Shape& s);  // "[batch_size, 4, ?]"
 Shape fixed_shape(const std::vector<int64_t>& dims);
-// Number of elements when all dims are fixed.
+// Number of elements when all dims are fixed (nullopt when one is not, or the product overflows).
 std::optional<int64_t> fixed_numel(const Shape& s);
 
 // Named dims with optional inclusive bounds and affine relations (sum = a + b).

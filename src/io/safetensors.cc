@@ -38,39 +38,80 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-// Parses the header, rejecting a key repeated within one object: nlohmann keeps only the last one,
-// which for a repeated tensor name would silently hide a tensor. The parse callback is cheap: one set
-// of keys per open object.
-json parse_header(const std::string& where, const uint8_t* bytes, size_t n) {
-  std::vector<std::set<std::string>> open;
+// Keys in a whole header (a tensor has four: its name, dtype, shape, data_offsets), so at most 262144
+// tensors per file; real files have hundreds to a few tens of thousands. The cap bounds the parsed
+// document (about 900 bytes per tensor through the checkpoint) to about 250 MB whatever 100 MB of
+// JSON holds.
+constexpr size_t kMaxHeaderKeys = size_t(1) << 20;
+
+// nlohmann's DOM builder with two checks on the way: a key repeated within one object (nlohmann
+// keeps only the last one, which for a repeated tensor name would silently hide a tensor), and the
+// key cap. A SAX wrapper rather than a parse callback: the callback parser rescans the parent object
+// after every child object, which is quadratic in the number of tensors.
+class HeaderSax {
+ public:
+  explicit HeaderSax(json& out) : dom_(out, /*allow_exceptions=*/true) {}
   std::optional<std::string> duplicate;
   bool duplicate_is_tensor = false;
-  auto callback = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      open.pop_back();
-    } else if (event == json::parse_event_t::key && !duplicate) {
-      if (!open.back().insert(parsed.get<std::string>()).second) {
-        duplicate = parsed.get<std::string>();
-        duplicate_is_tensor = open.size() == 1;
-      }
+  bool too_many_keys = false;
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const std::string& s) { return dom_.number_float(v, s); }
+  bool string(std::string& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    open_.emplace_back();
+    return dom_.start_object(n);
+  }
+  bool key(std::string& k) {
+    if (++keys_ > kMaxHeaderKeys) {
+      too_many_keys = true;
+      return false;  // stops the parser
     }
-    return true;
-  };
+    if (!duplicate && !open_.back().insert(k).second) {
+      duplicate = k;
+      duplicate_is_tensor = open_.size() == 1;
+    }
+    return dom_.key(k);
+  }
+  bool end_object() {
+    open_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) { return dom_.start_array(n); }
+  bool end_array() { return dom_.end_array(); }
+  template <class Exception>
+  bool parse_error(std::size_t pos, const std::string& token, const Exception& e) {
+    return dom_.parse_error(pos, token, e);  // throws
+  }
+
+ private:
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::vector<std::set<std::string>> open_;
+  size_t keys_ = 0;
+};
+
+json parse_header(const std::string& where, const uint8_t* bytes, size_t n) {
   json header;
   const char* text = reinterpret_cast<const char*>(bytes);
   check_json_depth(std::string_view(text, n), where + ": header");
+  HeaderSax sax(header);
   try {
-    header = json::parse(text, text + n, callback);
+    json::sax_parse(text, text + n, &sax);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large for a double
     std::string_view what = e.what();  // drop nlohmann's "[json.exception.parse_error.101] "
     if (auto p = what.find("] "); p != std::string_view::npos) what.remove_prefix(p + 2);
     bad_input("{}: header is not valid JSON: {}", where, what);
   }
-  if (duplicate && duplicate_is_tensor)
-    bad_input("{}: tensor {} is listed twice in the header", where, *duplicate);
-  if (duplicate) bad_input("{}: header repeats the key \"{}\" within one object", where, *duplicate);
+  if (sax.too_many_keys)
+    bad_input("{}: header has more than {} keys (about {} tensors); not a checkpoint hfx can hold", where,
+              kMaxHeaderKeys, kMaxHeaderKeys / 4);
+  if (sax.duplicate && sax.duplicate_is_tensor)
+    bad_input("{}: tensor {} is listed twice in the header", where, *sax.duplicate);
+  if (sax.duplicate) bad_input("{}: header repeats the key \"{}\" within one object", where, *sax.duplicate);
   return header;
 }
 

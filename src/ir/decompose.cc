@@ -208,6 +208,71 @@ std::vector<ValueId> cache_update(Builder& b, const Node& n) {
   return {b.add1("ScatterElements", {n.inputs[0], indices, n.inputs[1]}, {{"axis", int64_t(2)}})};
 }
 
+// ORT's SimplifiedLayerNormalization over the last axis: the RMSNorm Transformers computes.
+std::vector<ValueId> simplified_layer_norm(Builder& b, const Node& n) {
+  HFX_CHECK(n.attr_int("axis", -1) == -1, "{}: SimplifiedLayerNormalization over axis {} (hfx emits -1)", n.name,
+            n.attr_int("axis", -1));
+  return {b.add1("RMSNorm", {n.inputs[0], n.inputs[1]}, {{"epsilon", n.attr_float("epsilon", 1e-5)}})};
+}
+
+// ORT's SkipSimplifiedLayerNormalization: (RMSNorm(input + skip), input + skip).
+std::vector<ValueId> skip_simplified_layer_norm(Builder& b, const Node& n) {
+  ValueId sum = b.plus(n.inputs[0], n.inputs[1]);
+  return {b.add1("RMSNorm", {sum, n.inputs[2]}, {{"epsilon", n.attr_float("epsilon", 1e-5)}}), sum};
+}
+
+// ORT's GroupQueryAttention for a growing cache without left padding (see ops.h): split the packed
+// query, rotate q and k at positions p + i with rows of the cos/sin caches, append k and v to the
+// past, and attend causally over keys 0..seqlens_k[b].
+std::vector<ValueId> group_query_attention(Builder& b, const Node& n) {
+  const Graph& g = b.graph();
+  const int64_t hq = n.attr_int("num_heads"), hkv = n.attr_int("kv_num_heads");
+  if (n.attr_int("rotary_interleaved", 0) != 0) unsupported("{}: GroupQueryAttention with interleaved rotary", n.name);
+  if (n.attr_int("local_window_size", -1) >= 0) unsupported("{}: GroupQueryAttention with a local window", n.name);
+  const Dim width = g.value(n.inputs[0]).shape.at(2);  // a copy: the value table may grow below
+  const bool packed = n.input(1) == kNone;
+  HFX_CHECK(width.is_fixed(), "{}: GroupQueryAttention query width must be fixed", n.name);
+  const int64_t d = width.value / (packed ? hq + 2 * hkv : hq);
+  ValueId q = n.inputs[0], k = n.input(1), v = n.input(2);
+  if (packed) {
+    k = b.slice(q, hq * d, (hq + hkv) * d, -1);
+    v = b.slice(q, (hq + hkv) * d, (hq + 2 * hkv) * d, -1);
+    q = b.slice(q, 0, hq * d, -1);
+  }
+  auto heads = [&](ValueId x, int64_t h) { return b.transpose(b.reshape(x, {0, 0, h, d}), {0, 2, 1, 3}); };
+  q = heads(q, hq);
+  k = heads(k, hkv);
+  v = heads(v, hkv);
+  const bool has_past = n.input(3) != kNone;
+  ValueId past_len = has_past ? b.squeeze(b.shape_of(n.inputs[3], 2, 3), {0}) : b.i64(0);
+  ValueId total = b.plus(past_len, b.squeeze(b.shape_of(n.inputs[0], 1, 2), {0}));
+  ValueId pos = b.add1("Range", {past_len, total, b.i64(1)});  // [s]
+  if (n.attr_int("do_rotary", 0)) {
+    HFX_CHECK(n.input(7) != kNone && n.input(8) != kNone, "{}: do_rotary without cos/sin caches", n.name);
+    auto table = [&](ValueId cache) {
+      ValueId rows = b.add1("Gather", {cache, pos}, {{"axis", int64_t(0)}});  // [s, r/2]
+      return b.unsqueeze(b.concat({rows, rows}, -1), {0});                     // [1, s, r]
+    };
+    ValueId cos = table(n.inputs[7]), sin = table(n.inputs[8]);
+    q = b.add1("RotaryEmbedding", {q, cos, sin});
+    k = b.add1("RotaryEmbedding", {k, cos, sin});
+  }
+  ValueId pk = has_past ? b.concat({n.inputs[3], k}, 2) : k;
+  ValueId pv = has_past ? b.concat({n.inputs[4], v}, 2) : v;
+  ValueId kv_idx = b.unsqueeze(b.add1("Range", {b.i64(0), total, b.i64(1)}), {0});  // [1, t]
+  ValueId causal = b.add1("LessOrEqual", {kv_idx, b.unsqueeze(pos, {1})});           // [s, t]
+  ValueId last = b.unsqueeze(b.cast(n.inputs[5], DType::I64), {1});                   // [b, 1]
+  ValueId valid = b.unsqueeze(b.add1("LessOrEqual", {kv_idx, last}), {1, 2});         // [b, 1, 1, t]
+  ValueId allowed = b.add1("And", {causal, valid});                                   // [b, 1, s, t]
+  ValueId bias = b.add1("Where", {allowed, b.f32(0.0f), b.f32(std::numeric_limits<float>::lowest())});
+  const double scale = n.attr_float("scale", 1.0 / std::sqrt(double(d)));
+  const double cap = n.attr_float("softcap", 0.0);
+  ValueId attn = cap > 0 ? b.add1("SoftcapAttention", {q, pk, pv, bias}, {{"scale", scale}, {"softcap", cap}})
+                         : b.add1("Attention", {q, pk, pv, bias}, {{"scale", scale}});
+  ValueId out = b.reshape(b.transpose(attn, {0, 2, 1, 3}), {0, 0, hq * d});
+  return {out, pk, pv};
+}
+
 }  // namespace
 
 void register_decompositions(std::vector<OpSchema>& table) {
@@ -220,6 +285,9 @@ void register_decompositions(std::vector<OpSchema>& table) {
       {"AttentionBias", attention_bias}, {"Attention", attention},
       {"CacheUpdate", cache_update},
       {"PaddingBias", padding_bias},
+      {"SimplifiedLayerNormalization", simplified_layer_norm},
+      {"SkipSimplifiedLayerNormalization", skip_simplified_layer_norm},
+      {"GroupQueryAttention", group_query_attention},
   };
   for (auto& s : table)
     if (auto it = fns.find(s.name); it != fns.end()) s.decompose = it->second;

@@ -11,6 +11,8 @@ namespace hfx::ir {
 
 namespace {
 
+constexpr int64_t kMaxRank = 64;  // shapes computed at run time (Reshape, Expand to a shape input)
+
 const Value& in(const Graph& g, const Node& n, size_t i) {
   HFX_CHECK(i < n.inputs.size() && n.inputs[i] != kNone, "{} ({}) has no input {}", n.name, n.op, i);
   return g.value(n.inputs[i]);
@@ -42,11 +44,40 @@ std::vector<Value> binary(const Graph& g, const Node& n, std::optional<DType> ou
 }
 
 Dim sum_dims(const Graph& g, const Dim& a, const Dim& b) {
-  if (a.is_fixed() && b.is_fixed()) return Dim::fixed(a.value + b.value);
+  int64_t sum = 0;
+  if (a.is_fixed() && b.is_fixed()) {
+    HFX_CHECK(!__builtin_add_overflow(a.value, b.value, &sum), "dims {} + {} overflow", a.value, b.value);
+    return Dim::fixed(sum);
+  }
   if (a.is_fixed() && a.value == 0) return b;
   if (b.is_fixed() && b.value == 0) return a;
   if (a.is_symbol() && b.is_symbol()) return Dim::sym(g.symbols().sum_of(a.symbol, b.symbol));
   return Dim::unknown();
+}
+
+// MatMulNBits (com.microsoft): A[..., K] x the quantized B[K, N] -> [..., N] in A's dtype.
+std::vector<Value> infer_matmul_nbits(const Graph& g, const Node& n) {
+  const auto& a = in(g, n, 0);
+  auto positive = [&](const char* key) {  // graphs read from files may lack them: a user error
+    auto it = n.attrs.find(key);
+    if (it == n.attrs.end() || !std::holds_alternative<int64_t>(it->second) || std::get<int64_t>(it->second) < 1)
+      bad_input("{}: MatMulNBits needs a positive integer attribute `{}`", n.name, key);
+    return std::get<int64_t>(it->second);
+  };
+  const int64_t K = positive("K"), N = positive("N");
+  positive("bits");
+  positive("block_size");
+  if (a.shape.empty()) bad_input("{}: MatMulNBits needs an input of rank >= 1", n.name);
+  if (a.shape.back().is_fixed() && a.shape.back().value != K)
+    bad_input("{}: MatMulNBits input has {} columns, K = {}", n.name, a.shape.back().value, K);
+  Shape out = a.shape;
+  out.back() = Dim::fixed(N);
+  return {{"", a.dtype, out}};
+}
+
+// DequantizeLinear (opset 21): x's shape, the scale's dtype.
+std::vector<Value> infer_dequantize_linear(const Graph& g, const Node& n) {
+  return {{"", in(g, n, 1).dtype, in(g, n, 0).shape}};
 }
 
 std::vector<Value> infer_matmul(const Graph& g, const Node& n) {
@@ -95,8 +126,13 @@ std::vector<Value> infer_transpose(const Graph& g, const Node& n) {
   if (perm.empty())
     for (size_t i = x.shape.size(); i-- > 0;) perm.push_back(int64_t(i));
   HFX_CHECK(perm.size() == x.shape.size(), "{}: perm rank {} vs input rank {}", n.name, perm.size(), x.shape.size());
+  std::vector<bool> seen(perm.size(), false);
   Shape out;
-  for (auto p : perm) out.push_back(x.shape[size_t(p)]);
+  for (auto p : perm) {
+    HFX_CHECK(p >= 0 && p < int64_t(perm.size()) && !seen[size_t(p)], "{}: perm is not a permutation", n.name);
+    seen[size_t(p)] = true;
+    out.push_back(x.shape[size_t(p)]);
+  }
   return {{"", x.dtype, out}};
 }
 
@@ -105,13 +141,17 @@ std::vector<Value> infer_reshape(const Graph& g, const Node& n) {
   auto target = const_ints(g, n, 1);
   if (!target) {
     const auto& s = in(g, n, 1);
-    Shape out(size_t(s.shape.at(0).is_fixed() ? s.shape[0].value : 0), Dim::unknown());
+    HFX_CHECK(s.shape.size() == 1, "{}: Reshape shape input must be rank 1", n.name);
+    const int64_t rank = s.shape[0].is_fixed() ? s.shape[0].value : 0;
+    HFX_CHECK(rank >= 0 && rank <= kMaxRank, "{}: Reshape to rank {}", n.name, rank);
+    Shape out(size_t(rank), Dim::unknown());
     return {{"", x.dtype, out}};
   }
   Shape out;
   int64_t infer_at = -1;
   for (size_t i = 0; i < target->size(); ++i) {
     int64_t t = (*target)[i];
+    HFX_CHECK(t >= -1 && (t != -1 || infer_at < 0), "{}: Reshape target {} is not a shape", n.name, t);
     if (t == 0) out.push_back(i < x.shape.size() ? x.shape[i] : Dim::unknown());
     else if (t == -1) { infer_at = int64_t(i); out.push_back(Dim::unknown()); }
     else out.push_back(Dim::fixed(t));
@@ -128,8 +168,9 @@ std::vector<Value> infer_reshape(const Graph& g, const Node& n) {
       std::multiset<std::string> syms_in, syms_rest;
       int64_t fixed_in = 1, fixed_rest = 1;
       bool ok = true;
-      for (const auto& d : x.shape) d.is_fixed() ? void(fixed_in *= d.value) : d.is_symbol() ? void(syms_in.insert(d.symbol)) : void(ok = false);
-      for (const auto& d : rest) d.is_fixed() ? void(fixed_rest *= d.value) : d.is_symbol() ? void(syms_rest.insert(d.symbol)) : void(ok = false);
+      auto times = [&](int64_t& acc, int64_t v) { ok = ok && !__builtin_mul_overflow(acc, v, &acc); };
+      for (const auto& d : x.shape) d.is_fixed() ? times(fixed_in, d.value) : d.is_symbol() ? void(syms_in.insert(d.symbol)) : void(ok = false);
+      for (const auto& d : rest) d.is_fixed() ? times(fixed_rest, d.value) : d.is_symbol() ? void(syms_rest.insert(d.symbol)) : void(ok = false);
       if (ok && fixed_rest > 0 && fixed_in % fixed_rest == 0 && std::includes(syms_in.begin(), syms_in.end(), syms_rest.begin(), syms_rest.end())) {
         std::multiset<std::string> left;
         std::set_difference(syms_in.begin(), syms_in.end(), syms_rest.begin(), syms_rest.end(), std::inserter(left, left.begin()));
@@ -147,7 +188,11 @@ std::vector<Value> infer_unsqueeze(const Graph& g, const Node& n) {
   HFX_CHECK(axes, "{}: Unsqueeze axes must be a constant", n.name);
   const size_t rank = x.shape.size() + axes->size();
   std::vector<bool> inserted(rank, false);
-  for (auto a : *axes) inserted[size_t(norm_axis(a, rank, n))] = true;
+  for (auto a : *axes) {
+    const auto at = size_t(norm_axis(a, rank, n));
+    HFX_CHECK(!inserted[at], "{}: Unsqueeze axis {} repeated", n.name, a);
+    inserted[at] = true;
+  }
   Shape out;
   size_t j = 0;
   for (size_t i = 0; i < rank; ++i) out.push_back(inserted[i] ? Dim::fixed(1) : x.shape[j++]);
@@ -193,9 +238,13 @@ std::vector<Value> infer_slice(const Graph& g, const Node& n) {
     for (auto& d : out) d = Dim::unknown();
     return {{"", x.dtype, out}};
   }
+  HFX_CHECK(ends->size() == starts->size() && (!axes || axes->size() == starts->size()) &&
+                (!steps || steps->size() == starts->size()),
+            "{}: Slice starts, ends, axes and steps differ in length", n.name);
   for (size_t i = 0; i < starts->size(); ++i) {
     const int64_t axis = norm_axis(axes ? (*axes)[i] : int64_t(i), x.shape.size(), n);
     const int64_t step = steps ? (*steps)[i] : 1;
+    HFX_CHECK(step != 0, "{}: Slice step 0", n.name);
     const Dim& d = x.shape[size_t(axis)];
     int64_t s = (*starts)[i], e = (*ends)[i];
     if (d.is_fixed() && step > 0) {
@@ -204,7 +253,7 @@ std::vector<Value> infer_slice(const Graph& g, const Node& n) {
       if (e < 0) e += len;
       s = std::clamp<int64_t>(s, 0, len);
       e = std::clamp<int64_t>(e, 0, len);
-      out[size_t(axis)] = Dim::fixed(std::max<int64_t>(0, (e - s + step - 1) / step));
+      out[size_t(axis)] = Dim::fixed(e > s ? (e - s - 1) / step + 1 : 0);
     } else if (step == 1 && s >= 0 && e >= 0 && e != INT64_MAX) {
       out[size_t(axis)] = Dim::unknown();  // min(e, len) - s: depends on a symbol
     } else if (step == 1 && s == 0 && e == INT64_MAX) {
@@ -219,9 +268,18 @@ std::vector<Value> infer_slice(const Graph& g, const Node& n) {
 std::vector<Value> infer_expand(const Graph& g, const Node& n) {
   const auto& x = in(g, n, 0);
   auto shape = const_ints(g, n, 1);
-  if (!shape) return {{"", x.dtype, Shape(size_t(std::max<int64_t>(in(g, n, 1).shape.at(0).value, 0)), Dim::unknown())}};
+  if (!shape) {
+    const auto& s = in(g, n, 1);
+    HFX_CHECK(s.shape.size() == 1, "{}: Expand shape input must be rank 1", n.name);
+    const int64_t rank = s.shape[0].is_fixed() ? s.shape[0].value : 0;
+    HFX_CHECK(rank >= 0 && rank <= kMaxRank, "{}: Expand to rank {}", n.name, rank);
+    return {{"", x.dtype, Shape(size_t(rank), Dim::unknown())}};
+  }
   Shape target;
-  for (auto v : *shape) target.push_back(Dim::fixed(v));
+  for (auto v : *shape) {
+    HFX_CHECK(v >= 0, "{}: Expand to a negative dim {}", n.name, v);
+    target.push_back(Dim::fixed(v));
+  }
   return {{"", x.dtype, broadcast_shapes(x.shape, target)}};
 }
 
@@ -252,15 +310,16 @@ std::vector<Value> infer_shape(const Graph& g, const Node& n) {
 
 std::vector<Value> infer_embedding(const Graph& g, const Node& n) {
   const auto& w = in(g, n, 0);
+  HFX_CHECK(w.shape.size() == 2, "{}: Embedding weight rank {}", n.name, w.shape.size());
   Shape out = in(g, n, 1).shape;
-  out.push_back(w.shape.at(1));
+  out.push_back(w.shape[1]);
   return {{"", w.dtype, out}};
 }
 
 std::vector<Value> infer_linear(const Graph& g, const Node& n) {
   const auto& x = in(g, n, 0);
   const auto& w = in(g, n, 1);
-  HFX_CHECK(w.shape.size() == 2, "{}: Linear weight rank {}", n.name, w.shape.size());
+  HFX_CHECK(w.shape.size() == 2 && !x.shape.empty(), "{}: Linear of ranks {} and {}", n.name, x.shape.size(), w.shape.size());
   if (x.shape.back().is_fixed() && w.shape[1].is_fixed() && x.shape.back().value != w.shape[1].value)
     bad_input("{}: Linear input has {} features, weight expects {}", n.name, x.shape.back().value, w.shape[1].value);
   Shape out = x.shape;
@@ -270,15 +329,17 @@ std::vector<Value> infer_linear(const Graph& g, const Node& n) {
 
 std::vector<Value> infer_rope_cos_sin(const Graph& g, const Node& n) {
   Shape out = in(g, n, 0).shape;
-  const Dim& half = in(g, n, 1).shape.at(0);
-  out.push_back(half.is_fixed() ? Dim::fixed(2 * half.value) : Dim::unknown());
+  HFX_CHECK(in(g, n, 1).shape.size() == 1, "{}: RopeCosSin inv_freq must be rank 1", n.name);
+  const Dim half = in(g, n, 1).shape[0];
+  out.push_back(half.is_fixed() && half.value <= INT64_MAX / 2 ? Dim::fixed(2 * half.value) : Dim::unknown());
   return {{"", DType::F32, out}, {"", DType::F32, out}};
 }
 
 std::vector<Value> infer_attention_bias(const Graph& g, const Node& n) {
   const auto& mask = in(g, n, 0);
   const auto& ids = in(g, n, 1);
-  return {{"", DType::F32, {mask.shape.at(0), Dim::fixed(1), ids.shape.at(1), mask.shape.at(1)}}};
+  HFX_CHECK(mask.shape.size() == 2 && ids.shape.size() == 2, "{}: AttentionBias expects rank-2 mask and ids", n.name);
+  return {{"", DType::F32, {mask.shape[0], Dim::fixed(1), ids.shape[1], mask.shape[1]}}};
 }
 
 std::vector<Value> infer_padding_bias(const Graph& g, const Node& n) {
@@ -292,6 +353,23 @@ std::vector<Value> infer_attention(const Graph& g, const Node& n) {
   const auto& k = in(g, n, 1);
   HFX_CHECK(q.shape.size() == 4 && k.shape.size() == 4, "{}: Attention expects rank-4 q and k", n.name);
   return {{"", q.dtype, q.shape}};
+}
+
+// GroupQueryAttention: output [b, s, hq * d], present_* [b, hkv, p + s, d] (d from the past or the
+// packed query width).
+std::vector<Value> infer_group_query_attention(const Graph& g, const Node& n) {
+  const auto& q = in(g, n, 0);
+  HFX_CHECK(q.shape.size() == 3, "{}: GroupQueryAttention query must be rank 3", n.name);
+  const int64_t hq = n.attr_int("num_heads"), hkv = n.attr_int("kv_num_heads");
+  HFX_CHECK(hq > 0 && hkv > 0 && q.shape[2].is_fixed(), "{}: GroupQueryAttention needs head counts and a fixed width",
+            n.name);
+  const bool packed = n.input(1) == kNone;
+  const int64_t d = q.shape[2].value / (packed ? hq + 2 * hkv : hq);
+  Shape out = {q.shape[0], q.shape[1], Dim::fixed(hq * d)};
+  Dim total = q.shape[1];
+  if (n.input(3) != kNone) total = sum_dims(g, in(g, n, 3).shape.at(2), q.shape[1]);
+  Shape present = {q.shape[0], Dim::fixed(hkv), total, Dim::fixed(d)};
+  return {{"", q.dtype, out}, {"", q.dtype, present}, {"", q.dtype, present}};
 }
 
 using Infer = std::function<std::vector<Value>(const Graph&, const Node&)>;
@@ -318,6 +396,8 @@ std::map<std::string, OpSchema> build_table() {
                          "Identity", "Softmax", "CumSum"})
     t.push_back(make(op, 1, std::string(op) == "CumSum" ? 2 : 1, 1, same));
   t.push_back(make("MatMul", 2, 2, 1, infer_matmul));
+  t.push_back(make("MatMulNBits", 3, 4, 1, infer_matmul_nbits));
+  t.push_back(make("DequantizeLinear", 2, 3, 1, infer_dequantize_linear));
   t.push_back(make("Gather", 2, 2, 1, infer_gather));
   for (const char* op : {"ReduceMean", "ReduceMax", "ReduceSum"}) t.push_back(make(op, 1, 2, 1, infer_reduce));
   t.push_back(make("Transpose", 1, 1, 1, infer_transpose));
@@ -349,6 +429,16 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("Attention", 4, 4, 1, infer_attention, true));
   t.push_back(make("SoftcapAttention", 4, 4, 1, infer_attention, true));
   t.push_back(make("CacheUpdate", 3, 3, 1, same, true));
+  // Target ops (ONNX Runtime's fused ops), see ops.h.
+  t.push_back(make("SimplifiedLayerNormalization", 2, 2, 1, same, true));
+  t.push_back(make("SkipSimplifiedLayerNormalization", 3, 3, 2, [](const Graph& g, const Node& n) {
+    return std::vector<Value>{{"", in(g, n, 0).dtype, in(g, n, 0).shape}, {"", in(g, n, 0).dtype, in(g, n, 0).shape}};
+  }, true));
+  t.push_back(make("GroupQueryAttention", 7, 9, 3, infer_group_query_attention, true));
+  for (auto& s : t)
+    if (s.name == "SimplifiedLayerNormalization" || s.name == "SkipSimplifiedLayerNormalization" ||
+        s.name == "GroupQueryAttention")
+      s.target_op = true;
   register_decompositions(t);
 
   std::map<std::string, OpSchema> table;

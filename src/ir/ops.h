@@ -16,6 +16,9 @@
 //   Concat(xs...; axis) Slice(x, starts, ends, axes[, steps]) Expand(x, shape) Where(c, x, y)
 //   Cast(x; to) Range(start, limit, delta) Shape(x; start, end) CumSum(x, axis)
 //   ScatterElements(data, indices, updates; axis)
+//   DequantizeLinear(x, x_scale, x_zero_point?; axis=1, block_size=0)   per-axis or blocked (opset 21)
+//   MatMulNBits(A[..., K], B, scales, zero_points?; K, N, bits, block_size) -> [..., N]
+//       com.microsoft's weight-only quantized MatMul (layouts in quant/quantize.h)
 //
 // Composite (high-level) ops; hfx's own domain, each decomposed in decompose.cc:
 //   Embedding(weight[V,H], ids[...]) -> [..., H]                      = Gather(weight, ids)
@@ -47,6 +50,20 @@
 //       bias: softmax(Softcap(q @ k^T * scale; softcap) + bias) @ v     (Gemma 2)
 //   CacheUpdate(cache[b,h,n,d], new[b,h,s,d], cache_position[s] i64) -> [b,h,n,d]
 //       the cache with new written at slots cache_position (a static cache's in-place write)
+//
+// Target ops: ONNX Runtime's fused ops, with ORT's names, attributes and semantics, emitted only by
+// the ONNX backend's `ort` profile (passes/ort_contrib_ops.cc). decompose-composites keeps them (the
+// writer lowers them one to one); the reference executor runs their decomposition (decompose.cc),
+// which is their spec here:
+//   SimplifiedLayerNormalization(x, scale; epsilon, axis=-1, stash_type=1) -> RMSNorm(x, scale)
+//   SkipSimplifiedLayerNormalization(input, skip, gamma; epsilon) -> (RMSNorm(input + skip), input + skip)
+//       ORT outputs 0 and 3 (output, input_skip_bias_sum); 1 and 2 (mean, inv_std_var) are left out
+//   GroupQueryAttention(query[b,s,hq*d or (hq+2hkv)*d], key?, value?, past_key[b,hkv,p,d]?, past_value?,
+//       seqlens_k[b] i32, total_sequence_length[] i32, cos_cache[m,r/2]?, sin_cache?; num_heads,
+//       kv_num_heads, scale, do_rotary, rotary_interleaved=0, local_window_size=-1, softcap=0)
+//       -> output[b,s,hq*d], present_key[b,hkv,p+s,d], present_value
+//       growing-cache semantics without left padding: new tokens sit at positions p + i (rotary from
+//       the cache rows), key j is visible to query i when j <= p + i and j <= seqlens_k[b]
 #pragma once
 
 #include <functional>
@@ -65,6 +82,8 @@ struct OpSchema {
   size_t max_inputs = 0;
   size_t num_outputs = 1;
   bool composite = false;
+  // A target op (see above): a composite that decompose-composites leaves for the backend.
+  bool target_op = false;
   // Output dtypes and shapes (names are set by the caller).
   std::function<std::vector<Value>(const Graph&, const Node&)> infer;
   // For composite ops: emits primitives computing the node's outputs, in order.

@@ -2,12 +2,26 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <mutex>
+
 #include "core/error.h"
+#include "quant/quantize.h"
 
 namespace hfx::ir {
 
+// The shared state of the parts of one quantized weight: the result of the last quantization, each
+// part handed out once, then dropped.
+struct QuantState {
+  std::mutex mutex;  // parts may be materialised from different threads
+  WeightRef::QuantParams params;
+  int64_t K = 0, N = 0;
+  std::optional<quant::Quantized> result;
+  int taken = 0;  // bit per part handed out from `result`
+};
+
 struct WeightRef::Node {
-  enum Kind { Source, Constant, Transpose, Cast, Concat, PlusScalar, Reshape } kind;
+  enum Kind { Source, Constant, Transpose, Cast, Concat, PlusScalar, Reshape, Quantized } kind;
   DType dtype;
   std::vector<int64_t> shape;
   // Source
@@ -21,6 +35,9 @@ struct WeightRef::Node {
   std::vector<int64_t> perm;
   int64_t axis = 0;
   double scalar = 0;
+  // Quantized: which part (0 data, 1 scales, 2 zero points) of the shared quantization
+  std::shared_ptr<QuantState> quant;
+  int part = 0;
 };
 
 WeightRef WeightRef::source(std::shared_ptr<const MappedFile> file, std::string name, DType dtype,
@@ -118,6 +135,38 @@ WeightRef WeightRef::reshaped(std::vector<int64_t> shape) const {
   return WeightRef(std::move(n));
 }
 
+std::vector<WeightRef> WeightRef::quantized(const QuantParams& p) const {
+  HFX_CHECK(shape().size() == 2 && is_float(dtype()), "quantizing {}: not a 2-D float weight", describe());
+  HFX_CHECK((p.bits == 4 && p.block > 0) || p.bits == 8, "quantizing {}: {} bits, block {}", describe(), p.bits, p.block);
+  auto state = std::make_shared<QuantState>();
+  state->params = p;
+  state->K = shape()[0];
+  state->N = shape()[1];
+  const int64_t K = state->K, N = state->N;
+  std::vector<WeightRef> parts;
+  auto add = [&](int part, DType dtype, std::vector<int64_t> shape) {
+    auto n = std::make_shared<Node>();
+    n->kind = Node::Quantized;
+    n->dtype = dtype;
+    n->shape = std::move(shape);
+    n->quant = state;
+    n->part = part;
+    n->children = {*this};
+    parts.push_back(WeightRef(std::move(n)));
+  };
+  if (p.block == 0) {  // per channel, DequantizeLinear(axis = 1)
+    add(0, p.symmetric ? DType::I8 : DType::U8, {K, N});
+    add(1, p.scale_dtype, {N});
+    if (!p.symmetric) add(2, DType::U8, {N});
+  } else {  // MatMulNBits
+    const int64_t kb = quant::k_blocks(K, p.block);
+    add(0, DType::U8, {N, kb, quant::blob_bytes(p.bits, p.block)});
+    add(1, p.scale_dtype, {N * kb});
+    if (!p.symmetric) add(2, DType::U8, {N * quant::zero_point_bytes_per_column(p.bits, K, p.block)});
+  }
+  return parts;
+}
+
 DType WeightRef::dtype() const { return node_->dtype; }
 const std::vector<int64_t>& WeightRef::shape() const { return node_->shape; }
 size_t WeightRef::nbytes() const { return size_t(numel_of(node_->shape)) * dtype_size(node_->dtype); }
@@ -132,6 +181,12 @@ std::string WeightRef::describe() const {
     case Node::Cast: return fmt::format("{} as {}", n.children[0].describe(), dtype_name(n.dtype));
     case Node::PlusScalar: return fmt::format("({} + {})", n.children[0].describe(), n.scalar);
     case Node::Reshape: return fmt::format("{} as [{}]", n.children[0].describe(), fmt::join(n.shape, ","));
+    case Node::Quantized: {
+      const auto& p = n.quant->params;
+      static const char* parts[] = {"data", "scales", "zero_points"};
+      return fmt::format("q{}({}; block={}, {}).{}", p.bits, n.children[0].describe(), p.block,
+                         p.symmetric ? "sym" : "asym", parts[n.part]);
+    }
     case Node::Concat: {
       std::vector<std::string> parts;
       for (const auto& c : n.children) parts.push_back(c.describe());
@@ -228,6 +283,54 @@ Tensor concat_tensors(const std::vector<Tensor>& parts, int64_t axis, DType dtyp
 
 }  // namespace
 
+size_t WeightRef::source_bytes() const {
+  if (node_->kind == Node::Source) return nbytes();
+  size_t total = 0;
+  for (const auto& c : node_->children) total += c.source_bytes();
+  return total;
+}
+
+size_t WeightRef::materialize_peak_bytes() const {
+  if (raw_bytes()) return 0;
+  const Node& n = *node_;
+  const size_t out = nbytes();
+  // A child materialised, then transformed into a new tensor of `out` bytes while it is alive.
+  auto via_child = [&](const WeightRef& c) {
+    const size_t child = c.raw_bytes() ? c.nbytes() : std::max(c.materialize_peak_bytes(), c.nbytes());
+    return std::max(c.materialize_peak_bytes(), child + out);
+  };
+  switch (n.kind) {
+    case Node::Source:
+    case Node::Constant: return out;  // one copy
+    case Node::Transpose: {
+      const Node& c = *n.children[0].node_;
+      if (c.kind == Node::Cast && c.dtype == DType::F32 && n.shape.size() == 2 && n.perm[0] == 1 &&
+          c.children[0].raw_bytes() && (c.children[0].dtype() == DType::BF16 || c.children[0].dtype() == DType::F16))
+        return out;  // the fused cast + transpose
+      return via_child(n.children[0]);
+    }
+    case Node::Cast:
+      if (n.children[0].raw_bytes()) return out;  // converted straight from the mapped bytes
+      return via_child(n.children[0]);
+    case Node::PlusScalar: return via_child(n.children[0]) + out;  // an f32 working copy too
+    case Node::Reshape: return via_child(n.children[0]);
+    case Node::Quantized: {  // the child as f32, and every part of the result
+      const WeightRef& c = n.children[0];
+      const size_t child_f32 = size_t(numel_of(c.shape())) * 4;
+      return std::max(c.materialize_peak_bytes(), c.nbytes() + child_f32) + child_f32 / 2;
+    }
+    case Node::Concat: {
+      size_t held = 0, peak = 0;  // parts are materialised one after another and kept
+      for (const auto& c : n.children) {
+        peak = std::max(peak, held + std::max(c.materialize_peak_bytes(), c.nbytes()));
+        held += c.nbytes();
+      }
+      return std::max(peak, held + out);
+    }
+  }
+  return 2 * out;
+}
+
 Tensor WeightRef::materialize() const {
   const Node& n = *node_;
   switch (n.kind) {
@@ -278,6 +381,29 @@ Tensor WeightRef::materialize() const {
       std::vector<Tensor> parts;
       for (const auto& c : n.children) parts.push_back(c.materialize());
       return concat_tensors(parts, n.axis, n.dtype, n.shape);
+    }
+    case Node::Quantized: {
+      QuantState& q = *n.quant;
+      std::lock_guard<std::mutex> lock(q.mutex);
+      if (!q.result) {
+        Tensor w = n.children[0].materialize().cast(DType::F32);
+        const auto& p = q.params;
+        q.result = p.block == 0
+                       ? quant::quantize_per_channel_int8(w.as<float>(), q.K, q.N, p.symmetric, p.scale_dtype)
+                       : quant::quantize_blockwise(w.as<float>(), q.K, q.N, p.bits, p.block, p.symmetric, p.scale_dtype);
+        q.taken = 0;
+      }
+      Tensor t(n.dtype, n.shape);
+      if (n.part == 1) {
+        convert_elements(DType::F32, q.result->scales.data(), n.dtype, t.data(), q.result->scales.size());
+      } else {
+        const auto& bytes = n.part == 0 ? q.result->data : q.result->zero_points;
+        HFX_CHECK(bytes.size() == t.nbytes(), "quantized part of {} bytes for {}", bytes.size(), t.nbytes());
+        std::memcpy(t.data(), bytes.data(), bytes.size());
+      }
+      q.taken |= 1 << n.part;
+      if (q.taken == (q.params.symmetric ? 3 : 7)) q.result.reset();  // every part handed out
+      return t;
     }
     case Node::Reshape: {
       Tensor src = n.children[0].materialize();

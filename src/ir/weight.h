@@ -31,6 +31,17 @@ class WeightRef {
   WeightRef cast(DType to) const;
   WeightRef plus_scalar(double offset) const;  // e.g. Gemma's (1 + w) norm weights
   WeightRef reshaped(std::vector<int64_t> shape) const;  // same elements, same order
+  // Weight-only quantization of this [K, N] weight (quant/quantize.h): the tensors a quantized MatMul
+  // reads, in order data, scales[, zero points]. block 0 = per channel (DequantizeLinear layout),
+  // else blockwise (MatMulNBits layout). The parts share one computation: the first one materialised
+  // quantizes the weight and keeps the other parts until they are asked for.
+  struct QuantParams {
+    int bits = 4;
+    int64_t block = 32;
+    bool symmetric = true;
+    DType scale_dtype = DType::F32;
+  };
+  std::vector<WeightRef> quantized(const QuantParams& params) const;
 
   DType dtype() const;
   const std::vector<int64_t>& shape() const;
@@ -45,6 +56,11 @@ class WeightRef {
   std::optional<std::span<const uint8_t>> raw_bytes() const;
   // Computes the tensor (reads the mapped source pages, applies transforms).
   Tensor materialize() const;
+  // Memory cost of writing this weight, for preflight estimates (kept beside materialize(), which it
+  // mirrors): the mapped source bytes it reads (resident until release_source_pages()), and the most
+  // bytes of tensors materialize() holds at once (0 when raw_bytes() serves the weight).
+  size_t source_bytes() const;
+  size_t materialize_peak_bytes() const;
   // Drops the source pages this weight read from our resident set (a writer calls it once the
   // tensor is written, so streaming a model does not keep the whole checkpoint resident).
   void release_source_pages() const;

@@ -5,12 +5,14 @@
 
 namespace hfx::passes {
 
-ir::Graph decompose_composites(const ir::Graph& graph) {
+ir::Graph decompose_composites(const ir::Graph& graph) { return decompose_composites_except(graph, {}); }
+
+ir::Graph decompose_composites_except(const ir::Graph& graph, const std::set<std::string>& keep) {
   ir::Rewriter r(graph);
   for (const auto& node : graph.nodes()) {
     ir::Node n = r.mapped(node);
     const ir::OpSchema& schema = ir::op_schema(n.op);
-    if (!schema.composite) {
+    if (!schema.composite || schema.target_op || keep.count(n.op)) {  // target ops are the backend's own (ops.h)
       r.copy(node, n);
       continue;
     }

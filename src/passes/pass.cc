@@ -1,6 +1,7 @@
 #include "passes/pass.h"
 
 #include "core/error.h"
+#include "passes/precision.h"
 
 namespace hfx::passes {
 
@@ -13,6 +14,13 @@ const std::vector<PassInfo>& all_passes() {
        "Never for backends without fused kernels; per op, once the backend's capability record lists a "
        "fused lowering for it.",
        decompose_composites},
+      {"decompose-composites-keep-attention", Stage::BackendTranslation,
+       "decompose-composites, except Attention, which the openvino backend lowers to opset-13 "
+       "ScaledDotProductAttention.",
+       "OpenVINO's CPU plugin runs SDPA as one fused kernel, and OpenVINO GenAI's paged-attention (continuous "
+       "batching) conversion starts from SDPA ops fed by the KV state.",
+       "Never for OpenVINO; per op, as more composites get OpenVINO lowerings.",
+       [](const ir::Graph& g) { return decompose_composites_except(g, {"Attention"}); }},
       {"fold-weight-transforms", Stage::BackendTranslation,
        "Folds Transpose and Cast applied to weights into the stored tensor, so a Linear becomes one MatMul "
        "against a [in, out] initializer.",
@@ -20,6 +28,19 @@ const std::vector<PassInfo>& all_passes() {
        "and should not transpose weights at load or run time.",
        "Never: it is a property of the checkpoint layout.",
        fold_weight_transforms},
+      {"ort-contrib-ops", Stage::BackendTranslation,
+       "onnx --onnx-profile ort: Attention + rotary + cache append become com.microsoft GroupQueryAttention "
+       "(cos/sin caches, packed QKV), RMSNorm becomes (Skip)SimplifiedLayerNormalization.",
+       "ONNX Runtime's CPU kernels and onnxruntime-genai's shared KV buffer are built around these fused ops.",
+       "Never for ONNX Runtime; models whose attention the fused op cannot express keep the portable lowering.",
+       [](const ir::Graph& g) { return ort_contrib_ops(g, {4096}); }},
+      {"apply-precision", Stage::BackendTranslation,
+       "--dtype / --quantize: Linear layers' weights stored in f16/bf16 or quantized (MatMulNBits, or "
+       "DequantizeLinear + MatMul), embeddings in the dtype; runs after fold-weight-transforms (and on `hfx "
+       "verify`'s reference). Options from the recipe; from this table it runs the default f32 (no change).",
+       "Weight-only quantization and half precision are what make large models fit; docs/quantization.md.",
+       "Never: precision is an export option.",
+       [](const ir::Graph& g) { return apply_precision(g, {}); }},
   };
   return passes;
 }

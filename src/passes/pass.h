@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,16 @@ ir::Graph run_pipeline(const ir::Graph& graph, const std::vector<std::string>& n
 
 // The passes themselves (one file each).
 ir::Graph decompose_composites(const ir::Graph& graph);
+// The same, leaving the composite ops named in `keep` for a backend that lowers them itself.
+ir::Graph decompose_composites_except(const ir::Graph& graph, const std::set<std::string>& keep);
 ir::Graph fold_weight_transforms(const ir::Graph& graph);
+
+// The ONNX backend's `ort` profile (ort_contrib_ops.cc): composites -> ONNX Runtime's fused ops.
+struct OrtContribOptions {
+  int64_t rope_cache_rows = 0;  // rows of the cos/sin caches: the longest sequence the export serves
+};
+ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& options);
+// Why the fused lowering cannot express this graph's attention (empty: it can).
+std::vector<std::string> ort_profile_blockers(const ir::Graph& graph);
 
 }  // namespace hfx::passes

@@ -38,13 +38,27 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
   } catch (const nlohmann::json::exception& e) {
     bad_input("{}: inconsistent manifest: {}", where, e.what());
   }
+  if (a.cache.num_layers < 0 || a.cache.num_kv_heads < 0 || a.cache.head_dim < 0 || a.cache.max_cache_len < 0)
+    bad_input("{}: inconsistent manifest: negative cache geometry", where);
   for (const auto& c : a.manifest["components"]) {
-    if (c.value("format", "") != format) continue;
+    // A hand-edited manifest may hold anything: report it, never throw a JSON or filesystem error.
+    if (!c.is_object()) bad_input("{}: inconsistent manifest: a component is {}, not an object", where, c.type_name());
+    auto text = [&](const char* key) {
+      auto it = c.find(key);
+      return it != c.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    if (text("format") != format) continue;
     ArtifactComponent ac;
-    ac.role = c.value("role", "");
-    ac.file = dir / c.value("file", "");
-    if (!fs::exists(ac.file)) bad_input("{}: component {} file {} is missing", dir.string(), ac.role, ac.file.string());
-    ac.graph = with_context(ac.file.string(), [&] { return onnx_backend::read_onnx(ac.file); });
+    ac.role = text("role");
+    const std::string file = text("file");
+    if (file.empty() || fs::path(file).is_absolute() || file.find("..") != std::string::npos)
+      bad_input("{}: component {}: file `{}` is not a path inside the export", where, ac.role, file);
+    ac.file = dir / file;
+    std::error_code ec;
+    if (!fs::is_regular_file(ac.file, ec))
+      bad_input("{}: component {} file {} is missing", dir.string(), ac.role, ac.file.string());
+    // Only ONNX graphs are read back into IR; other formats are run by their own runtime from `file`.
+    if (format == "onnx") ac.graph = with_context(ac.file.string(), [&] { return onnx_backend::read_onnx(ac.file); });
     // The contract's bounds travel in the manifest (and the ONNX metadata); the executor enforces them.
     if (c.contains("dims"))
       for (const auto& [name, d] : c["dims"].items()) {

@@ -16,7 +16,7 @@ namespace hfx::pipeline {
 struct ArtifactComponent {
   std::string role;
   std::filesystem::path file;
-  ir::Graph graph;
+  ir::Graph graph;  // read back for onnx only (empty for other formats)
 };
 
 struct Artifact {

@@ -13,6 +13,7 @@
 #include "io/checkpoint.h"
 #include "models/encoder.h"
 #include "models/model.h"
+#include "quant/quantize.h"
 #include "tasks/causal_lm.h"
 
 namespace hfx::pipeline {
@@ -20,8 +21,23 @@ namespace hfx::pipeline {
 struct Recipe {
   std::vector<std::string> formats = {"onnx"};
   tasks::CausalLmOptions task;
-  // Verification tolerances by dtype (max abs diff of outputs against the reference executor).
+  // Weight dtype and weight-only quantization (`--dtype`, `--quantize`, `--quantize-lm-head`); recorded
+  // only when not the default f32, so f32 recipes keep their bytes.
+  quant::PrecisionSpec precision;
+  // openvino: the KV cache as model state (ReadValue/Assign + beam_idx, OpenVINO GenAI's layout) for a
+  // decoder with a growing cache; false writes the same explicit past/present I/O as the ONNX graph.
+  bool openvino_stateful = true;
+  // onnx: `ort` lowers decoder attention and norms to ONNX Runtime's fused ops (GroupQueryAttention,
+  // SkipSimplifiedLayerNormalization; docs/onnx_profiles.md), falling back to `portable` (standard
+  // ops only) per model when the fused ops cannot express it. The default is `portable`: exact for
+  // every contract, left-padded batches included, which GroupQueryAttention cannot serve (its keys
+  // run 0..seqlens_k per row); `ort` is the choice for batch-1 or right-aligned serving.
+  std::string onnx_profile = "portable";
+  // Verification tolerances by dtype (max abs diff of outputs against the reference executor, which
+  // runs the same precision: see tolerance()).
   std::map<std::string, double> tolerances = {{"f32", 1e-4}};
+  // The tolerance for this recipe's dtype: tolerances[dtype], else kDefaultTolerances.
+  double tolerance() const;
 
   nlohmann::ordered_json to_json() const;
   // Accepts a recipe object or a whole manifest (its "recipe" member). BadInput names the field.
@@ -44,6 +60,7 @@ struct ExportResult {
   int64_t weight_bytes_written = 0;
   double seconds = 0;
   std::string verify_summary;  // empty when not verified
+  std::vector<std::string> notes;  // choices the export made on its own (e.g. an onnx profile fallback)
 };
 
 // A checkpoint, its model definition, and the task's components, with strict weight accounting.
@@ -58,10 +75,16 @@ struct LoadedModel {
 };
 LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::CausalLmOptions& task = {});
 
+// BadInput unless `profile` is ort or portable (`where` names the flag or file).
+void check_onnx_profile(const std::string& profile, const std::string& where);
+
 // Passes each backend runs before writing (names from passes::all_passes()).
 std::vector<std::string> backend_passes(const std::string& format);
 
 ExportResult run_export(const ExportOptions& options);
+
+// What to do when this hfx was built without the OpenVINO backend (docs/openvino.md).
+inline const char* kOpenVinoHint = "hfx built without OpenVINO: pip install openvino==2026.4.1 into .venv and reconfigure";
 
 // The manifest file name inside an export.
 inline const char* kManifestName = "hfx.json";

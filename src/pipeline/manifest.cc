@@ -91,6 +91,12 @@ void ManifestBuilder::add_component(const tasks::Component& c, const std::string
   }
 }
 
+void ManifestBuilder::add_onnx_profile(const std::string& role, const std::string& profile, const std::string& note) {
+  nlohmann::ordered_json entry = {{"role", role}, {"profile", profile}};
+  if (!note.empty()) entry["note"] = note;
+  json_["onnx_profiles"].push_back(entry);
+}
+
 void ManifestBuilder::write(const fs::path& root) {
   nlohmann::ordered_json files = nlohmann::ordered_json::object();
   for (const auto& rel : list_files(root)) files[rel.generic_string()] = sha256_file(root / rel);
@@ -132,7 +138,8 @@ CheckReport check_export(const fs::path& out_dir) {
       continue;
     }
     ++r.files_checked;
-    if (!fs::exists(p)) r.problems.push_back(fmt::format("{}: listed in the manifest but missing", rel));
+    std::error_code ec;  // a hand-edited name may be too long, or name a folder
+    if (!fs::is_regular_file(p, ec)) r.problems.push_back(fmt::format("{}: listed in the manifest but missing", rel));
     else if (!sha.is_string() || sha256_file(p) != sha.get<std::string>())
       r.problems.push_back(fmt::format("{}: sha256 mismatch (the file changed after export)", rel));
   }

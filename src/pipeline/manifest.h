@@ -25,6 +25,8 @@ class ManifestBuilder {
   ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& model, const Recipe& recipe);
   void add_component(const tasks::Component& c, const std::string& format, const std::string& file,
                      const std::vector<std::string>& passes);
+  // Records the onnx profile a component was written with, and why when it is not the requested one.
+  void add_onnx_profile(const std::string& role, const std::string& profile, const std::string& note);
   // Hashes every file under `root` and writes root/hfx.json.
   void write(const std::filesystem::path& root);
 

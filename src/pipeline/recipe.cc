@@ -1,7 +1,14 @@
+#include <algorithm>
+
 #include "core/error.h"
 #include "pipeline/export.h"
 
 namespace hfx::pipeline {
+
+void check_onnx_profile(const std::string& profile, const std::string& where) {
+  if (profile != "ort" && profile != "portable")
+    bad_input("{}: onnx profile `{}` (supported: ort, portable)", where, profile);
+}
 
 nlohmann::ordered_json Recipe::to_json() const {
   nlohmann::ordered_json dims = nlohmann::ordered_json::object();
@@ -11,14 +18,45 @@ nlohmann::ordered_json Recipe::to_json() const {
     if (b.max) d["max"] = *b.max;
     dims[name] = d;
   }
-  return {{"formats", formats},
-          {"task", "causal-lm"},
-          {"split_prefill", task.split_prefill},
-          {"static_cache", task.static_cache},
-          {"max_cache_len", task.max_cache_len},
-          {"dynamic", task.dynamic},
-          {"dims", dims},
-          {"tolerances", tolerances}};
+  nlohmann::ordered_json j = {{"formats", formats},
+                              {"task", "causal-lm"},
+                              {"split_prefill", task.split_prefill},
+                              {"static_cache", task.static_cache},
+                              {"max_cache_len", task.max_cache_len},
+                              {"dynamic", task.dynamic},
+                              {"dims", dims},
+                              {"tolerances", tolerances}};
+  // Only recipes that write OpenVINO carry its option (ONNX-only recipes stay as they were).
+  if (std::find(formats.begin(), formats.end(), "openvino") != formats.end()) j["openvino_stateful"] = openvino_stateful;
+  // The ONNX lowering profile: recipes that write ONNX always record it (see from_json for older ones).
+  if (std::find(formats.begin(), formats.end(), "onnx") != formats.end()) j["onnx_profile"] = onnx_profile;
+  // Precision only when not the default f32 (f32 recipes stay as they were).
+  if (!precision.is_default()) {
+    j["dtype"] = std::string(dtype_name(precision.dtype));
+    if (precision.quant.enabled()) {
+      j["quantize"] = precision.quant.str();
+      j["quantize_lm_head"] = precision.quantize_lm_head;
+    }
+  }
+  return j;
+}
+
+namespace {
+
+// Default verification tolerances by dtype. `hfx verify` compares the export with the reference
+// executor running the same precision (weights rounded and quantized identically), so only the
+// order of summation differs, as for f32; f16 adds the rounding of activations to f16 at the Casts
+// around each Linear layer, where one f16 ulp (2^-10 relative) flips when the f32 sums before the
+// Cast differ in their last bits, and ONNX Runtime's f16 MatMul rounds its own way: measured up to
+// 0.023 on the tiny test models' logits (|logits| up to ~20) against ONNX Runtime, so 0.1.
+const std::map<std::string, double> kDefaultTolerances = {{"f32", 1e-4}, {"bf16", 1e-4}, {"f16", 0.1}};
+
+}  // namespace
+
+double Recipe::tolerance() const {
+  const std::string key(dtype_name(precision.dtype));
+  if (auto it = tolerances.find(key); it != tolerances.end()) return it->second;
+  return kDefaultTolerances.at(key);
 }
 
 Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
@@ -43,6 +81,14 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   get_bool("split_prefill", r.task.split_prefill);
   get_bool("static_cache", r.task.static_cache);
   get_bool("dynamic", r.task.dynamic);
+  get_bool("openvino_stateful", r.openvino_stateful);
+  // A recipe without the field predates `--onnx-profile` and was written with the portable lowering.
+  r.onnx_profile = "portable";
+  if (j.contains("onnx_profile")) {
+    if (!j["onnx_profile"].is_string()) bad_input("{}: recipe field \"onnx_profile\" must be a string", where);
+    r.onnx_profile = j["onnx_profile"].get<std::string>();
+  }
+  check_onnx_profile(r.onnx_profile, where);
   if (j.contains("max_cache_len")) {
     if (!j["max_cache_len"].is_number_integer()) bad_input("{}: recipe field \"max_cache_len\" must be an integer", where);
     r.task.max_cache_len = j["max_cache_len"].get<int64_t>();
@@ -59,10 +105,19 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
       r.task.dims[name] = b;
     }
   }
+  auto get_string = [&](const char* key) -> std::optional<std::string> {
+    if (!j.contains(key)) return std::nullopt;
+    if (!j[key].is_string()) bad_input("{}: recipe field \"{}\" must be a string", where, key);
+    return j[key].get<std::string>();
+  };
+  if (auto d = get_string("dtype")) r.precision.dtype = with_context(where, [&] { return quant::parse_dtype(*d); });
+  if (auto q = get_string("quantize")) r.precision.quant = with_context(where, [&] { return quant::QuantSpec::parse(*q); });
+  get_bool("quantize_lm_head", r.precision.quantize_lm_head);
   if (j.contains("tolerances")) {
     if (!j["tolerances"].is_object()) bad_input("{}: recipe field \"tolerances\" must be an object", where);
     for (const auto& [dtype, v] : j["tolerances"].items()) {
-      if (dtype != "f32") unsupported("{}: tolerance for {} (this hfx exports f32 only)", where, dtype);
+      if (dtype != "f32" && dtype != "f16" && dtype != "bf16")
+        unsupported("{}: tolerance for {} (dtypes: f32, f16, bf16)", where, dtype);
       if (!v.is_number() || v.get<double>() <= 0) bad_input("{}: tolerances.{} must be a positive number", where, dtype);
       r.tolerances[dtype] = v.get<double>();
     }

@@ -88,10 +88,6 @@ std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, 
   if (cache.static_cache && L + o.max_new_tokens > cache.max_cache_len)
     bad_input("generate: prompt of {} tokens + {} new tokens exceeds the static cache (max_cache_len = {})", L,
               o.max_new_tokens, cache.max_cache_len);
-  const std::set<std::string> first_inputs = [&] {
-    auto n = first.input_names();
-    return std::set<std::string>(n.begin(), n.end());
-  }();
 
   // Left padding: prompts end at the same column.
   std::vector<int64_t> ids(size_t(B * L), o.pad_token_id), mask(size_t(B * L), 0);
@@ -141,20 +137,26 @@ std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, 
     StepRunner& runner = step == 0 ? first : next;
     std::map<std::string, Tensor> feed;
     feed["input_ids"] = i64_tensor({B, S}, step_ids);
-    feed["position_ids"] = i64_tensor({B, S}, step_pos);
+    // A graph without position_ids (the onnx ort profile) derives positions from the cache length.
+    const auto names = runner.input_names();
+    if (std::find(names.begin(), names.end(), "position_ids") != names.end())
+      feed["position_ids"] = i64_tensor({B, S}, step_pos);
     feed["attention_mask"] = i64_tensor({B, cache.static_cache ? cache_len : total}, full_mask);
     if (cache.static_cache) {
       std::vector<int64_t> cp(static_cast<size_t>(S));
       std::iota(cp.begin(), cp.end(), total - S);
       feed["cache_position"] = i64_tensor({S}, cp);
     }
-    const bool wants_past = step > 0 || first_inputs.count("past_key_values.0.key");
+    // A prefill graph takes no cache; a stateful runner (OpenVINO) keeps it inside, with neither
+    // past_key_values.* inputs nor present.* outputs.
+    const bool wants_past = std::find(names.begin(), names.end(), "past_key_values.0.key") != names.end();
     if (wants_past)
       for (auto& [name, t] : past) feed[name] = std::move(t);
     auto result = runner.run(feed);
     for (int64_t i = 0; i < cache.num_layers; ++i)
       for (const char* kv : {"key", "value"})
-        past[fmt::format("past_key_values.{}.{}", i, kv)] = std::move(result.at(fmt::format("present.{}.{}", i, kv)));
+        if (auto it = result.find(fmt::format("present.{}.{}", i, kv)); it != result.end())
+          past[fmt::format("past_key_values.{}.{}", i, kv)] = std::move(it->second);
 
     const Tensor& logits = result.at("logits");  // [B, S, V]
     const int64_t V = logits.dim(2);

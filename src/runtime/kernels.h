@@ -27,6 +27,7 @@ void register_elementwise_kernels(KernelTable& table);
 void register_shape_kernels(KernelTable& table);
 void register_reduce_kernels(KernelTable& table);
 void register_matmul_kernels(KernelTable& table);
+void register_quant_kernels(KernelTable& table);  // DequantizeLinear, MatMulNBits
 void register_composite_kernels(KernelTable& table);
 
 // Kernels of primitive ops, and kernels of composite ops (fused forms of the decompositions).

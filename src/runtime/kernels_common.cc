@@ -17,6 +17,7 @@ const KernelTable& primitive_kernels() {
     register_shape_kernels(t);
     register_reduce_kernels(t);
     register_matmul_kernels(t);
+    register_quant_kernels(t);
     return t;
   }();
   return table;

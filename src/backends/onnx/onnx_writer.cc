@@ -238,10 +238,26 @@ const std::map<std::string, OpLowering>& onnx_lowering_table() {
           "Reciprocal", "Exp",     "Log",       "Sin",        "Cos",       "Tanh",      "Erf",
           "Sigmoid",  "Not",       "Identity",  "MatMul",     "Gather",    "Softmax",   "ReduceMean",
           "ReduceMax", "ReduceSum", "Transpose", "Reshape",   "Unsqueeze", "Squeeze",   "Concat",
-          "Slice",    "Expand",    "Where",     "Range",      "Shape",     "CumSum",    "ScatterElements"})
+          "Slice",    "Expand",    "Where",     "Range",      "Shape",     "CumSum",    "ScatterElements",
+          "DequantizeLinear"})
       t[op] = OpLowering{op, lower_passthrough, raise_passthrough};
     // Special cases.
     t["Cast"] = OpLowering{"Cast", lower_cast, raise_cast};
+    // Weight-only quantized MatMul (quant/quantize.h), ONNX Runtime's contrib op.
+    {
+      OpLowering l;
+      l.onnx_op = "MatMulNBits";
+      l.domain = "com.microsoft";
+      l.lower = lower_passthrough;
+      l.raise = raise_passthrough;
+      t["MatMulNBits"] = l;
+    }
+    // ONNX Runtime's fused ops (the `ort` profile): SimplifiedLayerNormalization is registered in
+    // ORT's ai.onnx domain, the others in com.microsoft.
+    t["SimplifiedLayerNormalization"] = OpLowering{"SimplifiedLayerNormalization", lower_passthrough, raise_passthrough};
+    t["SkipSimplifiedLayerNormalization"] =
+        OpLowering{"SkipSimplifiedLayerNormalization", lower_passthrough, raise_passthrough, "com.microsoft", {0, 3}};
+    t["GroupQueryAttention"] = OpLowering{"GroupQueryAttention", lower_passthrough, raise_passthrough, "com.microsoft"};
     return t;
   }();
   return table;
@@ -285,21 +301,38 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   for (ir::ValueId id : graph.inputs()) set_type(*g->add_input(), graph.value(id));
 
   // Nodes first: an op without a lowering fails before gigabytes of weights are written.
+  bool contrib = false;
   for (const ir::Node& node : graph.nodes()) {
     const OpLowering* lowering = find_onnx_lowering(node.op);
     if (!lowering) unsupported("onnx backend: op {} (node {}) has no lowering", node.op, node.name);
     onnx::NodeProto* p = g->add_node();
     p->set_name(node.name);
     p->set_op_type(lowering->onnx_op);
+    if (!lowering->domain.empty()) {
+      p->set_domain(lowering->domain);
+      contrib = true;
+    }
     size_t num_inputs = node.inputs.size();
     while (num_inputs > 0 && node.inputs[num_inputs - 1] == ir::kNone) --num_inputs;  // trailing optionals
     for (size_t i = 0; i < num_inputs; ++i)
       p->add_input(node.inputs[i] == ir::kNone ? std::string() : graph.value(node.inputs[i]).name);
-    for (ir::ValueId out : node.outputs) p->add_output(graph.value(out).name);
+    if (lowering->output_slots.empty()) {
+      for (ir::ValueId out : node.outputs) p->add_output(graph.value(out).name);
+    } else {
+      HFX_CHECK(lowering->output_slots.size() == node.outputs.size(), "{}: output slots", node.name);
+      std::vector<std::string> names(size_t(lowering->output_slots.back() + 1));
+      for (size_t i = 0; i < node.outputs.size(); ++i) names[size_t(lowering->output_slots[i])] = graph.value(node.outputs[i]).name;
+      for (const auto& name : names) p->add_output(name);
+    }
     with_context("onnx: node " + node.name + " (" + node.op + ")", [&] { lowering->lower(node, *p); });
   }
 
   for (ir::ValueId id : graph.outputs()) set_type(*g->add_output(), graph.value(id));
+  if (contrib) {
+    auto* ms = model.add_opset_import();
+    ms->set_domain("com.microsoft");
+    ms->set_version(1);
+  }
 
   // Initializers: small ones and constants inline, the rest streamed into one data file.
   std::unique_ptr<OutFile> data;

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "ir/graph.h"
@@ -59,6 +60,10 @@ struct OpLowering {
   // The IR attributes of a node of this op read from a file. Throws BadInput/Unsupported for
   // attributes of other types.
   std::function<ir::Attrs(const onnx::NodeProto&)> raise;
+  std::string domain;  // "" = ai.onnx; "com.microsoft" for ORT contrib ops (imported at version 1)
+  // Where the IR node's outputs go among the ONNX node's outputs (empty: in order); the other slots
+  // are written as absent optional outputs ("").
+  std::vector<int> output_slots;
 };
 const std::map<std::string, OpLowering>& onnx_lowering_table();
 // nullptr when the op has no lowering.

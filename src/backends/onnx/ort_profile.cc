@@ -1,0 +1,99 @@
+#include "backends/onnx/ort_profile.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "io/json_fields.h"
+
+namespace hfx::onnx_backend {
+
+int64_t ort_context_length(const io::Checkpoint& ckpt, const ir::Graph& graph) {
+  const io::JsonFile& f = ckpt.config();
+  std::optional<int64_t> n = io::optional_int(f, f.json, "max_position_embeddings", 1);
+  if (!n) n = io::optional_int(f, f.json, "n_positions", 1);
+  if (graph.symbols().has("total_sequence_length")) {
+    const auto& b = graph.symbols().bounds("total_sequence_length");
+    if (b.max && (!n || *b.max < *n)) n = *b.max;
+  }
+  if (!n) bad_input("{}: the ort profile needs max_position_embeddings (the rows of its rotary caches)", f.path.string());
+  return *n;
+}
+
+namespace {
+
+// Model types onnxruntime-genai dispatches as plain decoder LLMs; others load as "decoder".
+bool genai_knows(const std::string& type) {
+  for (const char* t : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "granite", "phi3"})
+    if (type == t) return true;
+  return false;
+}
+
+}  // namespace
+
+nlohmann::ordered_json genai_config(const GenaiConfigInput& in) {
+  const ir::Graph& g = *in.graph;
+  auto has_input = [&](const std::string& name) {
+    for (auto id : g.inputs())
+      if (g.value(id).name == name) return true;
+    return false;
+  };
+  nlohmann::ordered_json inputs = {{"input_ids", "input_ids"}};
+  if (has_input("attention_mask")) inputs["attention_mask"] = "attention_mask";
+  if (has_input("position_ids")) inputs["position_ids"] = "position_ids";
+  inputs["past_key_names"] = "past_key_values.%d.key";
+  inputs["past_value_names"] = "past_key_values.%d.value";
+  nlohmann::ordered_json outputs = {{"logits", "logits"},
+                                    {"present_key_names", "present.%d.key"},
+                                    {"present_value_names", "present.%d.value"}};
+  const auto& s = in.summary;
+  nlohmann::ordered_json eos = nlohmann::ordered_json::array();
+  for (auto e : s.eos_token_ids) eos.push_back(e);
+  nlohmann::ordered_json eos_value = eos.size() == 1 ? eos[0] : eos;
+  const int64_t pad = s.pad_token_id.value_or(s.eos_token_ids.empty() ? 0 : s.eos_token_ids[0]);
+
+  // Search defaults: greedy unless generation_config.json asks for sampling (its values then).
+  nlohmann::ordered_json search = {{"diversity_penalty", 0.0},
+                                   {"do_sample", false},
+                                   {"early_stopping", true},
+                                   {"length_penalty", 1.0},
+                                   {"max_length", in.context_length},
+                                   {"min_length", 0},
+                                   {"no_repeat_ngram_size", 0},
+                                   {"num_beams", 1},
+                                   {"num_return_sequences", 1},
+                                   {"past_present_share_buffer", true},
+                                   {"repetition_penalty", 1.0},
+                                   {"temperature", 1.0},
+                                   {"top_k", 1},
+                                   {"top_p", 1.0}};
+  if (const auto& gen = in.checkpoint->generation_config()) {
+    const auto& j = gen->json;
+    if (auto v = io::optional_bool(*gen, j, "do_sample")) search["do_sample"] = *v;
+    if (auto v = io::optional_number(*gen, j, "temperature")) search["temperature"] = *v;
+    if (auto v = io::optional_number(*gen, j, "top_p")) search["top_p"] = *v;
+    if (auto v = io::optional_int(*gen, j, "top_k", 0)) search["top_k"] = *v;
+    if (auto v = io::optional_number(*gen, j, "repetition_penalty")) search["repetition_penalty"] = *v;
+    if (!search["do_sample"].get<bool>()) search["top_k"] = 1;
+  }
+  const int64_t bos = s.bos_token_id.value_or(s.eos_token_ids.empty() ? 0 : s.eos_token_ids[0]);
+  nlohmann::ordered_json model = {
+      {"bos_token_id", bos},
+      {"context_length", in.context_length},
+      {"decoder",
+       {{"session_options", {{"log_id", "onnxruntime-genai"}, {"provider_options", nlohmann::ordered_json::array()}}},
+        {"filename", in.model_file},
+        {"head_size", in.cache.head_dim},
+        {"hidden_size", s.hidden_size},
+        {"inputs", inputs},
+        {"outputs", outputs},
+        {"num_attention_heads", s.num_heads},
+        {"num_hidden_layers", in.cache.num_layers},
+        {"num_key_value_heads", in.cache.num_kv_heads}}},
+      {"eos_token_id", eos_value},
+      {"pad_token_id", pad},
+      {"type", genai_knows(s.model_type) ? s.model_type : std::string("decoder")},
+      {"vocab_size", s.vocab_size}};
+  return {{"model", model}, {"search", search}};
+}
+
+}  // namespace hfx::onnx_backend

@@ -1,0 +1,35 @@
+// The ONNX backend's `ort` profile, beyond the graph rewrite (passes/ort_contrib_ops.cc): how many
+// rows the cos/sin caches get, and the genai_config.json that lets onnxruntime-genai load the folder.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/checkpoint.h"
+#include "ir/graph.h"
+#include "models/model.h"
+
+namespace hfx::onnx_backend {
+
+// The longest sequence the export serves: max_position_embeddings (or n_positions) of config.json,
+// lowered to the contract's total_sequence_length bound when that is tighter. BadInput when neither
+// is known.
+int64_t ort_context_length(const io::Checkpoint& ckpt, const ir::Graph& graph);
+
+struct GenaiConfigInput {
+  const io::Checkpoint* checkpoint = nullptr;
+  models::ModelSummary summary;
+  models::CacheGeometry cache;
+  int64_t context_length = 0;
+  std::string model_file;  // "model.onnx"
+  const ir::Graph* graph = nullptr;  // the written graph: its input and output names
+};
+
+// genai_config.json for a decoder written with the ort profile (onnxruntime-genai's
+// model.decoder / search schema).
+nlohmann::ordered_json genai_config(const GenaiConfigInput& in);
+
+}  // namespace hfx::onnx_backend

@@ -1,0 +1,85 @@
+#include "backends/openvino/ov_stateful.h"
+
+#include <openvino/op/ops.hpp>
+
+#include "core/error.h"
+
+namespace hfx::openvino_backend {
+
+namespace {
+
+namespace op = ov::op;
+
+const std::string kPast = "past_key_values.";
+const std::string kPresent = "present.";
+
+std::shared_ptr<op::v0::Parameter> find_parameter(const ov::Model& m, const std::string& name) {
+  for (const auto& p : m.get_parameters())
+    if (p->output(0).get_names().count(name)) return p;
+  return nullptr;
+}
+
+std::shared_ptr<op::v0::Result> find_result(const ov::Model& m, const std::string& name) {
+  for (const auto& r : m.get_results())
+    if (r->input_value(0).get_names().count(name)) return r;
+  return nullptr;
+}
+
+}  // namespace
+
+void make_stateful(const std::shared_ptr<ov::Model>& model) {
+  auto input_ids = find_parameter(*model, "input_ids");
+  if (!input_ids) bad_input("openvino: a stateful model needs an `input_ids` input (the batch size of the cache)");
+
+  // The batch size, as a 1-element i64 tensor, for the empty initial state.
+  auto batch = std::make_shared<op::v8::Gather>(std::make_shared<op::v3::ShapeOf>(input_ids, ov::element::i64),
+                                                op::v0::Constant::create(ov::element::i64, ov::Shape{1}, {0}),
+                                                op::v0::Constant::create(ov::element::i64, ov::Shape{}, {0}));
+  auto beam_idx = std::make_shared<op::v0::Parameter>(ov::element::i32, ov::PartialShape{ov::Dimension::dynamic()});
+  beam_idx->set_friendly_name("beam_idx");
+  beam_idx->output(0).get_tensor().set_names({"beam_idx"});
+
+  std::vector<std::shared_ptr<op::v0::Parameter>> pasts;
+  for (const auto& p : model->get_parameters())
+    for (const auto& name : p->output(0).get_names())
+      if (name.starts_with(kPast)) pasts.push_back(p);
+  if (pasts.empty()) bad_input("openvino: a stateful model needs past_key_values.* inputs (a growing cache); use --stateless");
+
+  ov::SinkVector sinks;
+  for (const auto& param : pasts) {
+    const std::string past = param->output(0).get_any_name();
+    const std::string present = kPresent + past.substr(kPast.size());
+    auto result = find_result(*model, present);
+    if (!result) bad_input("openvino: cache input `{}` has no `{}` output to pair it with", past, present);
+    const ov::PartialShape shape = param->get_partial_shape();
+    if (shape.rank().is_dynamic() || shape.size() != 4 || shape[1].is_dynamic() || shape[3].is_dynamic())
+      bad_input("openvino: cache input `{}` has shape {}, expected [batch, kv_heads, past, head_dim] with fixed heads and head_dim",
+                past, shape.to_string());
+    auto variable = std::make_shared<op::util::Variable>(
+        op::util::VariableInfo{shape, param->get_element_type(), past + present});
+    auto init_shape = std::make_shared<op::v0::Concat>(
+        ov::OutputVector{batch, op::v0::Constant::create(ov::element::i64, ov::Shape{3},
+                                                         {shape[1].get_length(), int64_t(0), shape[3].get_length()})},
+        0);
+    auto init = std::make_shared<op::v3::Broadcast>(
+        op::v0::Constant::create(param->get_element_type(), ov::Shape{}, {0}), init_shape);
+    auto read = std::make_shared<op::v6::ReadValue>(init, variable);
+    read->set_friendly_name(past + "/read");
+    auto reordered = std::make_shared<op::v8::Gather>(read, beam_idx,
+                                                      op::v0::Constant::create(ov::element::i64, ov::Shape{}, {0}));
+    reordered->set_friendly_name(past + "/beam_gather");
+    param->output(0).replace(reordered->output(0));
+    // The names stay on the Gather's output after replace(); the state has no tensor names.
+    reordered->output(0).get_tensor().set_names({});
+    auto assign = std::make_shared<op::v6::Assign>(result->input_value(0), variable);
+    assign->set_friendly_name(present + "/assign");
+    sinks.push_back(assign);
+    model->remove_result(result);
+    model->remove_parameter(param);
+  }
+  model->add_parameters({beam_idx});
+  model->add_sinks(sinks);
+  model->validate_nodes_and_infer_types();
+}
+
+}  // namespace hfx::openvino_backend

@@ -1,0 +1,407 @@
+// The ONNX backend's `ort` profile: rewrites the IR composites into ONNX Runtime's fused ops
+// (ops.h "Target ops"), the way onnxruntime-genai's model builder lays a decoder out:
+//   Attention + RotaryEmbedding (+ the cache Concat)  -> com.microsoft GroupQueryAttention, do_rotary=1,
+//       cos/sin caches precomputed from the step's RopeCosSin table, seqlens_k / total_sequence_length
+//       derived once from attention_mask (position_ids is no longer read)
+//   q/k/v Linear on one input                          -> one packed Linear (q | k | v rows)
+//   RMSNorm(a + b), a + b reused as the residual        -> SkipSimplifiedLayerNormalization
+//   other RMSNorm                                       -> SimplifiedLayerNormalization
+// Attention the fused op cannot express is reported by ort_profile_blockers(); the export then keeps
+// the portable lowering for that model.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "core/error.h"
+#include "ir/ops.h"
+#include "ir/rewrite.h"
+#include "passes/pass.h"
+
+namespace hfx::passes {
+
+namespace {
+
+using ir::kNone;
+using ir::ValueId;
+
+const ir::Node* producer(const ir::Graph& g, ValueId id) {
+  if (id == kNone) return nullptr;
+  const int32_t p = g.value(id).producer;
+  return p < 0 ? nullptr : &g.nodes()[size_t(p)];
+}
+
+bool is_input(const ir::Graph& g, ValueId id) {
+  for (auto in : g.inputs())
+    if (in == id) return true;
+  return false;
+}
+
+struct Side {
+  ValueId heads4 = kNone;            // [b, s, h, d], the input of the Transpose to [b, h, s, d]
+  ValueId flat = kNone;              // [b, s, h * d] when heads4 is a plain Reshape of it
+  const ir::Node* linear = nullptr;  // the Linear producing `flat`
+  const ir::Node* slice = nullptr;   // or the Slice of a fused projection producing it
+};
+
+struct Plan {
+  const ir::Node* attention = nullptr;
+  Side q, k, v;
+  ValueId past_k = kNone, past_v = kNone;
+  const ir::Node* rope = nullptr;  // RopeCosSin
+  int64_t hq = 0, hkv = 0, d = 0;
+  ValueId packed_source = kNone;  // phi-3 style fused projection output feeding all three
+  bool pack_linears = false;      // q/k/v Linears on one input, packed by this pass
+};
+
+// Side of the attention: Transpose{0,2,1,3}(heads4), heads4 = Reshape(flat) optionally.
+std::optional<Side> side_of(const ir::Graph& g, ValueId transposed) {
+  const ir::Node* t = producer(g, transposed);
+  if (!t || t->op != "Transpose" || t->attr_ints("perm") != std::vector<int64_t>{0, 2, 1, 3}) return std::nullopt;
+  Side s;
+  s.heads4 = t->inputs[0];
+  const ir::Node* r = producer(g, s.heads4);
+  if (r && r->op == "Reshape") {
+    auto shape = g.constant(r->inputs[1]);
+    auto v = shape ? shape->to_i64_vector() : std::vector<int64_t>{};
+    if (v.size() == 4 && v[0] == 0 && v[1] == 0) {
+      s.flat = r->inputs[0];
+      const ir::Node* p = producer(g, s.flat);
+      if (p && p->op == "Linear" && g.weight(p->inputs[1])) s.linear = p;
+      if (p && p->op == "Slice") s.slice = p;
+    }
+  }
+  return s;
+}
+
+// One attention's plan, or the reason the fused op cannot express it.
+std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string& why) {
+  if (attn.op == "SoftcapAttention") {
+    why = "attention logit soft-capping";
+    return std::nullopt;
+  }
+  Plan p;
+  p.attention = &attn;
+  const ir::Node* mask = producer(g, attn.inputs[3]);
+  if (!mask || mask->op != "AttentionBias") {
+    why = "attention mask is not the causal AttentionBias";
+    return std::nullopt;
+  }
+  if (mask->input(2) != kNone) {
+    why = "static cache (cache_position writes)";
+    return std::nullopt;
+  }
+  if (mask->attr_int("sliding_window", 0) > 0) {
+    why = "sliding-window attention";
+    return std::nullopt;
+  }
+  const ir::Node* qrot = producer(g, attn.inputs[0]);
+  if (!qrot || qrot->op != "RotaryEmbedding") {
+    why = "no rotary embedding on the queries (learned positions)";
+    return std::nullopt;
+  }
+  p.rope = producer(g, qrot->inputs[1]);
+  if (!p.rope || p.rope->op != "RopeCosSin" || producer(g, qrot->inputs[2]) != p.rope) {
+    why = "rotary tables are not a RopeCosSin";
+    return std::nullopt;
+  }
+  if (p.rope->attr_int("dynamic", 0)) {
+    why = "dynamic NTK rope (tables depend on the sequence length)";
+    return std::nullopt;
+  }
+  if (!g.constant(p.rope->inputs[1])) {
+    why = "longrope (short/long frequencies chosen per step)";
+    return std::nullopt;
+  }
+  const Shape qs = g.value(attn.inputs[0]).shape;
+  const Shape ks = g.value(attn.inputs[1]).shape;
+  if (!qs[1].is_fixed() || !qs[3].is_fixed() || !ks[1].is_fixed()) {
+    why = "head counts are not fixed";
+    return std::nullopt;
+  }
+  p.hq = qs[1].value;
+  p.hkv = ks[1].value;
+  p.d = qs[3].value;
+  const Dim r = g.value(qrot->inputs[1]).shape.back();
+  if (!r.is_fixed() || r.value != p.d) {
+    why = "partial rotary";
+    return std::nullopt;
+  }
+  if (p.d % 16 != 0) {
+    why = fmt::format("head_dim {} is not a multiple of 16 (GroupQueryAttention's rotary needs it)", p.d);
+    return std::nullopt;
+  }
+  // k: [Concat(past, ]RotaryEmbedding(Transpose(k4))[)]; v: [Concat(past, ]Transpose(v4)[)].
+  auto unconcat = [&](ValueId x, ValueId& past) -> ValueId {
+    const ir::Node* c = producer(g, x);
+    if (c && c->op == "Concat" && c->inputs.size() == 2 && c->attr_int("axis") == 2 && is_input(g, c->inputs[0])) {
+      past = c->inputs[0];
+      return c->inputs[1];
+    }
+    return x;
+  };
+  ValueId kx = unconcat(attn.inputs[1], p.past_k);
+  ValueId vx = unconcat(attn.inputs[2], p.past_v);
+  if ((p.past_k == kNone) != (p.past_v == kNone)) {
+    why = "key and value caches differ";
+    return std::nullopt;
+  }
+  const ir::Node* krot = producer(g, kx);
+  if (!krot || krot->op != "RotaryEmbedding" || krot->inputs[1] != qrot->inputs[1] || krot->inputs[2] != qrot->inputs[2]) {
+    why = "keys are not rotated with the queries' tables";
+    return std::nullopt;
+  }
+  auto q = side_of(g, qrot->inputs[0]), k = side_of(g, krot->inputs[0]), v = side_of(g, vx);
+  if (!q || !k || !v) {
+    why = "q/k/v are not [b, s, h, d] transposed to [b, h, s, d]";
+    return std::nullopt;
+  }
+  p.q = *q;
+  p.k = *k;
+  p.v = *v;
+  // Packing: three Linears on the same input (all with or all without bias), or three slices of one
+  // fused projection in q | k | v order.
+  const ir::Node *lq = p.q.linear, *lk = p.k.linear, *lv = p.v.linear;
+  if (lq && lk && lv && lq->inputs[0] == lk->inputs[0] && lq->inputs[0] == lv->inputs[0] &&
+      lq->inputs.size() == lk->inputs.size() && lq->inputs.size() == lv->inputs.size() &&
+      (lq->inputs.size() == 2 || (g.weight(lq->inputs[2]) && g.weight(lk->inputs[2]) && g.weight(lv->inputs[2]))))
+    p.pack_linears = true;
+  const ir::Node *sq = p.q.slice, *sk = p.k.slice, *sv = p.v.slice;
+  if (sq && sk && sv && sq->inputs[0] == sk->inputs[0] && sq->inputs[0] == sv->inputs[0]) {
+    auto bounds = [&](const ir::Node* s) {
+      auto st = g.constant(s->inputs[1]), en = g.constant(s->inputs[2]);
+      return st && en ? std::make_pair(st->to_i64_vector(), en->to_i64_vector())
+                      : std::make_pair(std::vector<int64_t>{}, std::vector<int64_t>{});
+    };
+    const int64_t qn = p.hq * p.d, kvn = p.hkv * p.d;
+    const Dim fused_width = g.value(sq->inputs[0]).shape.back();
+    if (bounds(sq).first == std::vector<int64_t>{0} && bounds(sq).second == std::vector<int64_t>{qn} &&
+        bounds(sk).first == std::vector<int64_t>{qn} && bounds(sk).second == std::vector<int64_t>{qn + kvn} &&
+        bounds(sv).first == std::vector<int64_t>{qn + kvn} && bounds(sv).second == std::vector<int64_t>{qn + 2 * kvn} &&
+        fused_width.is_fixed() && fused_width.value == qn + 2 * kvn)
+      p.packed_source = sq->inputs[0];
+  }
+  return p;
+}
+
+std::vector<Plan> plans(const ir::Graph& g, std::vector<std::string>* blockers) {
+  std::vector<Plan> out;
+  std::set<std::string> seen;
+  for (const auto& n : g.nodes()) {
+    if (n.op == "CacheUpdate" && seen.insert("static cache").second && blockers)
+      blockers->push_back("static cache (GroupQueryAttention shares buffers its own way)");
+    if (n.op != "Attention" && n.op != "SoftcapAttention") continue;
+    std::string why;
+    if (auto p = match(g, n, why)) out.push_back(*p);
+    else if (blockers && seen.insert(why).second) blockers->push_back(why);
+  }
+  return out;
+}
+
+// cos/sin caches [rows, r/2]: cos(pos * inv_freq) * attention_scaling in f32, as RopeCosSin computes.
+std::pair<Tensor, Tensor> rope_caches(const ir::Graph& g, const ir::Node& rope, int64_t rows) {
+  const Tensor t = *g.constant(rope.inputs[1]);
+  HFX_CHECK(t.dtype() == DType::F32, "{}: inv_freq is not f32", rope.name);
+  const std::vector<float> inv(t.as<float>(), t.as<float>() + t.numel());
+  const float scaling = float(rope.attr_float("attention_scaling", 1.0));
+  const auto half = int64_t(inv.size());
+  std::vector<float> c(size_t(rows * half)), s(size_t(rows * half));
+  for (int64_t p = 0; p < rows; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const float f = float(p) * inv[size_t(i)];
+      c[size_t(p * half + i)] = std::cos(f);
+      s[size_t(p * half + i)] = std::sin(f);
+      if (scaling != 1.0f) {
+        c[size_t(p * half + i)] *= scaling;
+        s[size_t(p * half + i)] *= scaling;
+      }
+    }
+  return {Tensor::from_vector<float>(DType::F32, {rows, half}, c), Tensor::from_vector<float>(DType::F32, {rows, half}, s)};
+}
+
+// "/model/layers.0/self_attn/q_proj/Linear" -> "model/layers.0/self_attn/q_proj" (levels = 1).
+std::string scope_of(const std::string& node_name, int levels = 1) {
+  std::string s = node_name.substr(node_name.front() == '/' ? 1 : 0);
+  for (int i = 0; i < levels; ++i) s = s.substr(0, s.rfind('/') == std::string::npos ? 0 : s.rfind('/'));
+  return s;
+}
+
+// The same graph without the named input when nothing reads it (position_ids once GroupQueryAttention
+// derives positions from the cache).
+ir::Graph drop_unused_input(const ir::Graph& g, const std::string& name) {
+  const auto uses = ir::use_counts(g);
+  ValueId drop = kNone;
+  for (auto id : g.inputs())
+    if (g.value(id).name == name && uses[size_t(id)] == 0) drop = id;
+  if (drop == kNone) return g;
+  ir::Graph out(g.name());
+  out.symbols() = g.symbols();
+  std::vector<ValueId> map(g.num_values(), kNone);
+  for (auto id : g.inputs())
+    if (id != drop) map[size_t(id)] = out.add_input(g.value(id).name, g.value(id).dtype, g.value(id).shape);
+  for (auto id : g.weights()) map[size_t(id)] = out.add_weight(g.value(id).name, *g.weight(id));
+  for (const auto& n : g.nodes()) {
+    ir::Node m = n;
+    for (auto& in : m.inputs) in = in == kNone ? kNone : map[size_t(in)];
+    std::vector<ir::Value> outs;
+    for (auto o : n.outputs) outs.push_back(g.value(o));
+    const ir::Node& added = out.add_node(std::move(m), outs);
+    for (size_t i = 0; i < n.outputs.size(); ++i) map[size_t(n.outputs[i])] = added.outputs[i];
+  }
+  for (auto id : g.outputs()) out.add_output(map[size_t(id)]);
+  return out;
+}
+
+std::string packed_name(const std::string& q_name) {
+  auto at = q_name.rfind("q_proj");
+  if (at == std::string::npos) return q_name + ".qkv";
+  return q_name.substr(0, at) + "qkv_proj" + q_name.substr(at + 6);
+}
+
+}  // namespace
+
+std::vector<std::string> ort_profile_blockers(const ir::Graph& graph) {
+  std::vector<std::string> blockers;
+  auto found = plans(graph, &blockers);
+  if (found.empty() && blockers.empty()) blockers.push_back("no attention to fuse");
+  return blockers;
+}
+
+ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) {
+  std::vector<std::string> blockers;
+  const std::vector<Plan> found = plans(graph, &blockers);
+  if (!blockers.empty()) unsupported("ort profile: {}", fmt::join(blockers, "; "));
+  HFX_CHECK(opt.rope_cache_rows > 0, "ort profile: rope cache rows not set");
+
+  std::map<const ir::Node*, size_t> by_attention, by_linear;
+  std::set<const ir::Node*> deferred;  // the cache appends (or bare k, v): GroupQueryAttention's present outputs
+  for (size_t i = 0; i < found.size(); ++i) {
+    by_attention[found[i].attention] = i;
+    for (size_t j : {1, 2}) deferred.insert(producer(graph, found[i].attention->inputs[j]));
+    if (found[i].pack_linears)
+      for (const ir::Node* l : {found[i].q.linear, found[i].k.linear, found[i].v.linear}) by_linear[l] = i;
+  }
+  // RMSNorm(Add(a, b)): the Add becomes a SkipSimplifiedLayerNormalization when its sum has the
+  // norm's shape (no broadcasting).
+  std::map<ValueId, const ir::Node*> skip_norm_of_sum;  // Add output -> the RMSNorm reading it
+  for (const auto& n : graph.nodes()) {
+    if (n.op != "RMSNorm") continue;
+    const ir::Node* add = producer(graph, n.inputs[0]);
+    if (!add || add->op != "Add" || !graph.weight(n.inputs[1])) continue;
+    const auto& a = graph.value(add->inputs[0]);
+    const auto& b = graph.value(add->inputs[1]);
+    if (!(a.shape == b.shape) || a.shape.size() != 3 || skip_norm_of_sum.count(n.inputs[0])) continue;
+    skip_norm_of_sum[n.inputs[0]] = &n;
+  }
+
+  ir::Rewriter r(graph);
+  ir::Builder& b = r.builder();
+  std::map<size_t, ValueId> packed;            // plan -> packed q | k | v projection (target graph)
+  std::map<const ir::Node*, ValueId> normed;   // RMSNorm (source) -> its Skip output (target graph)
+  std::map<const ir::Node*, ValueId> caches_cos, caches_sin;
+  ValueId seqlens_k = kNone, total_len = kNone;
+  std::optional<ValueId> mask_input;
+  for (auto id : graph.inputs())
+    if (graph.value(id).name == "attention_mask") mask_input = id;
+  if (!found.empty() && !mask_input) unsupported("ort profile: the graph has no attention_mask input");
+
+  for (const auto& node : graph.nodes()) {
+    if (deferred.count(&node)) continue;  // replaced at its attention
+    if (auto it = by_linear.find(&node); it != by_linear.end()) {
+      const Plan& p = found[it->second];
+      if (!packed.count(it->second)) {
+        auto s = b.scope(scope_of(node.name, 2) + "/qkv_proj");
+        std::vector<ir::WeightRef> ws, bs;
+        for (const ir::Node* l : {p.q.linear, p.k.linear, p.v.linear}) {
+          ws.push_back(*graph.weight(l->inputs[1]));
+          if (l->inputs.size() > 2) bs.push_back(*graph.weight(l->inputs[2]));
+        }
+        const std::string wname = packed_name(graph.value(p.q.linear->inputs[1]).name);
+        std::vector<ValueId> ins = {r.map(p.q.linear->inputs[0]), b.weight(wname, ir::WeightRef::concat(ws, 0))};
+        if (!bs.empty()) ins.push_back(b.weight(packed_name(graph.value(p.q.linear->inputs[2]).name), ir::WeightRef::concat(bs, 0)));
+        packed[it->second] = b.add1("Linear", ins);
+      }
+      const int64_t qn = p.hq * p.d, kvn = p.hkv * p.d;
+      const ValueId all = packed[it->second];
+      auto s = b.scope(scope_of(node.name));
+      ValueId part = &node == p.q.linear ? b.slice(all, 0, qn, -1)
+                     : &node == p.k.linear ? b.slice(all, qn, qn + kvn, -1)
+                                           : b.slice(all, qn + kvn, qn + 2 * kvn, -1);
+      r.replace(node, {part});
+      continue;
+    }
+    if (node.op == "Add" && skip_norm_of_sum.count(node.outputs[0])) {
+      const ir::Node* norm = skip_norm_of_sum[node.outputs[0]];
+      auto s = b.scope(scope_of(norm->name));
+      auto outs = b.add("SkipSimplifiedLayerNormalization",
+                        {r.map(node.inputs[0]), r.map(node.inputs[1]), r.map(norm->inputs[1])},
+                        {{"epsilon", norm->attr_float("epsilon")}});
+      normed[norm] = outs[0];
+      r.replace(node, {outs[1]});
+      continue;
+    }
+    if (node.op == "RMSNorm") {
+      if (auto it = normed.find(&node); it != normed.end()) {
+        r.replace(node, {it->second});
+        continue;
+      }
+      auto s = b.scope(scope_of(node.name));
+      ir::Node n = r.mapped(node);
+      r.replace(node, {b.add1("SimplifiedLayerNormalization", {n.inputs[0], n.inputs[1]},
+                              {{"epsilon", node.attr_float("epsilon")}, {"axis", int64_t(-1)}, {"stash_type", int64_t(1)}})});
+      continue;
+    }
+    auto it = by_attention.find(&node);
+    if (it == by_attention.end()) {
+      r.copy(node, r.mapped(node));
+      continue;
+    }
+    const Plan& p = found[it->second];
+    if (seqlens_k == kNone) {
+      // Shared by every layer: seqlens_k = sum(mask) - 1 and total_sequence_length = mask length, int32.
+      auto s = b.scope("model/attn_mask_reformat");
+      ValueId mask = r.map(*mask_input);
+      ValueId sum = b.add1("ReduceSum", {mask, b.i64s({1})}, {{"keepdims", int64_t(0)}});
+      seqlens_k = b.cast(b.minus(sum, b.i64(1)), DType::I32);
+      total_len = b.cast(b.squeeze(b.shape_of(mask, 1, 2), {0}), DType::I32);
+    }
+    if (!caches_cos.count(p.rope)) {
+      auto [c, s] = rope_caches(graph, *p.rope, opt.rope_cache_rows);
+      const std::string base = p.rope->name.substr(1, p.rope->name.rfind('/'));  // "model/rotary_emb/"
+      std::string stem = base;
+      for (auto& ch : stem)
+        if (ch == '/') ch = '.';
+      caches_cos[p.rope] = b.weight(stem + "cos_cache", ir::WeightRef::constant(std::move(c)));
+      caches_sin[p.rope] = b.weight(stem + "sin_cache", ir::WeightRef::constant(std::move(s)));
+    }
+    auto s = b.scope(scope_of(node.name));
+    auto flat = [&](const Side& side, int64_t heads) {
+      if (side.flat != kNone) return r.map(side.flat);
+      return b.reshape(r.map(side.heads4), {0, 0, heads * p.d});
+    };
+    std::vector<ValueId> ins;
+    const bool no_norms = p.q.flat != kNone && p.k.flat != kNone && p.v.flat != kNone;
+    if (no_norms && p.packed_source != kNone) ins = {r.map(p.packed_source), kNone, kNone};
+    else if (no_norms && p.pack_linears) ins = {packed.at(it->second), kNone, kNone};
+    else ins = {flat(p.q, p.hq), flat(p.k, p.hkv), flat(p.v, p.hkv)};
+    ins.push_back(r.map(p.past_k));
+    ins.push_back(r.map(p.past_v));
+    ins.insert(ins.end(), {seqlens_k, total_len, caches_cos[p.rope], caches_sin[p.rope]});
+    auto outs = b.add("GroupQueryAttention", ins,
+                      {{"num_heads", p.hq},
+                       {"kv_num_heads", p.hkv},
+                       {"scale", node.attr_float("scale")},
+                       {"do_rotary", int64_t(1)},
+                       {"rotary_interleaved", int64_t(0)}});
+    // The attention's [b, hq, s, d] value, for the unchanged Transpose + Reshape that merge heads
+    // (two copies of nothing: ORT runs a Reshape/Transpose/Reshape of this shape as cheap copies).
+    r.replace(node, {b.transpose(b.reshape(outs[0], {0, 0, p.hq, p.d}), {0, 2, 1, 3})});
+    r.replace(*producer(graph, node.inputs[1]), {outs[1]});
+    r.replace(*producer(graph, node.inputs[2]), {outs[2]});
+  }
+  return drop_unused_input(r.finish(), "position_ids");
+}
+
+}  // namespace hfx::passes

@@ -1,0 +1,223 @@
+#include "quant/quantize.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace hfx::quant {
+
+namespace {
+
+// Block sizes ONNX Runtime's MatMulNBits CPU kernel accepts.
+constexpr int64_t kBlockSizes[] = {16, 32, 64, 128, 256};
+
+int64_t parse_block(const std::string& spec, const std::string& value) {
+  int64_t v = 0;
+  size_t used = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty())
+    bad_input("--quantize {}: block=\"{}\" is not an integer (16, 32, 64, 128 or 256)", spec, value);
+  if (std::find(std::begin(kBlockSizes), std::end(kBlockSizes), v) == std::end(kBlockSizes))
+    bad_input("--quantize {}: block={} is not supported (16, 32, 64, 128 or 256: the block sizes ONNX Runtime's "
+              "MatMulNBits runs)",
+              spec, v);
+  return v;
+}
+
+}  // namespace
+
+std::string QuantSpec::str() const {
+  if (!enabled()) return "";
+  std::string s = fmt::format("int{}", bits);
+  s += block ? fmt::format(":block={}", block) : ":channel";
+  s += symmetric ? ":sym" : ":asym";
+  return s;
+}
+
+QuantSpec QuantSpec::parse(const std::string& text) {
+  QuantSpec q;
+  if (text.empty() || text == "none") return q;
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t colon = text.find(':', start);
+    parts.push_back(text.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (parts[0] == "int4") {
+    q.bits = 4;
+    q.block = 32;
+  } else if (parts[0] == "int8") {
+    q.bits = 8;
+    q.block = 128;
+  } else {
+    bad_input("--quantize {}: unknown scheme \"{}\" (int8 or int4, e.g. int4:block=32:asym)", text, parts[0]);
+  }
+  bool seen_sym = false, seen_block = false, seen_channel = false;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    if (p == "sym" || p == "asym") {
+      if (seen_sym) bad_input("--quantize {}: sym/asym given twice", text);
+      seen_sym = true;
+      q.symmetric = p == "sym";
+    } else if (p == "channel") {
+      if (q.bits != 8) bad_input("--quantize {}: per-channel quantization is int8 only (int4 is blockwise)", text);
+      if (seen_channel || seen_block) bad_input("--quantize {}: give one of channel and block=N", text);
+      seen_channel = true;
+      q.block = 0;
+    } else if (p.starts_with("block=")) {
+      if (seen_block || seen_channel) bad_input("--quantize {}: give one of channel and block=N", text);
+      seen_block = true;
+      q.block = parse_block(text, p.substr(6));
+    } else {
+      bad_input("--quantize {}: unknown option \"{}\" (block=N, channel, sym, asym)", text, p);
+    }
+  }
+  return q;
+}
+
+std::string PrecisionSpec::str() const {
+  std::string s(dtype_name(dtype));
+  if (quant.enabled()) s = quant.str() + " over " + s + (quantize_lm_head ? " (lm_head too)" : "");
+  return s;
+}
+
+DType parse_dtype(const std::string& text) {
+  if (text == "f32" || text == "float32") return DType::F32;
+  if (text == "f16" || text == "float16") return DType::F16;
+  if (text == "bf16" || text == "bfloat16") return DType::BF16;
+  bad_input("--dtype {}: unknown dtype (f32, f16 or bf16)", text);
+}
+
+float round_to(DType dtype, float v) {
+  switch (dtype) {
+    case DType::F16: return f16_to_f32(f32_to_f16(v));
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(v));
+    default: return v;
+  }
+}
+
+Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
+                             DType scale_dtype) {
+  HFX_CHECK(bits == 4 || bits == 8, "quantize_blockwise: {} bits", bits);
+  HFX_CHECK(block >= 16 && block % 8 == 0, "quantize_blockwise: block {}", block);
+  const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
+  const int qmax = (1 << bits) - 1, mid = 1 << (bits - 1);
+  const float qmax_f = float(qmax);
+  Quantized out;
+  out.data.assign(size_t(N * kb * blob), 0);
+  out.scales.assign(size_t(N * kb), 0.f);
+  // An odd block count leaves the last high nibble unused: it holds the default zero point 8, as in
+  // ONNX Runtime's output.
+  if (!symmetric) out.zero_points.assign(size_t(N * zb), bits == 4 ? 0x88 : 0);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t b = 0; b < kb; ++b) {
+      const int64_t k0 = b * block, k1 = std::min(K, k0 + block);
+      float mn = std::numeric_limits<float>::max(), mx = -mn;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = w[k * N + n];
+        if (v < mn) mn = v;
+        if (v > mx) mx = v;
+      }
+      float scale = 0;
+      int zp = mid;
+      if (symmetric) {
+        const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
+        scale = round_to(scale_dtype, -m / float(mid));
+      } else {
+        mn = std::min(mn, 0.0f);
+        mx = std::max(mx, 0.0f);
+        const float s = (mx - mn) / qmax_f;
+        float zp_f = mn;
+        if (s != 0.0f) zp_f = 0.0f - mn / s;
+        zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
+        scale = round_to(scale_dtype, s);
+        uint8_t& z = out.zero_points[size_t(n * zb + b * bits / 8)];
+        if (bits == 8)
+          z = uint8_t(zp);
+        else
+          z = uint8_t((z & ~(0xF << (4 * (b % 2)))) | (zp << (4 * (b % 2))));
+      }
+      out.scales[size_t(n * kb + b)] = scale;
+      const float rs = scale != 0.0f ? 1.0f / scale : 0.0f;
+      uint8_t* dst = out.data.data() + size_t((n * kb + b) * blob);
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = w[k * N + n];
+        const int q = int(std::clamp(std::roundf(v * rs + float(zp)), 0.0f, qmax_f));
+        const int64_t i = k - k0;
+        if (bits == 8)
+          dst[i] = uint8_t(q);
+        else
+          dst[i / 2] = uint8_t(dst[i / 2] | (q << (4 * (i % 2))));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> dequantize_blockwise(const uint8_t* data, const float* scales, const uint8_t* zero_points, int64_t K,
+                                        int64_t N, int bits, int64_t block) {
+  HFX_CHECK(bits == 4 || bits == 8, "dequantize_blockwise: {} bits", bits);
+  const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
+  std::vector<float> w(size_t(K * N));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < kb; ++b) {
+      const float scale = scales[n * kb + b];
+      int zp = 1 << (bits - 1);
+      if (zero_points) {
+        const uint8_t z = zero_points[n * zb + b * bits / 8];
+        zp = bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF;
+      }
+      const uint8_t* src = data + (n * kb + b) * blob;
+      const int64_t k0 = b * block, k1 = std::min(K, k0 + block);
+      for (int64_t k = k0; k < k1; ++k) {
+        const int64_t i = k - k0;
+        const int q = bits == 8 ? src[i] : (src[i / 2] >> (4 * (i % 2))) & 0xF;
+        w[size_t(k * N + n)] = float(q - zp) * scale;
+      }
+    }
+  return w;
+}
+
+Quantized quantize_per_channel_int8(const float* w, int64_t K, int64_t N, bool symmetric, DType scale_dtype) {
+  Quantized out;
+  out.data.assign(size_t(K * N), 0);
+  out.scales.assign(size_t(N), 1.f);
+  if (!symmetric) out.zero_points.assign(size_t(N), 0);
+  std::vector<int> zps(size_t(N), 0);
+  for (int64_t n = 0; n < N; ++n) {
+    float mn = 0, mx = 0;  // the range always includes 0
+    for (int64_t k = 0; k < K; ++k) {
+      mn = std::min(mn, w[k * N + n]);
+      mx = std::max(mx, w[k * N + n]);
+    }
+    float scale = symmetric ? std::max(std::fabs(mn), std::fabs(mx)) / 127.0f : (mx - mn) / 255.0f;
+    scale = round_to(scale_dtype, scale);
+    if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;
+    out.scales[size_t(n)] = scale;
+    if (!symmetric) {
+      zps[size_t(n)] = int(std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f));
+      out.zero_points[size_t(n)] = uint8_t(zps[size_t(n)]);
+    }
+  }
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) {
+      const float r = std::nearbyint(w[k * N + n] / out.scales[size_t(n)]);
+      if (symmetric)
+        out.data[size_t(k * N + n)] = uint8_t(int8_t(std::clamp(r, -127.0f, 127.0f)));
+      else
+        out.data[size_t(k * N + n)] = uint8_t(std::clamp(r + float(zps[size_t(n)]), 0.0f, 255.0f));
+    }
+  return out;
+}
+
+}  // namespace hfx::quant

@@ -1,0 +1,86 @@
+// Weight-only quantization of the right operand W[K, N] of `x @ W` (a Linear weight, transposed),
+// and the precision options of an export (`hfx export --dtype ... --quantize ...`).
+//
+// Two layouts:
+//   * blockwise (com.microsoft MatMulNBits): K split into blocks of `block` elements per column n.
+//     data [N, k_blocks, block * bits / 8] (uint8; 4-bit values two per byte, element 2i in the low
+//     nibble), scales [N * k_blocks], zero points [N, ceil(k_blocks * bits / 8)] (asym only; 4-bit
+//     zero points two per byte, block 2j in the low nibble, an unused last nibble 8). Without zero points MatMulNBits takes
+//     2^(bits-1). The numbers are those of ONNX Runtime's reference quantizer
+//     (MlasQuantizeBlockwise, which `quantize_matmul_4bits` / `quantize_matmul_8bits` and
+//     MatMulNBitsQuantizer call): sym: scale = -m / 2^(bits-1) with m the block's value of largest
+//     magnitude (min on a tie), zp = 2^(bits-1); asym: min' = min(min, 0), max' = max(max, 0),
+//     scale = (max' - min') / (2^bits - 1), zp = roundf(-min' / scale) clamped; then
+//     q = clamp(roundf(v * (1 / scale) + zp), 0, 2^bits - 1), with the scale first rounded to its
+//     stored dtype. roundf rounds halves away from zero (that is what ONNX Runtime does; it is not
+//     QuantizeLinear's half-to-even), so hfx's bytes equal ONNX Runtime's.
+//   * per channel (DequantizeLinear, axis = 1): one scale per column n. As ONNX QuantizeLinear and
+//     onnxruntime.quantization's per-channel weights: sym int8: scale = max|v| / 127, q = clamp(
+//     rint(v / scale), -127, 127); asym uint8: scale = (max' - min') / 255, zp = clamp(rint(-min' /
+//     scale), 0, 255), q = clamp(rint(v / scale) + zp, 0, 255); rint rounds halves to even. A column
+//     of zeros gets scale 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace hfx::quant {
+
+// `--quantize int8|int4[:block=N|:channel][:sym|asym]`: int4 defaults to blocks of 32, int8 to blocks
+// of 128 (both MatMulNBits); int8:channel is per channel (DequantizeLinear + MatMul, standard ONNX).
+struct QuantSpec {
+  int bits = 0;        // 0: no quantization; 4 or 8
+  int64_t block = 0;   // elements along K sharing a scale; 0 = one per column (int8:channel)
+  bool symmetric = true;
+
+  bool enabled() const { return bits != 0; }
+  // Canonical text: "int4:block=32:sym", "int8:channel:sym", "int8:block=64:asym"; "" if none.
+  std::string str() const;
+  // Throws BadInput with one line naming the problem ("--quantize int3: ...").
+  static QuantSpec parse(const std::string& text);
+};
+
+// The precision of an export: the dtype weights are stored in (and Linear layers compute in, where
+// ONNX Runtime CPU can), and the weight-only quantization of Linear layers.
+struct PrecisionSpec {
+  DType dtype = DType::F32;  // F32, F16 or BF16
+  QuantSpec quant;
+  bool quantize_lm_head = false;  // lm_head stays in `dtype` unless asked
+
+  bool is_default() const { return dtype == DType::F32 && !quant.enabled(); }
+  // "f32", "f16", "int4:block=32:sym over f16", ... for messages.
+  std::string str() const;
+};
+
+// Parses `--dtype`: f32, f16, bf16 (also float32, float16, bfloat16). BadInput otherwise.
+DType parse_dtype(const std::string& text);
+
+struct Quantized {
+  std::vector<uint8_t> data;         // blockwise: [N, k_blocks, blob]; per channel: [K, N] int8/uint8
+  std::vector<float> scales;         // rounded to the stored scale dtype already
+  std::vector<uint8_t> zero_points;  // empty when symmetric
+};
+
+inline int64_t k_blocks(int64_t K, int64_t block) { return (K + block - 1) / block; }
+inline int64_t blob_bytes(int bits, int64_t block) { return (block * bits + 7) / 8; }
+// Bytes of the zero points of one column (blockwise).
+inline int64_t zero_point_bytes_per_column(int bits, int64_t K, int64_t block) {
+  return (k_blocks(K, block) * bits + 7) / 8;
+}
+
+// `w` is W[K, N] row major. `scale_dtype` (F32 or F16) is the dtype the scales are stored in.
+Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
+                             DType scale_dtype);
+// W[K, N] row major back from the blockwise layout (zero_points nullptr: 2^(bits-1)).
+std::vector<float> dequantize_blockwise(const uint8_t* data, const float* scales, const uint8_t* zero_points,
+                                        int64_t K, int64_t N, int bits, int64_t block);
+
+Quantized quantize_per_channel_int8(const float* w, int64_t K, int64_t N, bool symmetric, DType scale_dtype);
+
+// Rounds `v` to `dtype` (F16, BF16: nearest even) and back; F32 as is.
+float round_to(DType dtype, float v);
+
+}  // namespace hfx::quant

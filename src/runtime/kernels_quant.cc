@@ -1,0 +1,107 @@
+// Weight-only quantization: DequantizeLinear (per tensor, per axis, blocked; opset 21) and
+// com.microsoft's MatMulNBits, which dequantizes B to f32 (quant/quantize.h) and runs one sgemm. The
+// reference executor holds integer values as I64 (see kernels.h), so the packed bytes arrive as I64
+// and are narrowed back to bytes here.
+#include <vector>
+
+#include "quant/quantize.h"
+#include "runtime/kernels.h"
+
+namespace hfx::runtime::detail {
+
+namespace {
+
+std::vector<uint8_t> bytes_of(const ir::Node& node, const Tensor& t, const char* what) {
+  const auto v = int_values(t);
+  std::vector<uint8_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0 || v[i] > 255) bad_input("{} ({}): {} holds {}, not a byte", node.name, node.op, what, v[i]);
+    out[i] = uint8_t(v[i]);
+  }
+  return out;
+}
+
+std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs& in) {
+  const Tensor& a = arg(node, in, 0);
+  expect_dtype(node, a, DType::F32, "input A");
+  const int64_t K = node.attr_int("K"), N = node.attr_int("N"), bits = node.attr_int("bits", 4),
+                block = node.attr_int("block_size");
+  if (bits != 4 && bits != 8) unsupported("{}: MatMulNBits with bits = {} (the reference executor runs 4 and 8)", node.name, bits);
+  if (block < 16 || (block & (block - 1)) != 0) bad_input("{}: MatMulNBits block_size {} is not a power of 2 >= 16", node.name, block);
+  if (a.rank() < 1 || a.shape().back() != K) bad_input("{}: MatMulNBits input {} does not end in K = {}", node.name, shape_string(a.shape()), K);
+  const int64_t kb = quant::k_blocks(K, block), blob = quant::blob_bytes(int(bits), block);
+  const auto b = bytes_of(node, arg(node, in, 1), "B");
+  const Tensor& s = arg(node, in, 2);
+  expect_dtype(node, s, DType::F32, "scales");
+  if (int64_t(b.size()) != N * kb * blob || s.numel() != N * kb)
+    bad_input("{}: MatMulNBits B has {} bytes and {} scales; K {}, N {}, block {} need {} and {}", node.name, b.size(),
+              s.numel(), K, N, block, N * kb * blob, N * kb);
+  std::vector<uint8_t> zp;
+  if (in.size() > 3 && in[3]) {
+    if (in[3]->dtype() != DType::I64) unsupported("{}: MatMulNBits with non-uint8 zero points", node.name);
+    zp = bytes_of(node, *in[3], "zero_points");
+    if (int64_t(zp.size()) != N * quant::zero_point_bytes_per_column(int(bits), K, block))
+      bad_input("{}: MatMulNBits zero points have {} bytes", node.name, zp.size());
+  }
+  const auto w = quant::dequantize_blockwise(b.data(), s.as<float>(), zp.empty() ? nullptr : zp.data(), K, N, int(bits), block);
+  std::vector<int64_t> out_shape = a.shape();
+  out_shape.back() = N;
+  Tensor out(DType::F32, out_shape);
+  const int64_t rows = K ? a.numel() / K : 0;
+  if (out.numel() > 0) gemm(false, false, rows, N, K, 1.0f, a.as<float>(), K, w.data(), N, out.as<float>(), N);
+  return {std::move(out)};
+}
+
+// y = (x - zero_point) * scale, the scale (and zero point) per tensor, per `axis` index, or per block of
+// `block_size` along `axis`.
+std::vector<Tensor> dequantize_linear_kernel(const ir::Node& node, const KernelInputs& in) {
+  const Tensor& x = arg(node, in, 0);
+  const Tensor& s = arg(node, in, 1);
+  expect_dtype(node, s, DType::F32, "x_scale");
+  const Tensor* z = in.size() > 2 ? in[2] : nullptr;
+  if (x.dtype() != DType::I64) unsupported("{}: DequantizeLinear of {} values", node.name, dtype_name(x.dtype()));
+  const auto xv = int_values(x);
+  const std::vector<int64_t> zv = z ? int_values(*z) : std::vector<int64_t>{};
+  if (z && z->numel() != s.numel()) bad_input("{}: zero point and scale have different sizes", node.name);
+  const int64_t block = node.attr_int("block_size", 0);
+  Tensor out(DType::F32, x.shape());
+  float* y = out.as<float>();
+  const float* sc = s.as<float>();
+  if (s.numel() == 1 && block == 0) {  // per tensor
+    for (size_t i = 0; i < xv.size(); ++i) y[i] = float(xv[i] - (z ? zv[0] : 0)) * sc[0];
+    return {std::move(out)};
+  }
+  const int64_t axis = normalize_axis(node, node.attr_int("axis", 1), x.rank());
+  const int64_t D = x.shape()[size_t(axis)];
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.shape()[size_t(i)];
+  for (int64_t i = axis + 1; i < x.rank(); ++i) inner *= x.shape()[size_t(i)];
+  if (block == 0) {
+    if (s.numel() != D) bad_input("{}: {} scales for axis {} of {}", node.name, s.numel(), axis, shape_string(x.shape()));
+  } else {
+    if (block < 1) bad_input("{}: block_size {}", node.name, block);
+    if (s.rank() != x.rank() || s.numel() != outer * ((D + block - 1) / block) * inner)
+      bad_input("{}: scale {} does not block {} by {} along axis {}", node.name, shape_string(s.shape()),
+                shape_string(x.shape()), block, axis);
+  }
+  const int64_t db = block ? (D + block - 1) / block : D;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t si_row = block ? (o * db + d / block) * inner : d;
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t si = block ? si_row + i : si_row;
+        const int64_t xi = (o * D + d) * inner + i;
+        y[xi] = float(xv[size_t(xi)] - (z ? zv[size_t(si)] : 0)) * sc[si];
+      }
+    }
+  return {std::move(out)};
+}
+
+}  // namespace
+
+void register_quant_kernels(KernelTable& t) {
+  t["MatMulNBits"] = matmul_nbits_kernel;
+  t["DequantizeLinear"] = dequantize_linear_kernel;
+}
+
+}  // namespace hfx::runtime::detail

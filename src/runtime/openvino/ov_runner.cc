@@ -1,0 +1,103 @@
+#include "runtime/openvino/ov_runner.h"
+
+#include <fmt/format.h>
+
+#include <openvino/openvino.hpp>
+
+#include <cstring>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace hfx::runtime {
+
+namespace {
+
+ov::element::Type ov_type(DType t) {
+  switch (t) {
+    case DType::F32: return ov::element::f32;
+    case DType::I64: return ov::element::i64;
+    case DType::I32: return ov::element::i32;
+    default: unsupported("openvino runner: {} inputs", dtype_name(t));
+  }
+}
+
+DType hfx_type(const ov::element::Type& t, const std::string& name) {
+  if (t == ov::element::f32) return DType::F32;
+  if (t == ov::element::i64) return DType::I64;
+  if (t == ov::element::i32) return DType::I32;
+  unsupported("openvino runner: output {} is {}", name, t.to_string());
+}
+
+class OpenVinoRunner final : public StepRunner {
+ public:
+  OpenVinoRunner(const std::filesystem::path& xml, const std::string& device) : xml_(xml) {
+    try {
+      ov::Core core;
+      compiled_ = core.compile_model(xml.string(), device,
+                                     ov::AnyMap{ov::hint::inference_precision(ov::element::f32),
+                                                ov::hint::kv_cache_precision(ov::element::f32)});
+      request_ = compiled_.create_infer_request();
+    } catch (const ov::Exception& e) {
+      std::string msg = e.what();
+      if (auto nl = msg.rfind('\n', msg.size() > 1 ? msg.size() - 2 : 0); nl != std::string::npos) msg = msg.substr(nl + 1);
+      fail(ErrorKind::Io, "{}: OpenVINO cannot compile it: {}", xml.string(), msg);
+    }
+    for (const auto& in : compiled_.inputs()) {
+      const std::string name = in.get_any_name();
+      if (name == "beam_idx")
+        stateful_ = true;
+      else
+        inputs_.push_back(name);
+    }
+  }
+
+  std::vector<std::string> input_names() const override { return inputs_; }
+
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feed) override {
+    const Tensor& ids = feed.at("input_ids");
+    const int64_t batch = ids.shape().at(0);
+    if (stateful_ && feed.at("attention_mask").shape().at(1) == ids.shape().at(1)) request_.reset_state();
+    std::vector<int32_t> beams(size_t(batch), 0);
+    std::iota(beams.begin(), beams.end(), 0);
+    try {
+      for (const auto& name : inputs_) {
+        auto it = feed.find(name);
+        if (it == feed.end()) bad_input("{}: input {} was not given", xml_.string(), name);
+        const Tensor& t = it->second;
+        ov::Shape shape(t.shape().begin(), t.shape().end());
+        request_.set_tensor(name, ov::Tensor(ov_type(t.dtype()), shape, const_cast<uint8_t*>(t.data())));
+      }
+      if (stateful_) request_.set_tensor("beam_idx", ov::Tensor(ov::element::i32, ov::Shape{size_t(batch)}, beams.data()));
+      request_.infer();
+    } catch (const ov::Exception& e) {
+      fail(ErrorKind::Internal, "{}: OpenVINO inference failed: {}", xml_.string(), std::string(e.what()).substr(0, 400));
+    }
+    std::map<std::string, Tensor> out;
+    for (const auto& o : compiled_.outputs()) {
+      const std::string name = o.get_any_name();
+      ov::Tensor t = request_.get_tensor(o);
+      const ov::Shape dims = t.get_shape();  // by value: iterate one copy
+      std::vector<int64_t> shape(dims.begin(), dims.end());
+      Tensor r(hfx_type(t.get_element_type(), name), shape);
+      std::memcpy(r.data(), t.data(), r.nbytes());
+      out.emplace(name, std::move(r));
+    }
+    return out;
+  }
+
+ private:
+  std::filesystem::path xml_;
+  ov::CompiledModel compiled_;
+  ov::InferRequest request_;
+  std::vector<std::string> inputs_;
+  bool stateful_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> make_openvino_runner(const std::filesystem::path& xml, const std::string& device) {
+  return std::make_unique<OpenVinoRunner>(xml, device);
+}
+
+}  // namespace hfx::runtime

@@ -1,0 +1,164 @@
+"""`hfx export --onnx-profile ort`: ONNX Runtime's fused ops (GroupQueryAttention with rotary caches,
+SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization, packed QKV) against Transformers eager.
+
+For each decoder case the profile supports:
+  (a) ORT logits and present.* of an unpadded prompt then 3 single-token steps: max abs diff <= 1e-4,
+      no mismatching element (the profile serves unpadded rows: GroupQueryAttention places new tokens
+      after the cache, as onnxruntime-genai does);
+  (b) onnxruntime-genai greedy generation of 64 tokens from the exported folder as it is
+      (genai_config.json written by hfx) equals Transformers greedy, token for token;
+  (c) an ORT profiling run: every node on CPUExecutionProvider, the contrib kernels present.
+Cases the profile does not support must fall back to portable, saying why.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from conftest import run_hfx
+from tiny_models import CASES, load_reference
+
+ATOL = 1e-4
+NEW_TOKENS = 64
+SUPPORTED = ["llama", "llama-mha-tied", "llama-rope-llama3", "llama-rope-yarn", "qwen2-tied", "qwen3", "olmo2",
+             "granite"]
+FALLBACK = {"gemma2": "soft-capping", "gpt2": "no rotary", "mistral-window": "sliding-window",
+            "llama-rope-dynamic": "dynamic NTK", "phi3-longrope": "longrope", "gpt-neox": "partial rotary"}
+
+
+@pytest.fixture(scope="module")
+def ort_export(tiny_checkpoint, tmp_path_factory):
+    """case -> (checkpoint copy with a 128-token context, export folder). The context covers prompt +
+    64 new tokens (the cos/sin caches have context rows); the rope types tested do not read it."""
+    base = tmp_path_factory.mktemp("ort_profile")
+    done = {}
+
+    def get(case):
+        if case not in done:
+            ckpt = base / f"{case}-ckpt"
+            shutil.copytree(tiny_checkpoint(case), ckpt)
+            cfg = json.loads((ckpt / "config.json").read_text())
+            if cfg.get("max_position_embeddings", 0) < 128:
+                cfg["max_position_embeddings"] = 128
+            (ckpt / "config.json").write_text(json.dumps(cfg))
+            out = base / case
+            proc = run_hfx("export", "--model", ckpt, "--onnx-profile", "ort", out)
+            done[case] = (ckpt, out, proc)
+        return done[case]
+
+    return get
+
+
+def profile_of(out):
+    manifest = json.loads((out / "hfx.json").read_text())
+    return manifest["onnx_profiles"][0], manifest
+
+
+@pytest.mark.parametrize("case", SUPPORTED)
+def test_ort_profile_matches_transformers(case, ort_export):
+    ckpt, out, _ = ort_export(case)
+    prof, manifest = profile_of(out)
+    assert prof["profile"] == "ort", prof
+    assert manifest["recipe"]["onnx_profile"] == "ort"
+    model = load_reference(ckpt)
+    cfg = model.config
+    layers = cfg.num_hidden_layers
+    sess = ort.InferenceSession(str(out / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    assert "position_ids" not in names
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, cfg.vocab_size, size=(1, 9), dtype=np.int64)
+    kv = cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    past = [(np.zeros((1, kv, 0, head_dim), np.float32),) * 2 for _ in range(layers)]
+    cache, total, worst = None, 0, 0.0
+    feed_ids = ids
+    for step in range(4):
+        total += feed_ids.shape[1]
+        mask = np.ones((1, total), np.int64)
+        feed = {"input_ids": feed_ids, "attention_mask": mask}
+        for i, (k, v) in enumerate(past):
+            feed[f"past_key_values.{i}.key"], feed[f"past_key_values.{i}.value"] = k, v
+        outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+        with torch.no_grad():
+            r = model(input_ids=torch.from_numpy(feed_ids), attention_mask=torch.from_numpy(mask),
+                      position_ids=torch.arange(total - feed_ids.shape[1], total)[None], past_key_values=cache,
+                      use_cache=True)
+        cache = r.past_key_values
+        pairs = [("logits", outs["logits"], r.logits.numpy())]
+        for i, layer in enumerate(cache.layers):
+            pairs += [(f"present.{i}.key", outs[f"present.{i}.key"], layer.keys.numpy()),
+                      (f"present.{i}.value", outs[f"present.{i}.value"], layer.values.numpy())]
+        for name, ours, ref in pairs:
+            assert ours.shape == ref.shape, f"{case} step {step} {name}: {ours.shape} vs {ref.shape}"
+            diff = np.abs(ours.astype(np.float64) - ref)
+            bad = int((diff > ATOL).sum())
+            assert bad == 0, f"{case} step {step} {name}: {bad}/{diff.size} over {ATOL} (max {diff.max():.3g})"
+            worst = max(worst, float(diff.max()))
+        past = [(outs[f"present.{i}.key"], outs[f"present.{i}.value"]) for i in range(layers)]
+        feed_ids = np.array([[int(r.logits[0, -1].argmax())]], np.int64)
+    print(f"\n{case}: ORT (ort profile) vs Transformers max abs diff {worst:.3g} over prompt + 3 steps")
+
+
+@pytest.mark.parametrize("case", SUPPORTED)
+def test_genai_greedy_equals_transformers(case, ort_export):
+    og = pytest.importorskip("onnxruntime_genai")
+    ckpt, out, _ = ort_export(case)
+    model = load_reference(ckpt)
+    prompt = [3 + (i * 37) % (model.config.vocab_size - 3) for i in range(7)]
+    with torch.no_grad():
+        ref = model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    ref = ref[0, len(prompt):].tolist()
+    gm = og.Model(str(out / "onnx"))
+    params = og.GeneratorParams(gm)
+    params.set_search_options(do_sample=False, max_length=len(prompt) + NEW_TOKENS, min_length=len(prompt) + NEW_TOKENS)
+    gen = og.Generator(gm, params)
+    gen.append_tokens([prompt])
+    while not gen.is_done():
+        gen.generate_next_token()
+    ours = list(gen.get_sequence(0))[len(prompt):]
+    assert ours == ref, f"{case}: genai {ours} vs Transformers {ref}"
+    print(f"\n{case}: onnxruntime-genai greedy {len(ours)} tokens identical to Transformers")
+
+
+@pytest.mark.parametrize("case", SUPPORTED[:1] + ["qwen3"])
+def test_every_node_on_cpu_with_contrib_kernels(case, ort_export, tmp_path):
+    _, out, _ = ort_export(case)
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    sess = ort.InferenceSession(str(out / "onnx" / "model.onnx"), so, providers=["CPUExecutionProvider"])
+    layers = sum(1 for i in sess.get_inputs() if i.name.endswith(".key"))
+    kv, hd = sess.get_inputs()[2].shape[1], sess.get_inputs()[2].shape[3]
+    feed = {"input_ids": np.array([[5, 6, 7]], np.int64), "attention_mask": np.ones((1, 3), np.int64)}
+    for i in range(layers):
+        feed[f"past_key_values.{i}.key"] = feed[f"past_key_values.{i}.value"] = np.zeros((1, kv, 0, hd), np.float32)
+    sess.run(None, feed)
+    trace = json.loads(open(sess.end_profiling()).read())
+    placed = Counter()
+    for ev in trace:
+        a = ev.get("args", {})
+        if ev.get("cat") == "Node" and "op_name" in a and ev["name"].endswith("_kernel_time"):
+            placed[(a.get("provider", "?"), a["op_name"])] += 1
+    print(f"\n{case}: ops per execution provider (prompt run):")
+    for (ep, op), n in sorted(placed.items()):
+        print(f"  {ep:24s} {op:36s} x{n}")
+    assert placed and all(ep == "CPUExecutionProvider" for ep, _ in placed), placed
+    ops = {op for _, op in placed}
+    assert {"GroupQueryAttention", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization"} <= ops, ops
+
+
+@pytest.mark.parametrize("case", sorted(FALLBACK))
+def test_unsupported_families_fall_back(case, ort_export):
+    _, out, proc = ort_export(case)
+    prof, _ = profile_of(out)
+    assert prof["profile"] == "portable" and FALLBACK[case] in prof["note"], prof
+    assert "falls back to the portable profile" in proc.stderr and FALLBACK[case] in proc.stderr
+    assert not (out / "onnx" / "genai_config.json").exists()

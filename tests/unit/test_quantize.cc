@@ -1,0 +1,308 @@
+// Weight-only quantization: spec parsing, the quantizer's numbers (known values, ONNX Runtime's
+// rounding), pack/unpack round trips, the WeightRef parts, and the executor's DequantizeLinear and
+// MatMulNBits kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "ir/builder.h"
+#include "ir/graph.h"
+#include "ir/weight.h"
+#include "quant/quantize.h"
+#include "runtime/executor.h"
+
+using namespace hfx;
+using quant::QuantSpec;
+
+namespace {
+
+std::string error_of(const std::string& spec) {
+  try {
+    QuantSpec::parse(spec);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<float> random_matrix(int64_t K, int64_t N, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 0.3f);
+  std::vector<float> w(size_t(K * N));
+  for (auto& v : w) v = normal(rng);
+  return w;
+}
+
+}  // namespace
+
+TEST(QuantSpec, ParsesAndPrintsCanonically) {
+  EXPECT_EQ(QuantSpec::parse("int4").str(), "int4:block=32:sym");
+  EXPECT_EQ(QuantSpec::parse("int4:asym:block=128").str(), "int4:block=128:asym");
+  EXPECT_EQ(QuantSpec::parse("int8").str(), "int8:block=128:sym");
+  EXPECT_EQ(QuantSpec::parse("int8:channel").str(), "int8:channel:sym");
+  EXPECT_EQ(QuantSpec::parse("int8:channel").block, 0);
+  EXPECT_EQ(QuantSpec::parse("int8:block=64:asym").str(), "int8:block=64:asym");
+  EXPECT_FALSE(QuantSpec::parse("").enabled());
+  EXPECT_FALSE(QuantSpec::parse("none").enabled());
+  for (const auto& s : {"int4", "int4:block=16:asym", "int8", "int8:channel:asym", "int8:block=256"})
+    EXPECT_EQ(QuantSpec::parse(QuantSpec::parse(s).str()).str(), QuantSpec::parse(s).str());
+}
+
+TEST(QuantSpec, RejectsBadSpecsInOneLine) {
+  for (const auto& s : {"int3", "int4:block=7", "int4:block=", "int4:block=x", "int4:block=512", "int4:fast",
+                        "int4:sym:asym", "int4:block=32:block=64", "INT4", "int4:channel", "int8:channel:block=32"}) {
+    const std::string e = error_of(s);
+    EXPECT_NE(e, "") << s;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    EXPECT_NE(e.find(s), std::string::npos) << e;  // names the spec
+  }
+  EXPECT_NE(error_of("int4:block=7").find("16, 32, 64, 128 or 256"), std::string::npos);
+  EXPECT_THROW(quant::parse_dtype("f8"), Error);
+  EXPECT_EQ(quant::parse_dtype("bfloat16"), DType::BF16);
+}
+
+TEST(Quantize, Int4SymmetricKnownValues) {
+  // One block of 16 in one column: -8..7. The value of largest magnitude is -8, so scale = 8 / 8 = 1
+  // and q = v + 8: the bytes are (2i) | (2i + 1) << 4.
+  std::vector<float> w(16);
+  for (int k = 0; k < 16; ++k) w[size_t(k)] = float(k - 8);
+  auto q = quant::quantize_blockwise(w.data(), 16, 1, 4, 16, true, DType::F32);
+  ASSERT_EQ(q.data.size(), 8u);
+  ASSERT_EQ(q.scales.size(), 1u);
+  EXPECT_TRUE(q.zero_points.empty());
+  EXPECT_EQ(q.scales[0], 1.0f);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(q.data[size_t(i)], uint8_t((2 * i) | ((2 * i + 1) << 4))) << i;
+  auto back = quant::dequantize_blockwise(q.data.data(), q.scales.data(), nullptr, 16, 1, 4, 16);
+  EXPECT_EQ(back, w);
+}
+
+TEST(Quantize, Int4SymmetricScaleSignAndHalfAwayFromZero) {
+  // Largest magnitude positive: the scale is negative (ONNX Runtime maps the larger half to [-8, 0]).
+  std::vector<float> w(16, 0.f);
+  w[0] = 8.f;
+  w[1] = -0.5f;  // -0.5 / -1 + 8 = 8.5: roundf gives 9 (half away from zero), rint would give 8
+  auto q = quant::quantize_blockwise(w.data(), 16, 1, 4, 16, true, DType::F32);
+  EXPECT_EQ(q.scales[0], -1.0f);
+  EXPECT_EQ(q.data[0] & 0xF, 0);  // 8 / -1 + 8 = 0
+  EXPECT_EQ(q.data[0] >> 4, 9);
+  EXPECT_EQ(q.data[1], 0x88);  // zeros sit at the zero point 8
+}
+
+TEST(Quantize, Int4AsymmetricKnownValues) {
+  // -4..11 in one block: scale = 15 / 15 = 1, zero point 4, q = v + 4 = k.
+  std::vector<float> w(16);
+  for (int k = 0; k < 16; ++k) w[size_t(k)] = float(k - 4);
+  auto q = quant::quantize_blockwise(w.data(), 16, 1, 4, 16, false, DType::F32);
+  EXPECT_EQ(q.scales[0], 1.0f);
+  ASSERT_EQ(q.zero_points.size(), 1u);
+  EXPECT_EQ(q.zero_points[0], 0x84);  // block 0 in the low nibble, the unused high nibble the default 8
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(q.data[size_t(i)], uint8_t((2 * i) | ((2 * i + 1) << 4)));
+  auto back = quant::dequantize_blockwise(q.data.data(), q.scales.data(), q.zero_points.data(), 16, 1, 4, 16);
+  EXPECT_EQ(back, w);
+}
+
+TEST(Quantize, LayoutColumnsBlocksAndPartialBlock) {
+  // K = 40 with blocks of 16: 3 blocks, the last one 8 long and zero padded; N = 3 columns.
+  const int64_t K = 40, N = 3;
+  auto w = random_matrix(K, N, 1);
+  for (bool sym : {true, false}) {
+    auto q = quant::quantize_blockwise(w.data(), K, N, 4, 16, sym, DType::F32);
+    EXPECT_EQ(q.data.size(), size_t(N * 3 * 8));
+    EXPECT_EQ(q.scales.size(), size_t(N * 3));
+    EXPECT_EQ(q.zero_points.size(), sym ? 0u : size_t(N * 2));  // ceil(3 / 2) bytes per column
+    for (int64_t n = 0; n < N; ++n) {
+      for (int i = 4; i < 8; ++i) EXPECT_EQ(q.data[size_t((n * 3 + 2) * 8 + i)], 0) << "padding";
+      if (!sym) {
+        EXPECT_EQ(q.zero_points[size_t(n * 2 + 1)] >> 4, 8) << "padding nibble";
+      }
+    }
+    // Column n, block 1 is quantized from w[16..31, n] alone.
+    std::vector<float> col(16);
+    for (int k = 0; k < 16; ++k) col[size_t(k)] = w[size_t((16 + k) * N + 2)];
+    auto one = quant::quantize_blockwise(col.data(), 16, 1, 4, 16, sym, DType::F32);
+    EXPECT_EQ(one.scales[0], q.scales[2 * 3 + 1]);
+    EXPECT_TRUE(std::equal(one.data.begin(), one.data.end(), q.data.begin() + (2 * 3 + 1) * 8));
+  }
+}
+
+TEST(Quantize, RoundTripErrorWithinOneStep) {
+  for (int bits : {4, 8})
+    for (bool sym : {true, false})
+      for (int64_t block : {16, 32, 128}) {
+        const int64_t K = 200, N = 7;
+        auto w = random_matrix(K, N, uint64_t(bits * 1000 + block + sym));
+        auto q = quant::quantize_blockwise(w.data(), K, N, bits, block, sym, DType::F32);
+        auto back = quant::dequantize_blockwise(q.data.data(), q.scales.data(), sym ? nullptr : q.zero_points.data(), K,
+                                                N, bits, block);
+        const int64_t kb = quant::k_blocks(K, block);
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n) {
+            const float step = std::fabs(q.scales[size_t(n * kb + k / block)]);
+            ASSERT_LE(std::fabs(back[size_t(k * N + n)] - w[size_t(k * N + n)]), step * 1.0001f)
+                << bits << " bits, block " << block << (sym ? " sym" : " asym");
+          }
+        // Re-quantizing the dequantized matrix reproduces the same bytes (idempotent on the grid).
+        auto again = quant::quantize_blockwise(back.data(), K, N, bits, block, sym, DType::F32);
+        EXPECT_EQ(again.data, q.data) << bits << " " << block << " " << sym;
+      }
+}
+
+TEST(Quantize, F16ScalesAreRoundedBeforeUse) {
+  auto w = random_matrix(32, 2, 3);
+  auto q = quant::quantize_blockwise(w.data(), 32, 2, 4, 32, true, DType::F16);
+  for (float s : q.scales) EXPECT_EQ(s, f16_to_f32(f32_to_f16(s)));
+}
+
+TEST(Quantize, PerChannelInt8HalfToEven) {
+  // Column 0: max |v| = 127, scale 1: 2.5 -> 2 and -3.5 -> -4 (half to even). Column 1: zeros, scale 1.
+  std::vector<float> w = {127.f, 0.f, 2.5f, 0.f, -3.5f, 0.f};
+  auto q = quant::quantize_per_channel_int8(w.data(), 3, 2, true, DType::F32);
+  EXPECT_EQ(q.scales, (std::vector<float>{1.f, 1.f}));
+  EXPECT_EQ(int8_t(q.data[0]), 127);
+  EXPECT_EQ(int8_t(q.data[2]), 2);
+  EXPECT_EQ(int8_t(q.data[4]), -4);
+  EXPECT_EQ(q.data[1], 0);
+  // Asymmetric: range [-1, 254] -> scale 1, zero point 1.
+  std::vector<float> a = {-1.f, 254.f, 0.5f};
+  auto qa = quant::quantize_per_channel_int8(a.data(), 3, 1, false, DType::F32);
+  EXPECT_EQ(qa.scales[0], 1.f);
+  EXPECT_EQ(qa.zero_points[0], 1);
+  EXPECT_EQ(qa.data, (std::vector<uint8_t>{0, 255, 1}));  // 0.5 -> 0 (even) + 1
+}
+
+TEST(Quantize, WeightRefPartsMatchTheQuantizer) {
+  const int64_t K = 64, N = 5;
+  auto w = random_matrix(K, N, 4);
+  auto ref = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w));
+  auto parts = ref.quantized({4, 32, false, DType::F32});
+  ASSERT_EQ(parts.size(), 3u);
+  auto q = quant::quantize_blockwise(w.data(), K, N, 4, 32, false, DType::F32);
+  // Materialise out of order, and twice: each part is the same every time.
+  for (int round = 0; round < 2; ++round) {
+    Tensor s = parts[1].materialize(), d = parts[0].materialize(), z = parts[2].materialize();
+    EXPECT_EQ(d.shape(), (std::vector<int64_t>{N, 2, 16}));
+    EXPECT_EQ(d.nbytes(), parts[0].nbytes());
+    EXPECT_EQ(std::vector<uint8_t>(d.data(), d.data() + d.nbytes()), q.data);
+    EXPECT_EQ(std::vector<float>(s.as<float>(), s.as<float>() + s.numel()), q.scales);
+    EXPECT_EQ(std::vector<uint8_t>(z.data(), z.data() + z.nbytes()), q.zero_points);
+  }
+  auto pc = ref.quantized({8, 0, true, DType::F16});
+  ASSERT_EQ(pc.size(), 2u);
+  EXPECT_EQ(pc[0].dtype(), DType::I8);
+  EXPECT_EQ(pc[0].shape(), (std::vector<int64_t>{K, N}));
+  EXPECT_EQ(pc[1].dtype(), DType::F16);
+  EXPECT_EQ(pc[1].shape(), (std::vector<int64_t>{N}));
+}
+
+TEST(QuantKernels, MatMulNBitsEqualsMatMulOfTheDequantizedWeight) {
+  for (bool sym : {true, false})
+    for (int bits : {4, 8}) {
+      const int64_t K = 48, N = 6;
+      auto w = random_matrix(K, N, 5);
+      auto parts = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w)).quantized({bits, 16, sym, DType::F32});
+      ir::Graph g;
+      ir::Builder b(g);
+      auto a = g.add_input("a", DType::F32, fixed_shape({2, 3, K}));
+      std::vector<ir::ValueId> ins = {a, b.weight("B", parts[0]), b.weight("scales", parts[1])};
+      if (!sym) ins.push_back(b.weight("zp", parts[2]));
+      g.add_output(b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(bits)}, {"block_size", int64_t(16)}}, "y"));
+      auto x = random_matrix(6, K, 6);
+      auto y = runtime::Executor(g).run({{"a", Tensor::from_vector<float>(DType::F32, {2, 3, K}, x)}}).at("y");
+      ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 3, N}));
+      auto q = quant::quantize_blockwise(w.data(), K, N, bits, 16, sym, DType::F32);
+      auto wd = quant::dequantize_blockwise(q.data.data(), q.scales.data(), sym ? nullptr : q.zero_points.data(), K, N, bits, 16);
+      for (int64_t r = 0; r < 6; ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          double want = 0;
+          for (int64_t k = 0; k < K; ++k) want += double(x[size_t(r * K + k)]) * wd[size_t(k * N + n)];
+          EXPECT_NEAR(y.as<float>()[r * N + n], want, 1e-4);
+        }
+    }
+}
+
+TEST(QuantKernels, DequantizeLinearPerAxisAndBlocked) {
+  {  // per axis 1 of [2, 3], int8 with zero points
+    ir::Graph g;
+    ir::Builder b(g);
+    auto x = b.weight("x", ir::WeightRef::constant(Tensor::from_vector<int8_t>(DType::I8, {2, 3}, {1, -2, 3, 4, 5, -6})));
+    auto s = b.weight("s", ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {3}, {0.5f, 2.f, 1.f})));
+    auto z = b.weight("z", ir::WeightRef::constant(Tensor::from_vector<int8_t>(DType::I8, {3}, {0, 1, -1})));
+    g.add_output(b.add1("DequantizeLinear", {x, s, z}, {{"axis", int64_t(1)}}, "y"));
+    auto y = runtime::Executor(g).run({}).at("y");
+    EXPECT_EQ(std::vector<float>(y.as<float>(), y.as<float>() + 6), (std::vector<float>{0.5f, -6.f, 4.f, 2.f, 8.f, -5.f}));
+  }
+  {  // blocks of 2 along axis 0 of [3, 2]: scales [2, 2], the last block 1 long
+    ir::Graph g;
+    ir::Builder b(g);
+    auto x = b.weight("x", ir::WeightRef::constant(Tensor::from_vector<uint8_t>(DType::U8, {3, 2}, {1, 2, 3, 4, 5, 6})));
+    auto s = b.weight("s", ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {2, 2}, {1.f, 10.f, 100.f, 1000.f})));
+    g.add_output(b.add1("DequantizeLinear", {x, s}, {{"axis", int64_t(0)}, {"block_size", int64_t(2)}}, "y"));
+    auto y = runtime::Executor(g).run({}).at("y");
+    EXPECT_EQ(std::vector<float>(y.as<float>(), y.as<float>() + 6),
+              (std::vector<float>{1.f, 20.f, 3.f, 40.f, 500.f, 6000.f}));
+  }
+}
+
+// apply-precision rewrites the model's composite graph (hfx verify's reference) and the backend's
+// decomposed, folded graph (what is written) to the same numbers, and follows the lm_head policy.
+#include "passes/pass.h"
+#include "passes/precision.h"
+
+namespace {
+
+struct TinyModel {
+  ir::Graph g;
+  TinyModel() {
+    ir::Builder b(g);
+    const int64_t K = 64, N = 48, V = 40;
+    auto w = [&](const std::string& name, std::vector<int64_t> shape, uint64_t seed) {
+      auto v = random_matrix(shape[0], shape.size() > 1 ? shape[1] : 1, seed);
+      // plus_scalar(0): a lazy weight, as a checkpoint weight is (constants are never rewritten)
+      return b.weight(name, ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, shape, v)).plus_scalar(0));
+    };
+    auto ids = g.add_input("ids", DType::I64, fixed_shape({1, 3}));
+    auto emb = b.add1("Embedding", {w("embed", {V, K}, 1), ids});
+    ir::ValueId h;
+    {
+      auto s = b.scope("model");
+      auto s2 = b.scope("proj");
+      h = b.add1("Linear", {emb, w("proj.weight", {N, K}, 2), w("proj.bias", {N}, 3)});
+    }
+    ir::ValueId logits;
+    {
+      auto s = b.scope("lm_head");
+      logits = b.add1("Linear", {h, w("lm_head.weight", {V, N}, 4)}, {}, "logits");
+    }
+    g.add_output(logits);
+  }
+};
+
+}  // namespace
+
+TEST(ApplyPrecision, CompositeAndDecomposedGraphsAgree) {
+  TinyModel m;
+  ir::Graph g = m.g;
+  const Tensor ids = Tensor::from_vector<int64_t>(DType::I64, {1, 3}, {1, 7, 39});
+  for (const char* spec : {"", "int4", "int4:asym", "int8", "int8:channel:asym"})
+    for (DType dt : {DType::F32, DType::F16, DType::BF16})
+      for (bool lm : {false, true}) {
+        quant::PrecisionSpec p{dt, QuantSpec::parse(spec), lm && std::string(spec).size()};
+        ir::Graph composite = passes::apply_precision(g, p);
+        ir::Graph written = passes::apply_precision(
+            passes::run_pipeline(g, {"decompose-composites", "fold-weight-transforms"}), p);
+        auto a = runtime::Executor(composite).run({{"ids", ids}}).at("logits");
+        auto b = runtime::Executor(written).run({{"ids", ids}}).at("logits");
+        ASSERT_EQ(a.shape(), b.shape());
+        for (int64_t i = 0; i < a.numel(); ++i)
+          ASSERT_NEAR(a.as<float>()[i], b.as<float>()[i], dt == DType::F16 ? 2e-2 : 1e-4) << spec << " " << dtype_name(dt);
+        int nbits = 0, dq = 0;
+        for (const auto& n : written.nodes()) {
+          nbits += n.op == "MatMulNBits";
+          dq += n.op == "DequantizeLinear";
+        }
+        const int quantized = p.quant.enabled() ? (lm ? 2 : 1) : 0;
+        EXPECT_EQ(nbits + dq, quantized) << spec << " lm_head " << lm;
+      }
+}
