@@ -13,26 +13,21 @@ Command line:  python python/hfx_ort.py OUT --prompt-ids 1,2,3 [--prompt-ids ...
 """
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from hfx_decode import DecoderFacts, left_pad, main as decode_main, pick_greedy
+
 
 class OrtGenerator:
     def __init__(self, export_dir: str | Path, providers=("CPUExecutionProvider",)):
         self.dir = Path(export_dir)
-        self.manifest = json.loads((self.dir / "hfx.json").read_text())
-        model = self.manifest["model"]
+        self.facts = DecoderFacts.read(self.dir)
+        self.manifest = self.facts.manifest
         recipe = self.manifest["recipe"]
-        self.layers = model["num_layers"]
-        self.kv_heads = model["num_kv_heads"]
-        self.head_dim = model["head_dim"]
-        self.eos = set(model["eos_token_ids"])
-        pad = model.get("pad_token_id")
-        self.pad = pad if pad is not None else (model["eos_token_ids"][0] if model["eos_token_ids"] else 0)
+        self.kv_heads, self.head_dim = self.facts.kv_heads, self.facts.head_dim
         self.static = bool(recipe["static_cache"])
         self.max_cache_len = int(recipe["max_cache_len"])
         opts = ort.SessionOptions()
@@ -45,20 +40,11 @@ class OrtGenerator:
         self.next = self.sessions.get("decode") or self.sessions["decoder"]
 
     def _cache_names(self):
-        for i in range(self.layers):
-            for kv in ("key", "value"):
-                yield f"past_key_values.{i}.{kv}", f"present.{i}.{kv}"
+        return self.facts.cache_names()
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64) -> list[list[int]]:
-        batch, length = len(prompts), max(len(p) for p in prompts)
-        ids = np.full((batch, length), self.pad, np.int64)
-        mask = np.zeros((batch, length), np.int64)
-        for b, p in enumerate(prompts):
-            ids[b, length - len(p):] = p
-            mask[b, length - len(p):] = 1
-        pos = np.cumsum(mask, axis=1) - 1
-        pos[mask == 0] = 1
-        next_pos = mask.sum(axis=1)
+        ids, mask, pos, next_pos = left_pad(prompts, self.facts.pad)
+        length = ids.shape[1]
         if self.static:
             if length + max_new_tokens > self.max_cache_len:
                 raise ValueError(f"prompt of {length} + {max_new_tokens} new tokens exceeds max_cache_len {self.max_cache_len}")
@@ -66,18 +52,11 @@ class OrtGenerator:
         return self._generate_growing(ids, mask, pos, next_pos, max_new_tokens)
 
     def _pick(self, logits, done, out):
-        tokens = logits[:, -1, :].argmax(axis=-1).astype(np.int64)
-        for b in range(len(tokens)):
-            if done[b]:
-                tokens[b] = self.pad
-            out[b].append(int(tokens[b]))
-            if not done[b] and int(tokens[b]) in self.eos:
-                done[b] = True
-        return tokens
+        return pick_greedy(logits, done, out, self.facts)
 
     def _generate_growing(self, ids, mask, pos, next_pos, max_new_tokens):
         batch = ids.shape[0]
-        past = {name: np.zeros((batch, self.kv_heads, 0, self.head_dim), np.float32) for name, _ in self._cache_names()}
+        past = self.facts.empty_cache(batch)
         out, done = [[] for _ in range(batch)], [False] * batch
         feed_ids, feed_pos = ids, pos
         for step in range(max_new_tokens):
@@ -133,17 +112,5 @@ class OrtGenerator:
         return out
 
 
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("export")
-    ap.add_argument("--prompt-ids", action="append", required=True, help="comma-separated ids; repeat for a batch")
-    ap.add_argument("-n", "--max-new-tokens", type=int, default=64)
-    args = ap.parse_args()
-    gen = OrtGenerator(args.export)
-    for row in gen.generate([[int(x) for x in p.split(",")] for p in args.prompt_ids], args.max_new_tokens):
-        print(",".join(map(str, row)))
-
-
 if __name__ == "__main__":
-    main()
+    decode_main(lambda args: OrtGenerator(args.export), __doc__)

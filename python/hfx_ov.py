@@ -14,12 +14,12 @@ Command line:  python python/hfx_ov.py OUT --prompt-ids 1,2,3 [--prompt-ids ...]
 """
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import openvino as ov
+
+from hfx_decode import DecoderFacts, left_pad, main as decode_main, pick_greedy
 
 # The CPU plugin keeps the KV cache of its fused stateful SDPA in f16/u8 unless told otherwise.
 F32_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -33,14 +33,8 @@ def compile_model(path: str | Path, device: str = "CPU", config: dict | None = N
 class OvGenerator:
     def __init__(self, export_dir: str | Path, device: str = "CPU"):
         self.dir = Path(export_dir)
-        self.manifest = json.loads((self.dir / "hfx.json").read_text())
-        model = self.manifest["model"]
-        self.layers = model["num_layers"]
-        self.kv_heads = model["num_kv_heads"]
-        self.head_dim = model["head_dim"]
-        self.eos = set(model["eos_token_ids"])
-        pad = model.get("pad_token_id")
-        self.pad = pad if pad is not None else (model["eos_token_ids"][0] if model["eos_token_ids"] else 0)
+        self.facts = DecoderFacts.read(self.dir)
+        self.manifest = self.facts.manifest
         comps = {c["role"]: c for c in self.manifest["components"] if c["format"] == "openvino"}
         if "decoder" not in comps:
             raise ValueError(f"{self.dir}: no openvino decoder component (export with --format openvino)")
@@ -50,25 +44,16 @@ class OvGenerator:
         self.stateful = "beam_idx" in inputs
 
     def _cache_names(self):
-        for i in range(self.layers):
-            for kv in ("key", "value"):
-                yield f"past_key_values.{i}.{kv}", f"present.{i}.{kv}"
+        return self.facts.cache_names()
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64) -> list[list[int]]:
-        batch, length = len(prompts), max(len(p) for p in prompts)
-        ids = np.full((batch, length), self.pad, np.int64)
-        mask = np.zeros((batch, length), np.int64)
-        for b, p in enumerate(prompts):
-            ids[b, length - len(p):] = p
-            mask[b, length - len(p):] = 1
-        pos = np.cumsum(mask, axis=1) - 1
-        pos[mask == 0] = 1
-        next_pos = mask.sum(axis=1)
+        ids, mask, pos, next_pos = left_pad(prompts, self.facts.pad)
+        batch = ids.shape[0]
 
         request = self.compiled.create_infer_request()
         if self.stateful:
             request.reset_state()
-        past = {p: np.zeros((batch, self.kv_heads, 0, self.head_dim), np.float32) for p, _ in self._cache_names()}
+        past = self.facts.empty_cache(batch)
         out, done = [[] for _ in range(batch)], [False] * batch
         feed_ids, feed_pos = ids, pos
         for step in range(max_new_tokens):
@@ -91,27 +76,9 @@ class OvGenerator:
         return out
 
     def _pick(self, logits, done, out):
-        tokens = logits[:, -1, :].argmax(axis=-1).astype(np.int64)
-        for b in range(len(tokens)):
-            if done[b]:
-                tokens[b] = self.pad
-            out[b].append(int(tokens[b]))
-            if not done[b] and int(tokens[b]) in self.eos:
-                done[b] = True
-        return tokens
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("export")
-    ap.add_argument("--prompt-ids", action="append", required=True, help="comma-separated ids; repeat for a batch")
-    ap.add_argument("-n", "--max-new-tokens", type=int, default=64)
-    ap.add_argument("--device", default="CPU")
-    args = ap.parse_args()
-    gen = OvGenerator(args.export, args.device)
-    for row in gen.generate([[int(x) for x in p.split(",")] for p in args.prompt_ids], args.max_new_tokens):
-        print(",".join(map(str, row)))
+        return pick_greedy(logits, done, out, self.facts)
 
 
 if __name__ == "__main__":
-    main()
+    decode_main(lambda args: OvGenerator(args.export, args.device), __doc__,
+                lambda ap: ap.add_argument("--device", default="CPU"))

@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "pipeline/export.h"
+#include "runtime/tested_runtimes.h"
 #ifdef HFX_HAVE_OPENVINO
 #include "backends/openvino/ov_writer.h"
 #endif
@@ -17,7 +18,7 @@ struct FormatRow {
   std::string status;
   const char* files;
   const char* options;
-  const char* tested;
+  std::string tested;
 };
 
 std::vector<FormatRow> format_rows() {
@@ -25,7 +26,7 @@ std::vector<FormatRow> format_rows() {
   rows.push_back({"onnx", "available (ai.onnx opset 21, IR 10)",
                   "onnx/model.onnx + model.onnx_data (or prefill.onnx + decode.onnx), genai_config.json with --onnx-profile ort",
                   "--onnx-profile ort|portable, --split-prefill, --static-cache --max-cache-len N, --dtype, --quantize, --dim, --dynamic",
-                  "onnxruntime 1.31.1 (CPU), hfx's reference executor"});
+                  fmt::format("onnxruntime {} (CPU), hfx's reference executor", runtime::kTestedOnnxRuntime)});
 #ifdef HFX_HAVE_OPENVINO
   std::string ov_status = fmt::format("available (OpenVINO {}, ov::serialize, ops up to opset 16)", openvino_backend::openvino_version());
 #else
@@ -35,8 +36,8 @@ std::vector<FormatRow> format_rows() {
                   "openvino/openvino_model.xml + openvino_model.bin (openvino_<prefill|decode>_model.xml with --split-prefill)",
                   "stateful KV cache (ReadValue/Assign + beam_idx, OpenVINO GenAI's layout) by default; --stateless for "
                   "explicit past_key_values.*/present.* I/O (needed with --split-prefill, --static-cache)",
-                  "openvino 2026.4.1 (CPU, INFERENCE_PRECISION_HINT=f32, KV_CACHE_PRECISION=f32), openvino-genai 2026.4.1 "
-                  "LLMPipeline (PA and SDPA attention backends)"});
+                  fmt::format("openvino {0} (CPU, INFERENCE_PRECISION_HINT=f32, KV_CACHE_PRECISION=f32), openvino-genai {0} "
+                              "LLMPipeline (PA and SDPA attention backends)", runtime::kTestedOpenVino)});
   return rows;
 }
 

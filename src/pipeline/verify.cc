@@ -19,6 +19,7 @@
 #include "pipeline/manifest.h"
 #include "runtime/executor.h"
 #include "runtime/generate.h"
+#include "runtime/tested_runtimes.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
@@ -390,6 +391,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     if (std::system(cmd.c_str()) != 0)
       fail(ErrorKind::Io, "onnxruntime driver failed: {} (is onnxruntime installed for that interpreter? set HFX_PYTHON)", cmd);
     ort_result = nlohmann::json::parse(read_text_file(scratch / "result.json"));
+    runtime::warn_if_untested("onnxruntime", ort_result.value("ort_version", "?"), runtime::kTestedOnnxRuntime);
     for (size_t i = 0; i < runs.size(); ++i) runs[i].actual = io::load_safetensors(scratch / fmt::format("out{}.safetensors", i));
   } else {
     std::map<const ArtifactComponent*, std::unique_ptr<runtime::Executor>> execs;

@@ -61,6 +61,37 @@ def exported(tiny_checkpoint, tmp_path_factory):
     return get
 
 
+def export_once(base: Path, args_of):
+    """A function (case, variant) -> export folder, exporting each pair once; args_of(case, variant)
+    gives the hfx export arguments before OUT."""
+    done: dict = {}
+
+    def get(case: str, variant: str = "") -> Path:
+        if (case, variant) not in done:
+            out = base / f"{case}-{variant}" if variant else base / case
+            run_hfx("export", *args_of(case, variant), out)
+            done[(case, variant)] = out
+        return done[(case, variant)]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def reference_tokens(tiny_checkpoint):
+    """(case, prompt set of test_generation.PROMPTS) -> Transformers' greedy tokens, computed once per
+    session for every runtime's generation test."""
+    from test_generation import PROMPTS, transformers_generate
+
+    cache: dict = {}
+
+    def get(case: str, batch: str):
+        if (case, batch) not in cache:
+            cache[(case, batch)] = transformers_generate(tiny_models.load_reference(tiny_checkpoint(case)), PROMPTS[batch])
+        return cache[(case, batch)]
+
+    return get
+
+
 # Coverage records: (case, model_type, backend, check) -> measured value, written at the end of the
 # session to build/coverage.json; scripts/coverage.py turns it into docs/coverage.md.
 _COVERAGE: dict = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, record_coverage, run_hfx
+from conftest import ROOT, export_once, record_coverage, run_hfx
 from tiny_models import CASES, load_reference
 
 sys.path.insert(0, str(ROOT / "python"))
@@ -40,31 +40,9 @@ def transformers_generate(model, prompts):
 
 @pytest.fixture(scope="module")
 def layout_export(tiny_checkpoint, tmp_path_factory):
-    done = {}
-    base = tmp_path_factory.mktemp("gen-exports")
-
-    def get(case, layout):
-        if (case, layout) not in done:
-            out = base / f"{case}-{layout}"
-            # portable: batch-2 prompts are left-padded (the ort profile serves unpadded rows only)
-            run_hfx("export", "--model", tiny_checkpoint(case), "--quiet", "--onnx-profile", "portable",
-                    *LAYOUTS[layout], out)
-            done[(case, layout)] = out
-        return done[(case, layout)]
-
-    return get
-
-
-@pytest.fixture(scope="module")
-def reference_tokens(tiny_checkpoint):
-    cache = {}
-
-    def get(case, batch):
-        if (case, batch) not in cache:
-            cache[(case, batch)] = transformers_generate(load_reference(tiny_checkpoint(case)), PROMPTS[batch])
-        return cache[(case, batch)]
-
-    return get
+    # portable: batch-2 prompts are left-padded (the ort profile serves unpadded rows only)
+    return export_once(tmp_path_factory.mktemp("gen-exports"), lambda case, layout: (
+        "--model", tiny_checkpoint(case), "--quiet", "--onnx-profile", "portable", *LAYOUTS[layout]))
 
 
 @pytest.mark.parametrize("batch", sorted(PROMPTS))

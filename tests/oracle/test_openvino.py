@@ -25,9 +25,9 @@ import pytest
 
 pytest.importorskip("openvino")
 
-from conftest import ROOT, record_coverage, run_hfx  # noqa: E402
+from conftest import ROOT, export_once, record_coverage, run_hfx  # noqa: E402
 from test_decoder_parity import assert_close, compare, decode_feeds, geometry, run_steps, transformers_steps  # noqa: E402
-from test_generation import NEW_TOKENS, PROMPTS, transformers_generate  # noqa: E402
+from test_generation import NEW_TOKENS, PROMPTS  # noqa: E402
 from tiny_models import CASES, PARITY_CASES, load_reference  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "python"))
@@ -52,18 +52,8 @@ def _needs_openvino_build():
 @pytest.fixture(scope="module")
 def ov_export(tiny_checkpoint, tmp_path_factory):
     """case, layout ('stateless' | 'stateful') -> export folder (once per module)."""
-    done = {}
-    base = tmp_path_factory.mktemp("ov-exports")
-
-    def get(case, layout):
-        if (case, layout) not in done:
-            out = base / f"{case}-{layout}"
-            extra = LAYOUTS[layout]
-            run_hfx("export", "--model", tiny_checkpoint(case), "--format", "openvino", "--quiet", *extra, out)
-            done[(case, layout)] = out
-        return done[(case, layout)]
-
-    return get
+    return export_once(tmp_path_factory.mktemp("ov-exports"), lambda case, layout: (
+        "--model", tiny_checkpoint(case), "--format", "openvino", "--quiet", *LAYOUTS[layout]))
 
 
 @pytest.fixture(scope="module")
@@ -132,18 +122,6 @@ def test_stateful_ir_matches_transformers(case, ov_export, reference):
     assert_close(f"{case} state past_key_values.0.key", k0[:, :, -rk.shape[2]:], rk)
     record_coverage(case, "openvino-stateful", "logits max abs diff", worst)
     print(f"{case}: openvino stateful max abs diff {worst:.2e}")
-
-
-@pytest.fixture(scope="module")
-def reference_tokens(tiny_checkpoint):
-    cache = {}
-
-    def get(case, batch):
-        if (case, batch) not in cache:
-            cache[(case, batch)] = transformers_generate(load_reference(tiny_checkpoint(case)), PROMPTS[batch])
-        return cache[(case, batch)]
-
-    return get
 
 
 # The left-padded batch of 2 only (batch 1 is its special case, and Transformers' generate() is what

@@ -18,7 +18,7 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from conftest import ROOT, run_hfx
+from conftest import ROOT, export_once, run_hfx
 from tiny_models import load_reference
 
 sys.path.insert(0, str(ROOT / "python"))
@@ -70,17 +70,8 @@ RESULTS: dict = {}
 
 @pytest.fixture(scope="module")
 def mode_export(tiny_checkpoint, tmp_path_factory):
-    done = {}
-    base = tmp_path_factory.mktemp("quant-exports")
-
-    def get(case, mode):
-        if (case, mode) not in done:
-            out = base / f"{case}-{mode}"
-            run_hfx("export", "--model", tiny_checkpoint(case), "--quiet", *PORTABLE, *MODES.get(mode, []), out)
-            done[(case, mode)] = out
-        return done[(case, mode)]
-
-    return get
+    return export_once(tmp_path_factory.mktemp("quant-exports"), lambda case, mode: (
+        "--model", tiny_checkpoint(case), "--quiet", *PORTABLE, *MODES.get(mode, [])))
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@
 #include "ir/builder.h"
 #include "ir/graph.h"
 #include "runtime/executor.h"
+#include "runtime/tested_runtimes.h"
 
 using namespace hfx;
 using hfx::ir::ValueId;
@@ -552,4 +553,14 @@ TEST(ExecutorInputs, DtypeRankAndFixedDims) {
   f = feeds(2, 2, 3, 5, 2);
   f["past"] = Tensor(DType::F32, {2, 4, 2});
   expect_error(ErrorKind::BadInput, {"input past dim 1 = 4", "fixes it to 2"}, [&] { ex.run(f); });
+}
+
+TEST(TestedRuntimes, WarnsOnlyForAnotherRelease) {
+  using hfx::runtime::untested_runtime_warning;
+  EXPECT_FALSE(untested_runtime_warning("onnxruntime", "1.31.1", "1.31.1"));
+  EXPECT_FALSE(untested_runtime_warning("OpenVINO", "2026.4.1-22982-e213a147257-releases/2026/4", "2026.4.1"));
+  auto w = untested_runtime_warning("onnxruntime", "1.31.10", "1.31.1");
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("onnxruntime 1.31.10 is not the version hfx was tested with (1.31.1)"), std::string::npos);
+  EXPECT_TRUE(untested_runtime_warning("OpenVINO", "2025.0.0", "2026.4.1"));
 }

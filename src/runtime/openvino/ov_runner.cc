@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "runtime/tested_runtimes.h"
 
 namespace hfx::runtime {
 
@@ -32,6 +33,7 @@ DType hfx_type(const ov::element::Type& t, const std::string& name) {
 class OpenVinoRunner final : public StepRunner {
  public:
   OpenVinoRunner(const std::filesystem::path& xml, const std::string& device) : xml_(xml) {
+    warn_if_untested("OpenVINO", ov::get_openvino_version().buildNumber, kTestedOpenVino);
     try {
       ov::Core core;
       compiled_ = core.compile_model(xml.string(), device,
