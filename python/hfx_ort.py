@@ -62,8 +62,9 @@ class OrtGenerator:
         for step in range(max_new_tokens):
             sess = self.first if step == 0 else self.next
             wanted = {i.name for i in sess.get_inputs()}
-            feed = {"input_ids": feed_ids, "attention_mask": mask, "position_ids": feed_pos}
-            feed.update({k: v for k, v in past.items() if k in wanted})
+            feed = {"input_ids": feed_ids, "attention_mask": mask, "position_ids": feed_pos, **past}
+            # The ort profile's graph derives positions from attention_mask (no position_ids input).
+            feed = {k: v for k, v in feed.items() if k in wanted}
             names = [o.name for o in sess.get_outputs()]
             result = dict(zip(names, sess.run(None, feed)))
             past = {p: result[o] for p, o in self._cache_names()}
@@ -92,7 +93,8 @@ class OrtGenerator:
             binding = sess.io_binding()
             binding.bind_cpu_input("input_ids", np.ascontiguousarray(feed_ids))
             binding.bind_cpu_input("attention_mask", full_mask.copy())
-            binding.bind_cpu_input("position_ids", np.ascontiguousarray(feed_pos))
+            if "position_ids" in {i.name for i in sess.get_inputs()}:
+                binding.bind_cpu_input("position_ids", np.ascontiguousarray(feed_pos))
             binding.bind_cpu_input("cache_position", cache_pos)
             binding.bind_output("logits")  # first, so it is get_outputs()[0]
             for p, o in self._cache_names():

@@ -66,7 +66,7 @@ void register_export(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--quantize", s->quantize,
                   "Weight-only quantization of Linear layers: int4 (blocks of 32) | int8 (blocks of 128), options "
-                  ":block=N (16..256) :sym|:asym, int8:channel (per channel, DequantizeLinear); e.g. int4:block=64:asym "
+                  ":block=N (16..256) :sym|:asym :accuracy=0..4 (MatMulNBits accuracy_level; 4 = int8 activations, faster on ORT CPU), int8:channel (per channel, DequantizeLinear); e.g. int4:block=64:asym "
                   "(docs/quantization.md)");
   cmd->add_flag("--quantize-lm-head", s->quantize_lm_head, "Quantize lm_head too (default: kept in --dtype)");
   cmd->add_option("--onnx-profile", s->onnx_profile,

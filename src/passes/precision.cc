@@ -78,7 +78,9 @@ class Precision {
         ir::ValueId deq = b.add1("DequantizeLinear", std::vector<ir::ValueId>(ins.begin() + 1, ins.end()), {{"axis", int64_t(1)}});
         y = b.matmul(xin, deq);
       } else {
-        y = b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(q.bits)}, {"block_size", block}});
+        ir::Attrs attrs{{"K", K}, {"N", N}, {"bits", int64_t(q.bits)}, {"block_size", block}};
+        if (q.accuracy_level) attrs["accuracy_level"] = int64_t(q.accuracy_level);
+        y = b.add1("MatMulNBits", ins, attrs);
       }
     } else if (dt == DType::F16) {
       y = b.matmul(xin, b.weight(unique(base + ".f16"), stored));

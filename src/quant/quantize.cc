@@ -39,6 +39,7 @@ std::string QuantSpec::str() const {
   std::string s = fmt::format("int{}", bits);
   s += block ? fmt::format(":block={}", block) : ":channel";
   s += symmetric ? ":sym" : ":asym";
+  if (accuracy_level) s += fmt::format(":accuracy={}", accuracy_level);
   return s;
 }
 
@@ -78,10 +79,17 @@ QuantSpec QuantSpec::parse(const std::string& text) {
       if (seen_block || seen_channel) bad_input("--quantize {}: give one of channel and block=N", text);
       seen_block = true;
       q.block = parse_block(text, p.substr(6));
+    } else if (p.starts_with("accuracy=")) {
+      const std::string v = p.substr(9);
+      if (v.size() != 1 || v[0] < '0' || v[0] > '4')
+        bad_input("--quantize {}: accuracy={} is not a MatMulNBits accuracy_level (0 to 4)", text, v);
+      q.accuracy_level = v[0] - '0';
     } else {
-      bad_input("--quantize {}: unknown option \"{}\" (block=N, channel, sym, asym)", text, p);
+      bad_input("--quantize {}: unknown option \"{}\" (block=N, channel, sym, asym, accuracy=0..4)", text, p);
     }
   }
+  if (q.accuracy_level && !q.block)
+    bad_input("--quantize {}: accuracy= applies to MatMulNBits (blockwise), not to int8:channel", text);
   return q;
 }
 

@@ -46,13 +46,16 @@ TEST(QuantSpec, ParsesAndPrintsCanonically) {
   EXPECT_EQ(QuantSpec::parse("int8:block=64:asym").str(), "int8:block=64:asym");
   EXPECT_FALSE(QuantSpec::parse("").enabled());
   EXPECT_FALSE(QuantSpec::parse("none").enabled());
-  for (const auto& s : {"int4", "int4:block=16:asym", "int8", "int8:channel:asym", "int8:block=256"})
+  EXPECT_EQ(QuantSpec::parse("int4:accuracy=4").str(), "int4:block=32:sym:accuracy=4");
+  EXPECT_EQ(QuantSpec::parse("int4:accuracy=0").str(), "int4:block=32:sym");  // 0 is the unset default
+  for (const auto& s : {"int4", "int4:block=16:asym", "int8", "int8:channel:asym", "int8:block=256", "int8:accuracy=2"})
     EXPECT_EQ(QuantSpec::parse(QuantSpec::parse(s).str()).str(), QuantSpec::parse(s).str());
 }
 
 TEST(QuantSpec, RejectsBadSpecsInOneLine) {
   for (const auto& s : {"int3", "int4:block=7", "int4:block=", "int4:block=x", "int4:block=512", "int4:fast",
-                        "int4:sym:asym", "int4:block=32:block=64", "INT4", "int4:channel", "int8:channel:block=32"}) {
+                        "int4:sym:asym", "int4:block=32:block=64", "INT4", "int4:channel", "int8:channel:block=32",
+                        "int4:accuracy=5", "int4:accuracy=", "int4:accuracy=44", "int8:channel:accuracy=4"}) {
     const std::string e = error_of(s);
     EXPECT_NE(e, "") << s;
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;

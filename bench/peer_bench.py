@@ -1,0 +1,566 @@
+"""hfx beside its peers, in one run: export cost, then ONNX Runtime speed of each tool's artifact.
+
+Saves one random-initialised checkpoint (export_bench.CONFIGS; default Qwen3-0.6B's shape, bf16 as
+published, nothing downloaded) and exports it with:
+  - hfx:          `hfx export --no-verify` (+ `--onnx-profile ort` when the binary has it),
+                  `--quantize int4` (when the binary has it; lm_head kept f32, hfx's default) and
+                  `--quantize int4 --quantize-lm-head` (row int4+lm: lm_head in int4 as the builder does)
+  - onnxexporter: Transformers' OnnxExporter.export_for_generation (prefill.onnx + decode.onnx, fp32);
+                  int4 = its fp32 export through ONNX Runtime's MatMulNBitsQuantizer (block 32,
+                  symmetric, accuracy_level 4: the builder's CPU int4 recipe), time and RSS added
+  - builder:      `python -m onnxruntime_genai.models.builder -p fp32|int4 -e cpu`
+(a) export wall time and peak RSS (ru_maxrss of the child process, export_bench.measure);
+(b) ONNX Runtime CPU prefill latency (one prompt of --prompt tokens) and decode tokens/s (--new
+    greedy tokens, KV cache carried as OrtValues with IO binding), each artifact in its own child
+    process, same SessionOptions for all (ORT defaults, log level 3), median of --repeat runs after a
+    warm-up. The hfx artifact is also run through python/hfx_ort.py's own decode loop (a row of its
+    own; it must produce the same tokens as the IO-binding loop).
+(c) a table and the ratios hfx / peer, and the issue's goals.
+
+A tool that fails is reported as failed with the last line of its error; the run goes on.
+
+Usage: .venv/bin/python bench/peer_bench.py [--model qwen3-0.6b|qwen3-tiny] [--skip onnxexporter,builder]
+                                           [--keep DIR] [--hfx build/hfx] [--prompt 128] [--new 64]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "python"))
+
+from export_bench import CONFIGS, drop_caches_hint, make_checkpoint, measure  # noqa: E402
+
+# A small shape for quick runs of the whole script (seconds, not minutes).
+CONFIGS.setdefault(
+    "qwen3-tiny",
+    dict(model_type="qwen3", vocab_size=4096, hidden_size=128, intermediate_size=384, num_hidden_layers=2,
+         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
+         rms_norm_eps=1e-6, tie_word_embeddings=True, rope_theta=1000000.0, bos_token_id=1, eos_token_id=2),
+)
+
+PEERS = ("onnxexporter", "builder")
+MB = 1 << 20
+
+
+# ----------------------------------------------------------------------------------------------
+# Child-process workers (run as `peer_bench.py _worker ...`, so each has its own RSS and memory)
+# ----------------------------------------------------------------------------------------------
+
+def worker_onnxexporter(ckpt: str, out: str) -> None:
+    """Transformers' OnnxExporter, used as its docstrings show: export_for_generation on a loaded model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.exporters.configs import OnnxConfig
+    from transformers.exporters.exporter_onnx import OnnxExporter
+
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    model.eval()
+    ids = torch.arange(8, dtype=torch.int64)[None] + 1000  # generate() sample: 8 tokens, batch 1
+    with torch.no_grad():
+        exported = OnnxExporter().export_for_generation(
+            model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, OnnxConfig(dynamic=True))
+    exported.save_pretrained(out)
+
+
+def worker_quantize_int4(src: str, out: str) -> None:
+    """ONNX Runtime's MatMulNBitsQuantizer on every graph of an export (the builder's CPU int4 recipe)."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    src_dir, out_dir = Path(src), Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in src_dir.iterdir():
+        if f.suffix == ".onnx":
+            model = onnx.load(str(f), load_external_data=True)
+            q = MatMulNBitsQuantizer(model, bits=4, block_size=32, is_symmetric=True, accuracy_level=4)
+            q.process()
+            q.model.save_model_to_file(str(out_dir / f.name), use_external_data_format=True)
+            del model, q
+        elif f.is_file() and not f.name.endswith(".data"):
+            shutil.copy2(f, out_dir / f.name)
+
+
+def _session_options():
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()  # the same for every artifact: ORT defaults (ORT_ENABLE_ALL, all cores)
+    opts.log_severity_level = 3
+    return opts
+
+
+def _artifact_sessions(kind: str, path: Path):
+    """(first session, next session, hfx OrtGenerator or None) for one tool's artifact."""
+    import onnxruntime as ort
+
+    opts = _session_options()
+    if kind == "hfx":
+        from hfx_ort import OrtGenerator  # python/hfx_ort.py: reads hfx.json, loads the components
+
+        gen = OrtGenerator(path)  # its SessionOptions: ORT defaults + log level 3, as _session_options()
+        return gen.first, gen.next, gen
+    if kind == "onnxexporter":
+        files = {f.stem: f for f in path.glob("*.onnx")}
+        first = ort.InferenceSession(str(files["prefill"]), opts, providers=["CPUExecutionProvider"])
+        nxt = ort.InferenceSession(str(files["decode"]), opts, providers=["CPUExecutionProvider"])
+        return first, nxt, None
+    if kind == "builder":
+        s = ort.InferenceSession(str(path / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+        return s, s, None
+    raise ValueError(kind)
+
+
+_NP_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(bfloat16)": "float32"}
+
+
+def _cache_input_for(output: str, inputs: set[str]) -> str | None:
+    """The next step's input that takes this present/cache output (each tool names them its own way)."""
+    for cand in (output.replace("present.", "past_key_values.", 1), output.replace("output.", "input.", 1),
+                 "input." + output):
+        if cand in inputs and cand != output:
+            return cand
+    return None
+
+
+def ort_loop(first, nxt, prompt, n_new: int, kv_heads: int, head_dim: int):
+    """Greedy decoding over any of the three artifacts' graphs with IO binding: the KV cache stays in
+    the OrtValues ORT returned and is bound as the next step's input (no numpy copy). Returns
+    (prefill seconds, decode seconds for n_new steps, tokens)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    p = len(prompt)
+    cache: dict[str, ort.OrtValue] = {}
+    tokens: list[int] = []
+    t0 = time.perf_counter()
+    t_prefill = 0.0
+    feed_ids = np.asarray([prompt], np.int64)
+    for step in range(n_new + 1):
+        sess = first if step == 0 else nxt
+        past = 0 if step == 0 else p + step - 1
+        total = past + feed_ids.shape[1]
+        b = sess.io_binding()
+        keep = []  # bound numpy arrays must outlive the run (the binding may point at their memory)
+        for i in sess.get_inputs():
+            if i.name in cache:
+                b.bind_ortvalue_input(i.name, cache[i.name])
+                continue
+            if i.name == "input_ids":
+                arr = feed_ids
+            elif i.name == "attention_mask":
+                arr = np.ones((1, total), np.int64)
+            elif i.name == "position_ids":
+                arr = np.arange(past, total, dtype=np.int64)[None]
+            elif step == 0:  # an empty past for graphs that take one on the prompt step
+                arr = np.zeros((1, kv_heads, 0, head_dim), _NP_TYPES.get(i.type, "float32"))
+            else:
+                raise RuntimeError(f"no value for input {i.name} at step {step}")
+            keep.append(arr)
+            b.bind_cpu_input(i.name, arr)
+        names = [o.name for o in sess.get_outputs()]
+        for n in names:
+            b.bind_output(n)
+        sess.run_with_iobinding(b)
+        outs = dict(zip(names, b.get_outputs()))
+        logits = outs.pop("logits").numpy()
+        tok = int(logits[0, -1].argmax())
+        tokens.append(tok)
+        next_inputs = {i.name for i in nxt.get_inputs()}
+        cache = {}
+        for n, v in outs.items():
+            target = _cache_input_for(n, next_inputs)
+            if target:
+                cache[target] = v
+        feed_ids = np.asarray([[tok]], np.int64)
+        if step == 0:
+            t_prefill = time.perf_counter() - t0
+    return t_prefill, time.perf_counter() - t0 - t_prefill, tokens
+
+
+class _TimedSession:
+    """Wraps an InferenceSession to time hfx_ort's own loop from outside it."""
+
+    def __init__(self, sess):
+        self._s, self.ends, self.dropped = sess, [], set()
+        self._inputs = {i.name for i in sess.get_inputs()}
+
+    def run(self, output_names, feed, *a, **k):
+        # hfx_ort.py feeds position_ids to every graph; the `ort` profile's graph has none (GroupQueryAttention
+        # computes positions): drop what the graph does not take, and say so in the report.
+        self.dropped |= set(feed) - self._inputs
+        feed = {n: v for n, v in feed.items() if n in self._inputs}
+        r = self._s.run(output_names, feed, *a, **k)
+        self.ends.append(time.perf_counter())
+        return r
+
+    def __getattr__(self, name):
+        return getattr(self._s, name)
+
+
+def worker_latency(kind: str, path: str, ckpt: str, prompt_len: int, n_new: int, repeat: int) -> None:
+    import numpy as np
+
+    cfg = json.loads((Path(ckpt) / "config.json").read_text())
+    kv_heads = cfg["num_key_value_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    rng = np.random.default_rng(0)
+    prompt = [int(x) for x in rng.integers(1000, cfg["vocab_size"] - 10, prompt_len)] \
+        if cfg["vocab_size"] > 2000 else [int(x) for x in rng.integers(10, cfg["vocab_size"] - 10, prompt_len)]
+    t = time.perf_counter()
+    first, nxt, gen = _artifact_sessions(kind, Path(path))
+    load_s = time.perf_counter() - t
+    ort_loop(first, nxt, prompt, 4, kv_heads, head_dim)  # warm-up: the same prompt, a few steps
+    runs = [ort_loop(first, nxt, prompt, n_new, kv_heads, head_dim) for _ in range(repeat)]
+    result = {
+        "load_s": load_s,
+        "prefill_s": statistics.median(r[0] for r in runs),
+        "decode_tok_s": statistics.median(n_new / r[1] for r in runs),
+        "tokens": runs[0][2],
+    }
+    if gen is not None:  # the same artifact through python/hfx_ort.py's decode loop (numpy feeds)
+        gen.facts.eos = set()  # run all n_new steps: random weights may emit an eos id
+        timed = _TimedSession(gen.first)
+        timed_next = timed if gen.next is gen.first else _TimedSession(gen.next)
+        gen.first, gen.next = timed, timed_next
+        try:
+            t0 = time.perf_counter()
+            rows = gen.generate([prompt], max_new_tokens=n_new + 1)
+            t_end = time.perf_counter()
+            first_end = timed.ends[0]
+            result["hfx_ort"] = {"prefill_s": first_end - t0, "decode_tok_s": n_new / (t_end - first_end),
+                                 "same_tokens": rows[0] == result["tokens"],
+                                 "dropped_feeds": sorted(timed.dropped | timed_next.dropped)}
+        except Exception as e:  # noqa: BLE001 - reported, the IO-binding figures above stand
+            result["hfx_ort"] = {"error": last_line(f"{type(e).__name__}: {e}")}
+    print("RESULT " + json.dumps(result))
+
+
+def worker_genai(path: str, ckpt: str, prompt_len: int, n_new: int) -> None:
+    """onnxruntime-genai's own Generator on an artifact that has a genai_config.json (informational:
+    genai sets its own session options and shares one max-length KV buffer)."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    cfg = json.loads((Path(ckpt) / "config.json").read_text())
+    rng = np.random.default_rng(0)
+    lo = 1000 if cfg["vocab_size"] > 2000 else 10
+    prompt = [int(x) for x in rng.integers(lo, cfg["vocab_size"] - 10, prompt_len)]
+    model = og.Model(path)
+
+    def once(n):
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=prompt_len + n + 1, min_length=prompt_len + n + 1)
+        g = og.Generator(model, params)
+        t0 = time.perf_counter()
+        g.append_tokens(np.asarray([prompt], np.int32))
+        g.generate_next_token()
+        t1 = time.perf_counter()
+        for _ in range(n):
+            g.generate_next_token()
+        return t1 - t0, time.perf_counter() - t1
+
+    once(4)
+    pre, dec = once(n_new)
+    print("RESULT " + json.dumps({"prefill_s": pre, "decode_tok_s": n_new / dec}))
+
+
+# ----------------------------------------------------------------------------------------------
+# The parent: exports, latency children, table
+# ----------------------------------------------------------------------------------------------
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def timed_export(cmd: list[str], err: Path) -> dict:
+    """export_bench.measure on the command, its stderr kept in `err` for the failure line."""
+    wrapped = ["sh", "-c", 'f=$1; shift; exec "$@" 2>"$f"', "sh", str(err), *cmd]
+    try:
+        wall, rss = measure(wrapped)
+        return {"ok": True, "wall_s": wall, "rss": rss}
+    except subprocess.CalledProcessError as e:
+        text = err.read_text(errors="replace") if err.exists() else ""
+        return {"ok": False, "error": last_line(text or e.stderr or "")}
+
+
+def child(args: list[str], err: Path, timeout: float = 3600) -> dict:
+    """Run a worker of this script; its RESULT line, or the last line of its error."""
+    try:
+        p = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
+    err.write_text(p.stdout + "\n" + p.stderr)
+    for ln in p.stdout.splitlines():
+        if ln.startswith("RESULT "):
+            return {"ok": True, **json.loads(ln[7:])}
+    return {"ok": False, "error": last_line(p.stderr or p.stdout)}
+
+
+def dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def nbits_summary(folder: Path) -> str:
+    """How the artifact's int4 weights are written (MatMulNBits count, block size, accuracy level)."""
+    try:
+        import onnx
+    except ImportError:
+        return ""
+    count, attrs = 0, set()
+    for f in sorted(folder.rglob("*.onnx")):
+        m = onnx.load(str(f), load_external_data=False)
+        for n in m.graph.node:
+            if n.op_type == "MatMulNBits":
+                count += 1
+                a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+                attrs.add((a.get("block_size"), a.get("accuracy_level", 0)))
+    if not count:
+        return ""
+    return f"{count} MatMulNBits, " + "; ".join(f"block {b} acc_level {lvl}" for b, lvl in sorted(attrs))
+
+
+def hfx_flags(hfx: str) -> set[str]:
+    try:
+        text = subprocess.run([hfx, "export", "--help"], capture_output=True, text=True, timeout=60).stdout
+    except OSError:
+        return set()
+    return {f for f in ("--onnx-profile", "--quantize", "--quantize-lm-head") if f in text}
+
+
+def fmt(v, spec, fail="—"):
+    return fail if v is None else format(v, spec)
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1].startswith("_"):
+        name, rest = sys.argv[1], sys.argv[2:]
+        if name == "_onnxexporter":
+            worker_onnxexporter(*rest)
+        elif name == "_quantize_int4":
+            worker_quantize_int4(*rest)
+        elif name == "_latency":
+            worker_latency(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4]), int(rest[5]))
+        elif name == "_genai":
+            worker_genai(rest[0], rest[1], int(rest[2]), int(rest[3]))
+        else:
+            raise SystemExit(f"unknown worker {name}")
+        return 0
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen3-0.6b", choices=sorted(CONFIGS))
+    ap.add_argument("--skip", default="", help="comma-separated peers to leave out: " + ",".join(PEERS))
+    ap.add_argument("--keep", help="folder for the checkpoint (reused when present) and the artifacts (kept)")
+    ap.add_argument("--hfx", default=str(ROOT / "build" / "hfx"))
+    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens of the prefill")
+    ap.add_argument("--new", type=int, default=64, help="greedy decode steps timed")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per artifact (median)")
+    ap.add_argument("--no-genai", action="store_true", help="skip the onnxruntime-genai Generator rows")
+    ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown (for docs/benchmarks.md)")
+    args = ap.parse_args()
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = skip - set(PEERS)
+    if unknown:
+        ap.error(f"--skip: unknown peer(s) {sorted(unknown)}; choose from {','.join(PEERS)}")
+
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="hfx-peer-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    ckpt = work / "checkpoint"
+    arts = work / "artifacts"
+    logs = work / "logs"
+    try:
+        if not (ckpt / "model.safetensors").exists():
+            t = time.perf_counter()
+            make_checkpoint(args.model, ckpt)
+            print(f"saved {args.model} checkpoint in {time.perf_counter() - t:.1f} s", flush=True)
+        shutil.rmtree(arts, ignore_errors=True)
+        arts.mkdir()
+        logs.mkdir(exist_ok=True)
+        cfg = json.loads((ckpt / "config.json").read_text())
+        largest = 4 * cfg["vocab_size"] * cfg["hidden_size"]  # the f32 embedding / lm_head
+        flags = hfx_flags(args.hfx)
+        print(f"hfx binary {args.hfx}: flags found {sorted(flags) or 'none of --onnx-profile/--quantize'}", flush=True)
+
+        # ---- (a) exports: (label, tool, precision, command or worker, artifact dir[, onnx subdir])
+        rows: list[dict] = []
+
+        def run_export(tool, prec, cmd, out, after=None):
+            """Measure one export command; `after`: the result of the step it follows (a two-step pipeline:
+            the times add, the peak RSS is the larger)."""
+            drop_caches_hint(ckpt)
+            print(f"export {tool} {prec} ...", flush=True)
+            r = timed_export(cmd, logs / f"export-{tool}-{prec}.log")
+            if r["ok"] and after is not None:
+                r = {"ok": True, "wall_s": r["wall_s"] + after["wall_s"], "rss": max(r["rss"], after["rss"])}
+            row = {"tool": tool, "prec": prec, "export": r, "dir": out, "onnx_dir": out}
+            if r["ok"]:
+                row["bytes"] = dir_size(out)
+                row["nbits"] = nbits_summary(row["onnx_dir"])
+                print(f"  {r['wall_s']:.1f} s, peak RSS {r['rss'] / MB:.0f} MiB, {row['bytes'] / MB:.0f} MiB written",
+                      flush=True)
+            else:
+                print(f"  FAILED: {r['error']}", flush=True)
+            rows.append(row)
+            return row
+
+        hfx_base = [args.hfx, "export", "--model", str(ckpt), "--format", "onnx", "--quiet", "--no-verify",
+                    "--overwrite"]
+        if "--onnx-profile" in flags:
+            hfx_base += ["--onnx-profile", "ort"]
+        run_export("hfx", "fp32", hfx_base + [str(arts / "hfx-fp32")], arts / "hfx-fp32")
+        if "--quantize" in flags:
+            run_export("hfx", "int4", hfx_base + ["--quantize", "int4", str(arts / "hfx-int4")], arts / "hfx-int4")
+            if "--quantize-lm-head" in flags:  # like the builder's int4, which quantizes lm_head too
+                run_export("hfx", "int4+lm", hfx_base + ["--quantize", "int4", "--quantize-lm-head",
+                                                         str(arts / "hfx-int4-lm")], arts / "hfx-int4-lm")
+        else:
+            rows.append({"tool": "hfx", "prec": "int4", "export": {"ok": False, "error": "binary has no --quantize"}})
+
+        me = [sys.executable, str(Path(__file__).resolve())]
+        if "onnxexporter" not in skip:
+            fp = run_export("onnxexporter", "fp32", me + ["_onnxexporter", str(ckpt), str(arts / "onnxexporter-fp32")],
+                            arts / "onnxexporter-fp32")
+            if fp["export"]["ok"]:
+                run_export("onnxexporter", "int4", me + ["_quantize_int4", str(arts / "onnxexporter-fp32"),
+                                                         str(arts / "onnxexporter-int4")],
+                           arts / "onnxexporter-int4", after=fp["export"])
+            else:
+                rows.append({"tool": "onnxexporter", "prec": "int4",
+                             "export": {"ok": False, "error": "fp32 export failed"}})
+        if "builder" not in skip:
+            for prec in ("fp32", "int4"):
+                out = arts / f"builder-{prec}"
+                run_export("builder", prec, [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt),
+                                             "-o", str(out), "-p", prec, "-e", "cpu", "-c", str(work / "builder-cache")],
+                           out)
+        # ---- (b) ONNX Runtime latency of each artifact, each in its own process
+        for row in rows:
+            if not row["export"].get("ok"):
+                continue
+            kind, d = row["tool"], row["dir"]
+            print(f"ORT {kind} {row['prec']}: prefill {args.prompt} tokens, decode {args.new} ...", flush=True)
+            row["ort"] = child(["_latency", kind, str(d), str(ckpt), str(args.prompt), str(args.new),
+                                str(args.repeat)], logs / f"ort-{kind}-{row['prec']}.log")
+            if row["ort"]["ok"]:
+                o = row["ort"]
+                print(f"  prefill {o['prefill_s'] * 1000:.0f} ms, decode {o['decode_tok_s']:.1f} tok/s"
+                      + (f"; hfx_ort loop: {o['hfx_ort']}" if "hfx_ort" in o else ""), flush=True)
+            else:
+                print(f"  FAILED: {row['ort']['error']}", flush=True)
+            genai_dir = row["onnx_dir"] if kind != "hfx" else Path(d) / "onnx"
+            if not args.no_genai and (Path(genai_dir) / "genai_config.json").exists():
+                row["genai"] = child(["_genai", str(genai_dir), str(ckpt), str(args.prompt), str(args.new)],
+                                     logs / f"genai-{kind}-{row['prec']}.log")
+
+        report(args, rows, flags, largest, cfg)
+        (work / "results.json").write_text(json.dumps(
+            {"model": args.model, "hfx_flags": sorted(flags), "rows": rows}, default=str, indent=1))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def report(args, rows, flags, largest, cfg) -> None:
+    print(f"\nmodel {args.model} ({cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, vocab "
+          f"{cfg['vocab_size']}); prompt {args.prompt} tokens, {args.new} decode steps, median of {args.repeat}; "
+          f"hfx flags: {' '.join(sorted(flags)) or '(none)'}")
+    head = (f"{'tool':<13} {'prec':<7} {'export s':>9} {'peak RSS MiB':>13} {'written MiB':>12} "
+            f"{'ORT load s':>10} {'prefill ms':>11} {'decode tok/s':>13}  notes")
+    print(head)
+    print("-" * len(head))
+    by = {}
+    for r in rows:
+        by[(r["tool"], r["prec"])] = r
+        e, o = r["export"], r.get("ort") or {}
+        if not e.get("ok"):
+            print(f"{r['tool']:<13} {r['prec']:<7} {'FAILED':>9}  {e['error']}")
+            continue
+        notes = r.get("nbits", "")
+        if o and not o.get("ok"):
+            notes = f"ORT FAILED: {o['error']}"
+        print(f"{r['tool']:<13} {r['prec']:<7} {e['wall_s']:9.1f} {e['rss'] / MB:13.0f} {r['bytes'] / MB:12.0f} "
+              f"{fmt(o.get('load_s'), '10.1f'):>10} {fmt(o.get('prefill_s') and o['prefill_s'] * 1000, '11.0f'):>11} "
+              f"{fmt(o.get('decode_tok_s'), '13.1f'):>13}  {notes}")
+    for r in rows:
+        o = r.get("ort") or {}
+        if "hfx_ort" in o and "error" in o["hfx_ort"]:
+            print(f"{'  hfx_ort.py':<13} {r['prec']:<7}  FAILED: {o['hfx_ort']['error']}")
+        elif "hfx_ort" in o:
+            h = o["hfx_ort"]
+            print(f"{'  hfx_ort.py':<13} {r['prec']:<7} {'':>9} {'':>13} {'':>12} {'':>10} {h['prefill_s'] * 1000:11.0f} "
+                  f"{h['decode_tok_s']:13.1f}  python/hfx_ort.py's loop (numpy feeds); same tokens: {h['same_tokens']}"
+                  + (f"; fed {', '.join(h['dropped_feeds'])} the graph lacks (dropped)" if h.get("dropped_feeds") else ""))
+        g = r.get("genai")
+        if g:
+            if g.get("ok"):
+                print(f"{'  genai':<13} {r['prec']:<7} {'':>9} {'':>13} {'':>12} {'':>10} {g['prefill_s'] * 1000:11.0f} "
+                      f"{g['decode_tok_s']:13.1f}  {r['tool']}'s artifact in onnxruntime-genai's Generator")
+            else:
+                print(f"{'  genai':<13} {r['prec']:<7}  FAILED: {g['error']}")
+
+    base_tokens = (by.get(("hfx", "fp32"), {}).get("ort") or {}).get("tokens")
+    if base_tokens:
+        for r in rows:
+            t = (r.get("ort") or {}).get("tokens")
+            if t and r["prec"] == "fp32" and r["tool"] != "hfx":
+                same = next((i for i, (a, b) in enumerate(zip(t, base_tokens)) if a != b), None)
+                print(f"greedy tokens {r['tool']} fp32 vs hfx fp32: "
+                      + ("identical" if same is None else f"first difference at token {same}"))
+
+    print("\nratios hfx / peer: export time (goal: <= 1/50 of OnnxExporter's, <= 1/3 of the builder's), "
+          "peak RSS, prefill latency (< 1: hfx faster), decode tok/s (goal: >= 2 x OnnxExporter's, >= the builder's)")
+    goals = {"onnxexporter": (50, 2.0), "builder": (3, 1.0)}
+    for prec in ("fp32", "int4", "int4+lm"):
+        h = by.get(("hfx", prec))
+        if not h or not h["export"].get("ok"):
+            continue
+        for peer in PEERS:
+            p = by.get((peer, prec.split("+")[0]))
+            if not p or not p["export"].get("ok"):
+                continue
+            t = h["export"]["wall_s"] / p["export"]["wall_s"]
+            rss = h["export"]["rss"] / p["export"]["rss"]
+            ho, po = h.get("ort") or {}, p.get("ort") or {}
+            both = ho.get("ok") and po.get("ok")
+            dec = ho["decode_tok_s"] / po["decode_tok_s"] if both else None
+            pre = ho["prefill_s"] / po["prefill_s"] if both else None
+            g_exp, g_dec = goals[peer]
+            print(f"  {prec:<7} hfx / {peer:<12}: export time {t:.3f} (1/{1 / t:.1f}; goal 1/{g_exp}: "
+                  f"{'met' if 1 / t >= g_exp else 'NOT met'}), peak RSS {rss:.2f}, prefill {fmt(pre, '.2f')}, "
+                  f"decode tok/s {fmt(dec, '.2f')} (goal {g_dec:g}: "
+                  f"{'—' if dec is None else 'met' if dec >= g_dec else 'NOT met'})")
+    cap = (1 << 30) + 2 * largest
+    for prec in ("fp32", "int4", "int4+lm"):
+        h = by.get(("hfx", prec))
+        if h and h["export"].get("ok"):
+            print(f"  hfx {prec} peak RSS {h['export']['rss'] / MB:.0f} MiB vs goal 1 GiB + 2 x largest f32 tensor "
+                  f"= {cap / MB:.0f} MiB: {'met' if h['export']['rss'] <= cap else 'NOT met'}")
+
+    if getattr(args, "markdown", False):
+        print("\n| tool | precision | export s | peak RSS MiB | written MiB | ORT load s | prefill ms | decode tok/s |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            e, o = r["export"], r.get("ort") or {}
+            if not e.get("ok"):
+                print(f"| {r['tool']} | {r['prec']} | failed: {e['error']} | | | | | |")
+                continue
+            ok = o.get("ok")
+            print(f"| {r['tool']} | {r['prec']} | {e['wall_s']:.1f} | {e['rss'] / MB:.0f} | {r['bytes'] / MB:.0f} | "
+                  + (f"{o['load_s']:.1f} | {o['prefill_s'] * 1000:.0f} | {o['decode_tok_s']:.2f} |" if ok else
+                     f"failed: {o.get('error', 'not run')} | | |"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
