@@ -83,7 +83,7 @@ def export_cmd(model: Path, out: Path, *extra: str) -> list[str]:
     return [str(hfx_binary()), "export", "--model", str(model), "--quiet", "--no-verify", *extra, str(out)]
 
 
-def test_killed_export_leaves_previous_artifact_intact(medium, tmp_path):
+def test_killed_export_leaves_previous_artifact_intact(medium, tmp_path, capsys):
     out = tmp_path / "out"
     t0 = time.monotonic()
     subprocess.run(export_cmd(medium, out), check=True)
@@ -107,7 +107,8 @@ def test_killed_export_leaves_previous_artifact_intact(medium, tmp_path):
         assert tree_hashes(out) == before, f"{sig.name} after {delay:.2f}s: the export changed"
         if sig != signal.SIGKILL:
             assert partials(tmp_path, "out") == [], f"{sig.name} after {delay:.2f}s left a staging folder"
-    print("\nkills (signal, delay s, exit):", outcomes, f"full export {duration:.2f}s")
+    with capsys.disabled():
+        print("\natomicity: kills (signal, delay s, exit):", outcomes, f"full export {duration:.2f}s; previous artifact intact each time")
     # Whatever a SIGKILL left behind, the next export cleans it.
     subprocess.run(export_cmd(medium, out, "--overwrite"), check=True)
     assert partials(tmp_path, "out") == []

@@ -158,7 +158,7 @@ def preflight_checkpoints(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("name", list(CHECKPOINTS))
-def test_preflight_predicts_export(preflight_checkpoints, tmp_path, name):
+def test_preflight_predicts_export(preflight_checkpoints, tmp_path, name, capsys):
     model = preflight_checkpoints[name]
     info = json.loads(subprocess.run([str(hfx_binary()), "inspect", "--json", str(model)], check=True,
                                      capture_output=True, text=True).stdout)
@@ -171,9 +171,10 @@ def test_preflight_predicts_export(preflight_checkpoints, tmp_path, name):
     rows = [("disk", pre["disk_bytes"], disk_plain), ("disk (verified)", pre["disk_bytes"], disk_verify),
             ("peak RSS --no-verify", pre["peak_memory_no_verify_bytes"], rss_plain),
             ("peak RSS default", pre["peak_memory_bytes"], rss_verify)]
-    print(f"\n{name}:")
-    for what, predicted, actual in rows:
-        print(f"  {what:<22} predicted {predicted / 2**20:8.1f} MiB  measured {actual / 2**20:8.1f} MiB  "
-              f"({(predicted - actual) / actual:+.1%})")
+    with capsys.disabled():  # the accuracy figures belong in the suite's output
+        print(f"\npreflight {name}:")
+        for what, predicted, actual in rows:
+            print(f"  {what:<22} predicted {predicted / 2**20:8.1f} MiB  measured {actual / 2**20:8.1f} MiB  "
+                  f"({(predicted - actual) / actual:+.1%})")
     for what, predicted, actual in rows:
         assert abs(predicted - actual) <= TOLERANCE * actual, f"{name}: {what}: predicted {predicted}, measured {actual}"
