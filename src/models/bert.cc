@@ -166,7 +166,7 @@ class BertEncoder final : public Encoder {
     }
     for (int64_t i = 0; i < c_.num_layers; ++i) {
       auto layer_scope = b.scope(fmt::format("layers.{}", i));
-      h = family_ == Family::DistilBert ? distilbert_layer(b, h, bias, i) : bert_layer(b, h, bias, i);
+      h = encoder_layer(b, h, bias, i, family_ == Family::DistilBert ? kDistilBertNames : kBertNames);
       b.graph().rename(h, fmt::format("/model/layers.{}/output", i));
     }
     EncoderOutputs out;
@@ -285,40 +285,37 @@ class BertEncoder final : public Encoder {
     return b.reshape(o, {0, 0, c_.hidden_size});
   }
 
-  ir::ValueId bert_layer(ir::Builder& b, ir::ValueId x, ir::ValueId bias, int64_t i) const {
-    const int64_t H = c_.hidden_size, I = c_.intermediate_size;
-    const std::string p = fmt::format("{}encoder.layer.{}.", prefix_, i);
-    ir::ValueId h;
-    {
-      auto s = b.scope("attention");
-      ir::ValueId q = dense(b, x, p + "attention.self.query", H, H);
-      ir::ValueId k = dense(b, x, p + "attention.self.key", H, H);
-      ir::ValueId v = dense(b, x, p + "attention.self.value", H, H);
-      ir::ValueId a = dense(b, attend(b, q, k, v, bias), p + "attention.output.dense", H, H);
-      h = layer_norm(b, b.plus(a, x), p + "attention.output.LayerNorm", "LayerNorm");
-    }
-    auto s = b.scope("mlp");
-    ir::ValueId m = apply(b, dense(b, h, p + "intermediate.dense", H, I), c_.act);
-    ir::ValueId o = dense(b, m, p + "output.dense", I, H);
-    return layer_norm(b, b.plus(o, h), p + "output.LayerNorm", "LayerNorm");
-  }
+  // Checkpoint names of one encoder layer's weights: the same network under BERT's and DistilBERT's names.
+  struct LayerNames {
+    const char* layer;  // "encoder.layer" / "transformer.layer"
+    const char *q, *k, *v, *attn_out, *attn_norm, *ffn_in, *ffn_out, *out_norm;
+  };
+  static constexpr LayerNames kBertNames{"encoder.layer", "attention.self.query", "attention.self.key",
+                                         "attention.self.value", "attention.output.dense", "attention.output.LayerNorm",
+                                         "intermediate.dense", "output.dense", "output.LayerNorm"};
+  static constexpr LayerNames kDistilBertNames{"transformer.layer", "attention.q_lin", "attention.k_lin",
+                                               "attention.v_lin", "attention.out_lin", "sa_layer_norm", "ffn.lin1",
+                                               "ffn.lin2", "output_layer_norm"};
 
-  ir::ValueId distilbert_layer(ir::Builder& b, ir::ValueId x, ir::ValueId bias, int64_t i) const {
+  // Post-norm layer: LayerNorm(x + attention(x)), then LayerNorm(h + mlp(h)). The norm's scope is the
+  // last part of its checkpoint name ("LayerNorm", "sa_layer_norm", ...).
+  ir::ValueId encoder_layer(ir::Builder& b, ir::ValueId x, ir::ValueId bias, int64_t i, const LayerNames& n) const {
     const int64_t H = c_.hidden_size, I = c_.intermediate_size;
-    const std::string p = fmt::format("{}transformer.layer.{}.", prefix_, i);
+    const std::string p = fmt::format("{}{}.{}.", prefix_, n.layer, i);
+    auto scope_of = [](const std::string& name) { return name.substr(name.rfind('.') + 1); };
     ir::ValueId h;
     {
       auto s = b.scope("attention");
-      ir::ValueId q = dense(b, x, p + "attention.q_lin", H, H);
-      ir::ValueId k = dense(b, x, p + "attention.k_lin", H, H);
-      ir::ValueId v = dense(b, x, p + "attention.v_lin", H, H);
-      ir::ValueId a = dense(b, attend(b, q, k, v, bias), p + "attention.out_lin", H, H);
-      h = layer_norm(b, b.plus(a, x), p + "sa_layer_norm", "sa_layer_norm");
+      ir::ValueId q = dense(b, x, p + n.q, H, H);
+      ir::ValueId k = dense(b, x, p + n.k, H, H);
+      ir::ValueId v = dense(b, x, p + n.v, H, H);
+      ir::ValueId a = dense(b, attend(b, q, k, v, bias), p + n.attn_out, H, H);
+      h = layer_norm(b, b.plus(a, x), p + n.attn_norm, scope_of(n.attn_norm));
     }
     auto s = b.scope("mlp");
-    ir::ValueId m = apply(b, dense(b, h, p + "ffn.lin1", H, I), c_.act);
-    ir::ValueId o = dense(b, m, p + "ffn.lin2", I, H);
-    return layer_norm(b, b.plus(o, h), p + "output_layer_norm", "output_layer_norm");
+    ir::ValueId m = apply(b, dense(b, h, p + n.ffn_in, H, I), c_.act);
+    ir::ValueId o = dense(b, m, p + n.ffn_out, I, H);
+    return layer_norm(b, b.plus(o, h), p + n.out_norm, scope_of(n.out_norm));
   }
 
   ir::ValueId head(ir::Builder& b, ir::ValueId h) const {

@@ -69,6 +69,25 @@ def make_checkpoint(case: str, folder: Path, seed: int = 0) -> Path:
     return folder
 
 
+def transformers_outputs(ckpt: Path, head: bool, ids, mask, types=None) -> dict:
+    """What the export must give: last_hidden_state (the last hidden state: without a head it is the
+    model's own output) and, with a classification head, logits; from Transformers eager."""
+    import torch
+
+    model = load_reference(ckpt, head)
+    kwargs = dict(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    if types is not None:
+        kwargs["token_type_ids"] = torch.from_numpy(types)
+    with torch.no_grad():
+        ref = model(**kwargs, output_hidden_states=True)
+    expected = {"last_hidden_state": ref.hidden_states[-1].numpy()}
+    if not head:
+        assert torch.equal(ref.last_hidden_state, ref.hidden_states[-1])
+    else:
+        expected["logits"] = ref.logits.numpy()
+    return expected
+
+
 def load_reference(folder: Path, head: bool):
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
@@ -136,8 +155,6 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray) -> float:
 @pytest.mark.parametrize("padding", ["right", "left"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_encoder_matches_transformers(case, padding, encoder_export):
-    import torch
-
     model_type, head, _ = CASES[case]
     ckpt, out = encoder_export(case)
     config = json.loads((ckpt / "config.json").read_text())
@@ -151,17 +168,7 @@ def test_encoder_matches_transformers(case, padding, encoder_export):
     assert in_names == ["input_ids", "attention_mask"] + (["token_type_ids"] if model_type == "bert" else [])
     assert out_names == ["last_hidden_state"] + (["logits"] if head else [])
 
-    model = load_reference(ckpt, head)
-    kwargs = dict(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
-    if "token_type_ids" in in_names:
-        kwargs["token_type_ids"] = torch.from_numpy(types)
-    with torch.no_grad():
-        ref = model(**kwargs, output_hidden_states=True)
-    expected = {"last_hidden_state": ref.hidden_states[-1].numpy()}
-    if not head:
-        assert torch.equal(ref.last_hidden_state, ref.hidden_states[-1])
-    else:
-        expected["logits"] = ref.logits.numpy()
+    expected = transformers_outputs(ckpt, head, ids, mask, types if "token_type_ids" in in_names else None)
 
     got = run_ort(out, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
     assert sorted(got) == sorted(expected)
