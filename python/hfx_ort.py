@@ -22,7 +22,7 @@ from hfx_decode import DecoderFacts, left_pad, main as decode_main, pick_greedy
 
 
 class OrtGenerator:
-    def __init__(self, export_dir: str | Path, providers=("CPUExecutionProvider",)):
+    def __init__(self, export_dir: str | Path, providers=("CPUExecutionProvider",), session_config: dict | None = None):
         self.dir = Path(export_dir)
         self.facts = DecoderFacts.read(self.dir)
         self.manifest = self.facts.manifest
@@ -32,6 +32,8 @@ class OrtGenerator:
         self.max_cache_len = int(recipe["max_cache_len"])
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
+        for key, value in (session_config or {}).items():  # e.g. hfx_ort_runner's f32 settings
+            opts.add_session_config_entry(key, value)
         self.sessions = {}
         for c in self.manifest["components"]:
             if c["format"] == "onnx":

@@ -21,8 +21,10 @@ import openvino as ov
 
 from hfx_decode import DecoderFacts, left_pad, main as decode_main, pick_greedy
 
-# The CPU plugin keeps the KV cache of its fused stateful SDPA in f16/u8 unless told otherwise.
-F32_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+# The CPU plugin keeps the KV cache of its fused stateful SDPA in f16/u8 unless told otherwise, and
+# rounds the activations of FullyConnected layers with compressed (u4/i4/u8/i8) weights to int8 in groups
+# unless DYNAMIC_QUANTIZATION_GROUP_SIZE is 0.
+F32_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 
 
 def compile_model(path: str | Path, device: str = "CPU", config: dict | None = None):

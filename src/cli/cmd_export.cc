@@ -66,7 +66,9 @@ void register_export(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--quantize", s->quantize,
                   "Weight-only quantization of Linear layers: int4 (blocks of 32) | int8 (blocks of 128), options "
-                  ":block=N (16..256) :sym|:asym :accuracy=0..4 (MatMulNBits accuracy_level; 4 = int8 activations, faster on ORT CPU), int8:channel (per channel, DequantizeLinear); e.g. int4:block=64:asym "
+                  ":block=N (16..256) :sym|:asym :accuracy=0..4 (MatMulNBits accuracy_level; 4 = int8 activations, faster on ORT CPU), int8:channel (per channel, DequantizeLinear); e.g. int4:block=64:asym. "
+                  "onnx portable profile: blocked DequantizeLinear + MatMul; --onnx-profile ort: MatMulNBits; openvino: "
+                  "compressed u4/i4/u8/i8 weights "
                   "(docs/quantization.md)");
   cmd->add_flag("--quantize-lm-head", s->quantize_lm_head, "Quantize lm_head too (default: kept in --dtype)");
   cmd->add_option("--onnx-profile", s->onnx_profile,
@@ -138,6 +140,10 @@ void register_export(CLI::App& app, Action& action) {
         fmt::print("exported {} in {:.2f} s: {} files, {} of weights\n", r.out_dir.string(), r.seconds, r.files.size(),
                    human_bytes(r.weight_bytes_written));
         for (const auto& f : r.files) fmt::print("  {}\n", f.string());
+        // Each checkpoint weight is read once however many formats are written (ir/written_weights.h).
+        if (r.source_weight_bytes > 0)
+          fmt::print("read {} bytes of checkpoint weights for {} bytes in the checkpoint ({:.2f}x)\n", r.source_bytes_read,
+                     r.source_weight_bytes, double(r.source_bytes_read) / double(r.source_weight_bytes));
         if (!r.verify_summary.empty()) fmt::print("{}\n", r.verify_summary);
       } else if (r.verify_summary.starts_with("not verified")) {
         fmt::print(stderr, "hfx: note: {}\n", r.verify_summary);

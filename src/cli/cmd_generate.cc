@@ -8,11 +8,8 @@
 #include "core/error.h"
 #include "io/tokenizer.h"
 #include "pipeline/artifact.h"
-#include "pipeline/export.h"
+#include "pipeline/backend.h"
 #include "runtime/generate.h"
-#ifdef HFX_HAVE_OPENVINO
-#include "runtime/openvino/ov_runner.h"
-#endif
 
 namespace fs = std::filesystem;
 
@@ -48,13 +45,8 @@ void register_generate(CLI::App& app, Action& action) {
   cmd->callback([s, &action] {
     action = [s] {
       if (!fs::is_directory(s->dir)) bad_input("{}: no such export folder", s->dir.string());
-      if (s->runtime != "reference" && s->runtime != "openvino")
-        bad_input("--runtime {}: expected reference or openvino", s->runtime);
-      const bool openvino = s->runtime == "openvino";
-#ifndef HFX_HAVE_OPENVINO
-      if (openvino) unsupported("--runtime openvino: {}", pipeline::kOpenVinoHint);
-#endif
-      auto art = pipeline::open_artifact(s->dir, openvino ? "openvino" : "onnx");
+      const pipeline::Backend& backend = pipeline::backend_for_runtime(s->runtime);
+      auto art = pipeline::open_artifact(s->dir, backend.info().name);
       if (art.manifest["model"].value("task", "causal-lm") != "causal-lm")
         bad_input("{}: a {} export has no decode loop; generate needs a decoder", s->dir.string(),
                   art.manifest["model"].value("task", "?"));
@@ -71,12 +63,7 @@ void register_generate(CLI::App& app, Action& action) {
       opts.eos_token_ids = art.eos_token_ids;
       opts.pad_token_id = art.pad_token_id;
       const bool split = art.components.size() > 1;
-      auto make_runner = [&](const pipeline::ArtifactComponent& c) -> std::unique_ptr<runtime::StepRunner> {
-#ifdef HFX_HAVE_OPENVINO
-        if (openvino) return runtime::make_openvino_runner(c.file);
-#endif
-        return runtime::make_executor_runner(c.graph);
-      };
+      auto make_runner = [&](const pipeline::ArtifactComponent& c) { return backend.make_runner(c, s->runtime); };
       auto first = make_runner(art.component(split ? "prefill" : ""));
       auto next = split ? make_runner(art.component("decode")) : nullptr;
       // Stream a single row as it comes: text when there is a tokenizer, ids otherwise. Text is

@@ -16,7 +16,7 @@ void register_verify(CLI::App& app, Action& action) {
   auto no_reexport = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("verify", "Prove an export: numbers, shapes, greedy tokens, ops, speed, reproducibility.");
   cmd->add_option("out", *dir, "Export folder (with hfx.json)")->required();
-  cmd->add_option("--runtime", opt->runtime, "Runtime that runs the artifact: reference | onnxruntime")->capture_default_str();
+  cmd->add_option("--runtime", opt->runtime, "Runtime that runs the artifact: reference | onnxruntime (the onnx files) | openvino (the openvino files, CPU plugin in f32); `hfx formats` lists them")->capture_default_str();
   cmd->add_option("--tokens", opt->tokens, "Greedy tokens compared with the reference")->capture_default_str();
   cmd->add_option("--atol", *atol, "Override the fp32 tolerance (default 1e-4)");
   cmd->add_flag("--no-reexport", *no_reexport, "Skip the re-export byte comparison");

@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -11,9 +12,15 @@ size_t dtype_size(DType t) {
     case DType::F64: case DType::I64: return 8;
     case DType::F32: case DType::I32: return 4;
     case DType::F16: case DType::BF16: case DType::I16: return 2;
-    case DType::I8: case DType::U8: case DType::Bool: return 1;
+    case DType::I8: case DType::U8: case DType::Bool: case DType::I4: case DType::U4: return 1;
   }
   return 0;
+}
+
+size_t dtype_bits(DType t) { return t == DType::I4 || t == DType::U4 ? 4 : 8 * dtype_size(t); }
+
+size_t dtype_nbytes(DType t, size_t numel) {
+  return dtype_bits(t) == 4 ? (numel + 1) / 2 : numel * dtype_size(t);
 }
 
 std::string_view dtype_name(DType t) {
@@ -28,6 +35,8 @@ std::string_view dtype_name(DType t) {
     case DType::I8: return "i8";
     case DType::U8: return "u8";
     case DType::Bool: return "bool";
+    case DType::I4: return "i4";
+    case DType::U4: return "u4";
   }
   return "?";
 }
@@ -43,12 +52,12 @@ std::optional<DType> dtype_from_safetensors(std::string_view s) {
   if (s == "I8") return DType::I8;
   if (s == "U8") return DType::U8;
   if (s == "BOOL") return DType::Bool;
-  return std::nullopt;
+  return std::nullopt;  // safetensors has no 4-bit types
 }
 
 std::optional<DType> dtype_from_name(std::string_view s) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32,
-                  DType::I16, DType::I8, DType::U8, DType::Bool})
+                  DType::I16, DType::I8, DType::U8, DType::Bool, DType::I4, DType::U4})
     if (dtype_name(t) == s) return t;
   return std::nullopt;
 }
@@ -133,6 +142,7 @@ double load_as_double(DType t, const uint8_t* p) {
     case DType::I16: { int16_t v; std::memcpy(&v, p, 2); return v; }
     case DType::I8: return double(int8_t(*p));
     case DType::U8: case DType::Bool: return double(*p);
+    case DType::I4: case DType::U4: break;  // packed: convert_elements reads nibbles itself
   }
   return 0;
 }
@@ -149,7 +159,20 @@ void store_from_double(DType t, double v, uint8_t* p) {
     case DType::I8: *p = uint8_t(int8_t(v)); return;
     case DType::U8: *p = uint8_t(v); return;
     case DType::Bool: *p = v != 0 ? 1 : 0; return;
+    case DType::I4: case DType::U4: return;  // packed: convert_elements writes nibbles itself
   }
+}
+
+bool is_4bit(DType t) { return t == DType::I4 || t == DType::U4; }
+
+// Element i of a packed 4-bit tensor: the low nibble of byte i / 2 for even i, the high one for odd i.
+int nibble_at(DType t, const uint8_t* p, size_t i) {
+  const int v = (p[i / 2] >> (4 * (i % 2))) & 0xF;
+  return t == DType::I4 && v >= 8 ? v - 16 : v;
+}
+void set_nibble(uint8_t* p, size_t i, int v) {
+  const int shift = 4 * int(i % 2);
+  p[i / 2] = uint8_t((p[i / 2] & ~(0xF << shift)) | ((v & 0xF) << shift));
 }
 
 }  // namespace
@@ -158,7 +181,25 @@ void convert_elements(DType from, const void* src, DType to, void* dst, size_t c
   auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
   if (from == to) {
-    std::memcpy(d, s, count * dtype_size(from));
+    std::memcpy(d, s, dtype_nbytes(from, count));
+    return;
+  }
+  if (is_4bit(from) || is_4bit(to)) {  // through int64: values are integers (floats truncate, as for i8)
+    std::vector<int64_t> v(count);
+    const size_t fs = dtype_size(from), ts = dtype_size(to);
+    for (size_t i = 0; i < count; ++i)
+      v[i] = is_4bit(from) ? nibble_at(from, s, i) : int64_t(load_as_double(from, s + fs * i));
+    if (is_4bit(to)) {
+      const int lo = to == DType::I4 ? -8 : 0, hi = to == DType::I4 ? 7 : 15;
+      if (count % 2) d[count / 2] = 0;  // the unused high nibble of an odd count is zero
+      for (size_t i = 0; i < count; ++i) {
+        if (v[i] < lo || v[i] > hi)
+          bad_input("converting to {}: {} is outside [{}, {}]", dtype_name(to), v[i], lo, hi);
+        set_nibble(d, i, int(v[i]));
+      }
+    } else {
+      for (size_t i = 0; i < count; ++i) store_from_double(to, double(v[i]), d + ts * i);
+    }
     return;
   }
   // Fast paths for the conversions exports do over whole weights.

@@ -1,7 +1,6 @@
 #include "core/files.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -23,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/sha256.h"
 
 namespace fs = std::filesystem;
 
@@ -46,25 +46,14 @@ std::string sha256_file(const fs::path& path) {
   // Read in chunks rather than map: hashing a multi-GB artifact must not count its pages in our RSS.
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) fail(ErrorKind::Io, "{}: cannot open: {}", path.string(), std::strerror(errno));
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int len = 0;
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  std::vector<unsigned char> buf(size_t(4) << 20);
+  Sha256 sha;
+  std::vector<uint8_t> buf(size_t(1) << 20);  // small: it runs beside the export, on its own thread
   size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) EVP_DigestUpdate(ctx, buf.data(), n);
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) sha.update({buf.data(), n});
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
-  EVP_DigestFinal_ex(ctx, digest.data(), &len);
-  EVP_MD_CTX_free(ctx);
   if (failed) fail(ErrorKind::Io, "{}: read error", path.string());
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out += hex[digest[i] >> 4];
-    out += hex[digest[i] & 15];
-  }
-  return out;
+  return sha.hex_digest();
 }
 
 namespace {

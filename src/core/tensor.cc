@@ -9,7 +9,7 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 }
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape)
-    : dtype_(dtype), shape_(std::move(shape)), bytes_(size_t(numel_of(shape_)) * dtype_size(dtype)) {}
+    : dtype_(dtype), shape_(std::move(shape)), bytes_(dtype_nbytes(dtype, size_t(numel_of(shape_)))) {}
 
 int64_t Tensor::numel() const { return numel_of(shape_); }
 

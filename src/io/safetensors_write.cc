@@ -23,6 +23,7 @@ const char* safetensors_dtype(DType t) {
     case DType::I8: return "I8";
     case DType::U8: return "U8";
     case DType::Bool: return "BOOL";
+    case DType::I4: case DType::U4: break;  // safetensors has no 4-bit types
   }
   return "?";
 }

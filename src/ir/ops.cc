@@ -75,9 +75,28 @@ std::vector<Value> infer_matmul_nbits(const Graph& g, const Node& n) {
   return {{"", a.dtype, out}};
 }
 
-// DequantizeLinear (opset 21): x's shape, the scale's dtype.
+// DequantizeLinear (opset 21): x's shape, the scale's dtype. Blocked (block_size > 0): the scale has x's
+// rank, ceil(D / block_size) along `axis` (quantized weights: [K/block, N] over [K, N], or OpenVINO's
+// [N, K/block, 1] over [N, K/block, block]).
 std::vector<Value> infer_dequantize_linear(const Graph& g, const Node& n) {
-  return {{"", in(g, n, 1).dtype, in(g, n, 0).shape}};
+  const auto& x = in(g, n, 0);
+  const auto& s = in(g, n, 1);
+  const int64_t block = n.attr_int("block_size", 0);
+  if (block < 0) bad_input("{}: DequantizeLinear block_size {} is negative", n.name, block);
+  if (block > 0) {
+    const int64_t rank = int64_t(x.shape.size());
+    int64_t axis = n.attr_int("axis", 1);
+    if (axis < 0) axis += rank;
+    if (int64_t(s.shape.size()) != rank || axis < 0 || axis >= rank)
+      bad_input("{}: blocked DequantizeLinear needs a scale of x's rank {} and an axis in range, got scale {} and axis {}",
+                n.name, rank, shape_str(s.shape), n.attr_int("axis", 1));
+    const Dim& d = x.shape[size_t(axis)];
+    const Dim& sd = s.shape[size_t(axis)];
+    if (d.is_fixed() && sd.is_fixed() && sd.value != (d.value + block - 1) / block)
+      bad_input("{}: blocked DequantizeLinear: scale {} has {} blocks along axis {}, x {} needs {}", n.name,
+                shape_str(s.shape), sd.value, axis, shape_str(x.shape), (d.value + block - 1) / block);
+  }
+  return {{"", s.dtype, x.shape}};
 }
 
 std::vector<Value> infer_matmul(const Graph& g, const Node& n) {

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "ir/weight_kernels.h"
 #include "quant/quantize.h"
 
 namespace hfx::ir {
@@ -49,7 +50,7 @@ WeightRef WeightRef::source(std::shared_ptr<const MappedFile> file, std::string 
   n->file = std::move(file);
   n->name = std::move(name);
   n->offset = offset;
-  HFX_CHECK(n->offset + size_t(numel_of(n->shape)) * dtype_size(dtype) <= n->file->size(),
+  HFX_CHECK(n->offset + dtype_nbytes(dtype, size_t(numel_of(n->shape))) <= n->file->size(),
             "weight {} out of file bounds", n->name);
   return WeightRef(std::move(n));
 }
@@ -154,12 +155,23 @@ std::vector<WeightRef> WeightRef::quantized(const QuantParams& p) const {
     n->children = {*this};
     parts.push_back(WeightRef(std::move(n)));
   };
-  if (p.block == 0) {  // per channel, DequantizeLinear(axis = 1)
+  const int64_t kb = p.block ? quant::k_blocks(K, p.block) : 1;
+  if (p.layout != quant::Layout::MatMulNBits && (p.block > 0 || p.layout == quant::Layout::BlockedNK)) {
+    // Blocked DequantizeLinear (quant::Layout): signed values when symmetric, no zero point.
+    const DType data = p.bits == 4 ? (p.symmetric ? DType::I4 : DType::U4) : (p.symmetric ? DType::I8 : DType::U8);
+    std::vector<int64_t> dshape = {K, N}, sshape = {kb, N};
+    if (p.layout == quant::Layout::BlockedNK) {
+      dshape = kb > 1 ? std::vector<int64_t>{N, kb, p.block} : std::vector<int64_t>{N, K};
+      sshape = kb > 1 ? std::vector<int64_t>{N, kb, 1} : std::vector<int64_t>{N, 1};
+    }
+    add(0, data, dshape);
+    add(1, p.scale_dtype, sshape);
+    if (!p.symmetric) add(2, p.bits == 4 ? DType::U4 : DType::U8, sshape);
+  } else if (p.block == 0) {  // per channel, DequantizeLinear(axis = 1)
     add(0, p.symmetric ? DType::I8 : DType::U8, {K, N});
     add(1, p.scale_dtype, {N});
     if (!p.symmetric) add(2, DType::U8, {N});
   } else {  // MatMulNBits
-    const int64_t kb = quant::k_blocks(K, p.block);
     add(0, DType::U8, {N, kb, quant::blob_bytes(p.bits, p.block)});
     add(1, p.scale_dtype, {N * kb});
     if (!p.symmetric) add(2, DType::U8, {N * quant::zero_point_bytes_per_column(p.bits, K, p.block)});
@@ -169,7 +181,7 @@ std::vector<WeightRef> WeightRef::quantized(const QuantParams& p) const {
 
 DType WeightRef::dtype() const { return node_->dtype; }
 const std::vector<int64_t>& WeightRef::shape() const { return node_->shape; }
-size_t WeightRef::nbytes() const { return size_t(numel_of(node_->shape)) * dtype_size(node_->dtype); }
+size_t WeightRef::nbytes() const { return dtype_nbytes(node_->dtype, size_t(numel_of(node_->shape))); }
 bool WeightRef::is_constant() const { return node_->kind == Node::Constant; }
 
 std::string WeightRef::describe() const {
@@ -283,8 +295,93 @@ Tensor concat_tensors(const std::vector<Tensor>& parts, int64_t axis, DType dtyp
 
 }  // namespace
 
+// --- streaming by rows ------------------------------------------------------------------------
+
+namespace {
+
+bool packed(DType t) { return dtype_nbytes(t, 2) < 2 * dtype_size(t) || dtype_size(t) == 0; }  // 4-bit types
+
+}  // namespace
+
+int64_t WeightRef::rows() const { return shape().empty() ? 1 : shape()[0]; }
+size_t WeightRef::row_bytes() const { return rows() == 0 ? 0 : nbytes() / size_t(rows()); }
+
+bool WeightRef::streamable() const {
+  const Node& n = *node_;
+  if (packed(n.dtype)) return false;
+  if (raw_bytes()) return true;
+  switch (n.kind) {
+    case Node::Cast: {
+      const WeightRef& c = n.children[0];
+      return c.raw_bytes() && !packed(c.dtype()) && is_float(c.dtype()) && is_float(n.dtype);
+    }
+    case Node::Transpose: {
+      if (n.shape.size() != 2 || n.perm[0] != 1) return false;
+      const Node& c = *n.children[0].node_;
+      if (n.children[0].raw_bytes()) return true;  // same dtype
+      return c.kind == Node::Cast && c.dtype == DType::F32 && c.children[0].raw_bytes() &&
+             (c.children[0].dtype() == DType::BF16 || c.children[0].dtype() == DType::F16);
+    }
+    case Node::Concat:
+      if (n.axis > 1 || n.shape.empty()) return false;
+      return std::all_of(n.children.begin(), n.children.end(), [](const WeightRef& c) { return c.streamable(); });
+    default: return false;
+  }
+}
+
+void WeightRef::write_rows(int64_t r0, int64_t r1, uint8_t* dst, size_t dst_stride) const {
+  const Node& n = *node_;
+  const size_t rb = row_bytes();
+  HFX_CHECK(0 <= r0 && r0 <= r1 && r1 <= rows() && dst_stride >= rb, "write_rows [{}, {}) of {}", r0, r1, describe());
+  if (auto raw = raw_bytes()) {
+    if (dst_stride == rb) return void(std::memcpy(dst, raw->data() + size_t(r0) * rb, size_t(r1 - r0) * rb));
+    for (int64_t r = r0; r < r1; ++r) std::memcpy(dst + size_t(r - r0) * dst_stride, raw->data() + size_t(r) * rb, rb);
+    return;
+  }
+  switch (n.kind) {
+    case Node::Cast: {
+      const WeightRef& c = n.children[0];
+      const auto raw = *c.raw_bytes();
+      const size_t per_row = size_t(numel_of(n.shape)) / size_t(std::max<int64_t>(rows(), 1));
+      const size_t src_rb = per_row * dtype_size(c.dtype());
+      if (dst_stride == rb)
+        return convert_run(c.dtype(), raw.data() + size_t(r0) * src_rb, n.dtype, dst, size_t(r1 - r0) * per_row);
+      for (int64_t r = r0; r < r1; ++r)
+        convert_run(c.dtype(), raw.data() + size_t(r) * src_rb, n.dtype, dst + size_t(r - r0) * dst_stride, per_row);
+      return;
+    }
+    case Node::Transpose: {  // output rows = source columns
+      const WeightRef& c = n.children[0];
+      const WeightRef& leaf = c.raw_bytes() ? c : c.node_->children[0];
+      transpose_block(leaf.dtype(), leaf.raw_bytes()->data(), c.shape()[0], c.shape()[1], n.dtype, r0, r1, dst, dst_stride);
+      return;
+    }
+    case Node::Concat: {
+      if (n.axis == 1) {  // each output row is the parts' rows side by side
+        size_t offset = 0;
+        for (const auto& c : n.children) {
+          c.write_rows(r0, r1, dst + offset, dst_stride);
+          offset += c.row_bytes();
+        }
+        return;
+      }
+      int64_t base = 0;  // axis 0: the parts' rows one after another
+      for (const auto& c : n.children) {
+        const int64_t lo = std::max(r0, base), hi = std::min(r1, base + c.rows());
+        if (lo < hi) c.write_rows(lo - base, hi - base, dst + size_t(lo - r0) * dst_stride, dst_stride);
+        base += c.rows();
+      }
+      return;
+    }
+    default: HFX_CHECK(false, "write_rows of {}: not streamable", describe());
+  }
+}
+
 size_t WeightRef::source_bytes() const {
   if (node_->kind == Node::Source) return nbytes();
+  // The parts of one quantized weight share one quantization: the source is read once, counted on
+  // the data part.
+  if (node_->kind == Node::Quantized && node_->part != 0) return 0;
   size_t total = 0;
   for (const auto& c : node_->children) total += c.source_bytes();
   return total;
@@ -292,6 +389,7 @@ size_t WeightRef::source_bytes() const {
 
 size_t WeightRef::materialize_peak_bytes() const {
   if (raw_bytes()) return 0;
+  if (streamable()) return nbytes();  // write_rows() into the one output tensor
   const Node& n = *node_;
   const size_t out = nbytes();
   // A child materialised, then transformed into a new tensor of `out` bytes while it is alive.
@@ -333,6 +431,11 @@ size_t WeightRef::materialize_peak_bytes() const {
 
 Tensor WeightRef::materialize() const {
   const Node& n = *node_;
+  if (n.kind != Node::Source && n.kind != Node::Constant && streamable()) {
+    Tensor t(n.dtype, n.shape);  // the row kernels a streaming writer uses, so both give the same bytes
+    write_rows(0, rows(), t.data(), row_bytes());
+    return t;
+  }
   switch (n.kind) {
     case Node::Source: {
       Tensor t(n.dtype, n.shape);
@@ -391,6 +494,7 @@ Tensor WeightRef::materialize() const {
         q.result = p.block == 0
                        ? quant::quantize_per_channel_int8(w.as<float>(), q.K, q.N, p.symmetric, p.scale_dtype)
                        : quant::quantize_blockwise(w.as<float>(), q.K, q.N, p.bits, p.block, p.symmetric, p.scale_dtype);
+        q.result = quant::relayout(*q.result, q.K, q.N, p.bits, p.block, p.symmetric, p.layout);
         q.taken = 0;
       }
       Tensor t(n.dtype, n.shape);

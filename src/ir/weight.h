@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/mapped_file.h"
 #include "core/tensor.h"
+#include "quant/quantize.h"
 
 namespace hfx::ir {
 
@@ -40,6 +41,9 @@ class WeightRef {
     int64_t block = 32;
     bool symmetric = true;
     DType scale_dtype = DType::F32;
+    // MatMulNBits (com.microsoft; per channel: DequantizeLinear axis 1 over [K, N]), or the blocked
+    // DequantizeLinear layouts of the ONNX portable profile and OpenVINO (quant::Layout).
+    quant::Layout layout = quant::Layout::MatMulNBits;
   };
   std::vector<WeightRef> quantized(const QuantParams& params) const;
 
@@ -64,6 +68,17 @@ class WeightRef {
   // Drops the source pages this weight read from our resident set (a writer calls it once the
   // tensor is written, so streaming a model does not keep the whole checkpoint resident).
   void release_source_pages() const;
+
+  // Streaming by blocks of rows (rows = slices along the first axis), so a writer can compute one
+  // block while the previous one is written, without a tensor-sized buffer. streamable(): write_rows()
+  // reads the mapped source directly for this weight (stored bytes, a cast of them, a 2-D transpose
+  // of them with or without a bf16/f16 -> f32 cast, a concatenation on axis 0 or 1 of such weights);
+  // other weights go through materialize(). Both give the same bytes.
+  bool streamable() const;
+  int64_t rows() const;  // shape[0]; 1 for a scalar
+  size_t row_bytes() const;
+  // Rows [r0, r1) into dst, row i at dst + (i - r0) * dst_stride. streamable() weights only.
+  void write_rows(int64_t r0, int64_t r1, uint8_t* dst, size_t dst_stride) const;
 
   struct Node;
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "ir/rewrite.h"
 
@@ -15,7 +17,8 @@ bool is_checkpoint_matrix(const ir::WeightRef* w) {
 
 class Precision {
  public:
-  Precision(const ir::Graph& g, const quant::PrecisionSpec& spec) : src_(g), spec_(spec), r_(g) {}
+  Precision(const ir::Graph& g, const quant::PrecisionSpec& spec, PrecisionTarget target)
+      : src_(g), spec_(spec), target_(target), r_(g) {}
 
   ir::Graph run() {
     for (const auto& node : src_.nodes()) {
@@ -58,36 +61,78 @@ class Precision {
     if (!quantize && dt == DType::F32) return std::nullopt;
     auto& b = r_.builder();
     auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
-    const int64_t K = w.shape()[0], N = w.shape()[1];
-    // Linear layers compute in f16 when the dtype is f16; bf16 and f32 compute in f32.
-    const DType compute = dt == DType::F16 ? DType::F16 : DType::F32;
+    // ONNX targets compute Linear layers in f16 when the dtype is f16; bf16, f32 and OpenVINO (whose
+    // CPU plugin decompresses weights inside its f32 FullyConnected) compute in f32.
+    const DType compute = dt == DType::F16 && target_ != PrecisionTarget::OpenVino ? DType::F16 : DType::F32;
     const ir::WeightRef stored = w.cast(dt);
     ir::ValueId xin = compute == DType::F32 ? x : b.cast(x, compute);
     ir::ValueId y;
     if (quantize) {
-      const auto& q = spec_.quant;
-      // A block never spans more than K rounded up to a block size MatMulNBits runs (16 .. 256): int8's
-      // blocks of 128 over K = 64 would be half padding.
-      int64_t block = q.block;
-      while (block > 16 && block / 2 >= K) block /= 2;
-      auto parts = stored.quantized({q.bits, block, q.symmetric, compute});
-      const std::string tag = fmt::format("{}.q{}", base, q.bits);
-      std::vector<ir::ValueId> ins = {xin, b.weight(unique(tag), parts[0]), b.weight(unique(tag + ".scales"), parts[1])};
-      if (parts.size() > 2) ins.push_back(b.weight(unique(tag + ".zero_points"), parts[2]));
-      if (q.block == 0) {
-        ir::ValueId deq = b.add1("DequantizeLinear", std::vector<ir::ValueId>(ins.begin() + 1, ins.end()), {{"axis", int64_t(1)}});
-        y = b.matmul(xin, deq);
-      } else {
-        ir::Attrs attrs{{"K", K}, {"N", N}, {"bits", int64_t(q.bits)}, {"block_size", block}};
-        if (q.accuracy_level) attrs["accuracy_level"] = int64_t(q.accuracy_level);
-        y = b.add1("MatMulNBits", ins, attrs);
-      }
+      y = quantized(xin, stored, base, compute);
+    } else if (target_ == PrecisionTarget::OpenVino) {  // Constant [N, K] f16|bf16 -> Convert f32 -> MatMul(transpose_b)
+      const ir::WeightRef nk = w.transposed({1, 0}).cast(dt);
+      const ir::ValueId wt = b.weight(unique(fmt::format("{}.{}", base, dtype_name(dt))), nk);
+      y = b.matmul(xin, b.transpose(b.cast(wt, DType::F32), {1, 0}));
     } else if (dt == DType::F16) {
       y = b.matmul(xin, b.weight(unique(base + ".f16"), stored));
     } else {  // bf16: stored in bf16, cast to f32 at use
       y = b.matmul(xin, b.cast(b.weight(unique(base + ".bf16"), stored), DType::F32));
     }
     return compute == DType::F32 ? y : b.cast(y, DType::F32);
+  }
+
+  // xin @ stored[K, N] with the weight quantized, in the target's form (see the header).
+  ir::ValueId quantized(ir::ValueId xin, const ir::WeightRef& stored, const std::string& base, DType compute) {
+    auto& b = r_.builder();
+    const auto& q = spec_.quant;
+    const int64_t K = stored.shape()[0], N = stored.shape()[1];
+    // A block never spans more than K rounded up to a block size MatMulNBits runs (16 .. 256): int8's
+    // blocks of 128 over K = 64 would be half padding.
+    int64_t block = q.block;
+    while (block > 16 && block / 2 >= K) block /= 2;
+    const int64_t kb = block ? quant::k_blocks(K, block) : 1;
+    if (q.accuracy_level && target_ != PrecisionTarget::OrtContrib)
+      bad_input("--quantize {}: accuracy= is MatMulNBits' accuracy_level, written only by --onnx-profile ort (the "
+                "{} form has no such attribute; ONNX Runtime's session option session.qdq_matmulnbits_accuracy_level "
+                "plays its part for DequantizeLinear + MatMul)",
+                q.str(), target_ == PrecisionTarget::Portable ? "portable profile's DequantizeLinear" : "OpenVINO");
+    ir::WeightRef::QuantParams params{q.bits, block, q.symmetric, compute};
+    if (target_ == PrecisionTarget::Portable) params.layout = quant::Layout::BlockedKN;
+    if (target_ == PrecisionTarget::OpenVino) {
+      params.layout = quant::Layout::BlockedNK;
+      if (kb > 1 && K % block != 0)
+        bad_input("--quantize {} with --format openvino: K = {} is not a multiple of the block size {}, and "
+                  "OpenVINO's compressed weights take whole groups (choose a block that divides K)",
+                  q.str(), K, block);
+    }
+    auto parts = stored.quantized(params);
+    const std::string tag = fmt::format("{}.q{}", base, q.bits);
+    std::vector<ir::ValueId> ins = {b.weight(unique(tag), parts[0]), b.weight(unique(tag + ".scales"), parts[1])};
+    if (parts.size() > 2) ins.push_back(b.weight(unique(tag + ".zero_points"), parts[2]));
+    switch (target_) {
+      case PrecisionTarget::OrtContrib:
+        if (block != 0) {
+          ins.insert(ins.begin(), xin);
+          ir::Attrs attrs{{"K", K}, {"N", N}, {"bits", int64_t(q.bits)}, {"block_size", block}};
+          if (q.accuracy_level) attrs["accuracy_level"] = int64_t(q.accuracy_level);
+          return b.add1("MatMulNBits", ins, attrs);
+        }
+        [[fallthrough]];
+      case PrecisionTarget::Portable: {
+        ir::Attrs attrs{{"axis", int64_t(block ? 0 : 1)}};
+        // One block over all of K is written as block_size = K (same numbers, no padded block).
+        if (block) attrs["block_size"] = std::min(block, K);
+        return b.matmul(xin, b.add1("DequantizeLinear", ins, attrs));
+      }
+      case PrecisionTarget::OpenVino: {
+        // [N, K/block, block] groups (axis 2), or [N, K] with one scale per row (axis 1).
+        ir::ValueId deq = kb > 1 ? b.add1("DequantizeLinear", ins, {{"axis", int64_t(2)}, {"block_size", block}})
+                                 : b.add1("DequantizeLinear", ins, {{"axis", int64_t(1)}, {"block_size", K}});
+        if (kb > 1) deq = b.reshape(deq, {N, K});
+        return b.matmul(xin, b.transpose(deq, {1, 0}));
+      }
+    }
+    HFX_CHECK(false, "unreachable");
   }
 
   // A weight name used by neither graph.
@@ -99,14 +144,20 @@ class Precision {
 
   const ir::Graph& src_;
   const quant::PrecisionSpec& spec_;
+  const PrecisionTarget target_;
   ir::Rewriter r_;
 };
 
 }  // namespace
 
-ir::Graph apply_precision(const ir::Graph& graph, const quant::PrecisionSpec& spec) {
+PrecisionTarget precision_target(const std::string& format, const std::string& onnx_profile) {
+  if (format == "openvino") return PrecisionTarget::OpenVino;
+  return onnx_profile == "ort" ? PrecisionTarget::OrtContrib : PrecisionTarget::Portable;
+}
+
+ir::Graph apply_precision(const ir::Graph& graph, const quant::PrecisionSpec& spec, PrecisionTarget target) {
   if (spec.is_default()) return graph;
-  return Precision(graph, spec).run();
+  return Precision(graph, spec, target).run();
 }
 
 }  // namespace hfx::passes

@@ -5,6 +5,8 @@
 // both the same numbers. See docs/quantization.md for the policy and the measured error.
 #pragma once
 
+#include <string>
+
 #include "ir/graph.h"
 #include "quant/quantize.h"
 
@@ -20,6 +22,25 @@ namespace hfx::passes {
 // lookup; they are never quantized. lm_head (nodes under a /lm_head/ scope) is quantized only with
 // quantize_lm_head, else stored in the dtype. Norm weights, biases, rope tables and constants stay f32;
 // the KV cache, every activation outside Linear layers and the logits stay f32.
-ir::Graph apply_precision(const ir::Graph& graph, const quant::PrecisionSpec& spec);
+//
+// The target picks the form of the quantized and f16 layers (the numbers of the quantized weights are
+// the same in all three; see quant/quantize.h):
+//   OrtContrib (onnx --onnx-profile ort): as above, MatMulNBits.
+//   Portable (onnx --onnx-profile portable): standard ONNX only. int4/int8 blockwise:
+//     MatMul(x', DequantizeLinear(W.q[K, N] i4|u4|i8|u8, W.scales[K/block, N][, W.zp]; axis=0, block_size)).
+//     int8:channel and f16/bf16 as above.
+//   OpenVino: OpenVINO's compressed weights, computed in f32 (the CPU plugin fuses the decompression
+//     into its FullyConnected): quantized: MatMul(x, Transpose(Reshape(DequantizeLinear(W.q[N, K/block,
+//     block], W.scales[N, K/block, 1][, W.zp]; axis=2, block_size), [N, K]))) (W.q [N, K] with scales
+//     [N, 1] and axis 1 when one block covers K, and for int8:channel); f16/bf16: MatMul(x,
+//     Transpose(Cast(W[N, K] as f16|bf16, f32))). The backend lowers MatMul(x, Transpose(W)) to
+//     MatMul(transpose_b) and DequantizeLinear to Convert -> Subtract -> Multiply.
+enum class PrecisionTarget { OrtContrib, Portable, OpenVino };
+
+// The target for a backend format ("onnx", "openvino") and ONNX profile ("portable", "ort").
+PrecisionTarget precision_target(const std::string& format, const std::string& onnx_profile);
+
+ir::Graph apply_precision(const ir::Graph& graph, const quant::PrecisionSpec& spec,
+                          PrecisionTarget target = PrecisionTarget::OrtContrib);
 
 }  // namespace hfx::passes

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,19 @@ struct Recipe {
   // The tolerance for this recipe's dtype: tolerances[dtype], else kDefaultTolerances.
   double tolerance() const;
 
+  // Per-component overrides (recipe "components": {"<role>": {...}}): a component may be written with
+  // its own precision or onnx profile, e.g. a prefill graph in f16 beside an int4 decode graph.
+  struct ComponentOverride {
+    std::optional<quant::PrecisionSpec> precision;
+    std::optional<std::string> onnx_profile;
+  };
+  std::map<std::string, ComponentOverride> components;
+  const quant::PrecisionSpec& precision_for(const std::string& role) const;
+  const std::string& onnx_profile_for(const std::string& role) const;
+  double tolerance_for(const std::string& role) const;
+  // BadInput when an override names a role this export does not have (`roles`: the components built).
+  void check_component_roles(const std::vector<std::string>& roles, const std::string& where) const;
+
   nlohmann::ordered_json to_json() const;
   // Accepts a recipe object or a whole manifest (its "recipe" member). BadInput names the field.
   static Recipe from_json(const nlohmann::json& j, const std::string& where);
@@ -58,6 +73,10 @@ struct ExportResult {
   std::filesystem::path out_dir;
   std::vector<std::filesystem::path> files;  // relative to out_dir, sorted
   int64_t weight_bytes_written = 0;
+  // Checkpoint weight bytes the writers read (each format reuses what an earlier one wrote, so with
+  // several formats this stays near source_weight_bytes), and the checkpoint's tensor bytes.
+  int64_t source_bytes_read = 0;
+  int64_t source_weight_bytes = 0;
   double seconds = 0;
   std::string verify_summary;  // empty when not verified
   std::vector<std::string> notes;  // choices the export made on its own (e.g. an onnx profile fallback)
@@ -77,9 +96,6 @@ LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::Caus
 
 // BadInput unless `profile` is ort or portable (`where` names the flag or file).
 void check_onnx_profile(const std::string& profile, const std::string& where);
-
-// Passes each backend runs before writing (names from passes::all_passes()).
-std::vector<std::string> backend_passes(const std::string& format);
 
 ExportResult run_export(const ExportOptions& options);
 

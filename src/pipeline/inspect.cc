@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <map>
 
+#include "backends/onnx/onnx_writer.h"
 #include "core/progress.h"
 #include "passes/pass.h"
+#include "pipeline/backend.h"
 #include "pipeline/export.h"
 
 namespace fs = std::filesystem;
@@ -20,10 +22,14 @@ namespace {
 // tests/oracle/test_resources.py (within 15 % on f32 and bf16 checkpoints of 25-300 MB).
 //
 // Writing streams one weight at a time: the peak is the process baseline plus the costliest weight,
-// which is its mapped source pages (resident until released after the write) plus the tensors its
-// materialisation holds at once (WeightRef::materialize_peak_bytes: nothing for a weight written
-// straight from the map, one f32 buffer for a cast or a fused cast + transpose, a copy and its
-// transpose for an f32 Linear weight).
+// which is its mapped source pages (resident until released after the write) plus what the writer
+// holds besides. A weight it streams in blocks (WeightRef::streamable: casts and transposes of the
+// stored bytes) adds one block and the writer thread's queue; any other weight adds the tensors its
+// materialisation holds at once (WeightRef::materialize_peak_bytes). The queue (at most
+// kOnnxInFlightBytes) is full only while writing is the slower stage (bf16 -> f32 casts) and near
+// empty while converting is (f32 transposes): it counts at half. A weight written whole (straight
+// from the map, or materialised) may still be queued while the next one is computed, so it counts
+// against its successor instead.
 //
 // The built-in verification of `hfx export` (skipped above ExportOptions::verify_max_bytes of f32
 // weights) runs the reference executor over the checkpoint and over the artifact: each caches every
@@ -31,16 +37,22 @@ namespace {
 // and the checkpoint, S): baseline + 3 W + S.
 Preflight preflight(const LoadedModel& m) {
   Preflight p;
-  ir::Graph g = passes::run_pipeline(m.components.at(0).graph, backend_passes("onnx"));
+  ir::Graph g = passes::run_pipeline(m.components.at(0).graph, find_backend("onnx").passes());
   constexpr int64_t kAlign = 65536;
   int64_t worst_transient = 0, f32_weights = 0, source = 0;
+  int64_t queued_before = 0;  // the previous weight, when it may still be queued whole
   for (auto id : g.weights()) {
     const auto* w = g.weight(id);
     const auto bytes = int64_t(w->nbytes());
     f32_weights += bytes;
     source += int64_t(w->source_bytes());
     if (bytes > 1024) p.disk_bytes += (bytes + kAlign - 1) / kAlign * kAlign;
-    const int64_t transient = int64_t(w->source_bytes() + w->materialize_peak_bytes());
+    const bool raw = w->raw_bytes().has_value(), streamed = !raw && w->streamable();
+    const int64_t block = streamed ? onnx_backend::onnx_block_rows(w->rows(), w->row_bytes()) * int64_t(w->row_bytes()) : 0;
+    const int64_t held = streamed ? block : int64_t(w->materialize_peak_bytes());
+    const int64_t transient =
+        int64_t(w->source_bytes()) + held + std::max(int64_t(onnx_backend::kOnnxInFlightBytes / 2), queued_before);
+    queued_before = streamed ? 0 : bytes;
     if (transient > worst_transient) worst_transient = transient;
     if (bytes > p.largest_tensor_bytes) {
       p.largest_tensor_bytes = bytes;
@@ -49,7 +61,7 @@ Preflight preflight(const LoadedModel& m) {
   }
   for (const auto& f : m.checkpoint->side_files()) p.disk_bytes += 2 * int64_t(fs::file_size(f));
   p.disk_bytes += int64_t(g.nodes().size()) * 256;  // model.onnx: a few hundred bytes a node
-  constexpr int64_t kBaseline = 34ll << 20;         // binary, libraries, allocator, checkpoint index
+  constexpr int64_t kBaseline = 28ll << 20;         // binary, libraries, allocator, checkpoint index
   const int64_t baseline = kBaseline + int64_t(g.nodes().size()) * 1024;  // + IR and protobuf per node
   p.peak_memory_no_verify_bytes = baseline + worst_transient;
   static const ExportOptions defaults;  // the limit `hfx export` applies without flags

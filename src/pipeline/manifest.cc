@@ -37,12 +37,22 @@ std::vector<fs::path> list_files(const fs::path& root) {
 ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& loaded, const Recipe& recipe) {
   json_["schema_version"] = kManifestSchemaVersion;
   json_["tool"] = {{"name", "hfx"}, {"version", HFX_VERSION}};
-  nlohmann::ordered_json files = nlohmann::ordered_json::object();
-  files["config.json"] = sha256_file(ckpt.config().path);
-  if (ckpt.generation_config()) files["generation_config.json"] = sha256_file(ckpt.generation_config()->path);
-  for (const auto& f : ckpt.weight_files()) files[f.filename().string()] = sha256_file(f);
+  // (name, path) of each source file, hashed in this order (the manifest lists them so).
+  std::vector<std::pair<std::string, fs::path>> sources = {{"config.json", ckpt.config().path}};
+  if (ckpt.generation_config()) sources.emplace_back("generation_config.json", ckpt.generation_config()->path);
+  for (const auto& f : ckpt.weight_files()) sources.emplace_back(f.filename().string(), f);
+  // A second core reads and hashes the checkpoint while the first converts and writes (the files are
+  // the ones the export maps, so the reads mostly hit the page cache). The thread touches nothing
+  // but these files and its result; a signal's cleanup never waits for it.
+  source_files_ = std::async(std::launch::async, [sources = std::move(sources)] {
+    nlohmann::ordered_json files = nlohmann::ordered_json::object();
+    for (const auto& [name, path] : sources) files[name] = sha256_file(path);
+    return files;
+  });
   const auto& s = loaded.summary();
-  json_["source"] = {{"folder", ckpt.dir().string()}, {"model_type", s.model_type}, {"hf_class", s.hf_class}, {"files", files}};
+  // "files" is filled in by write(), in place: the key order of the manifest does not change.
+  json_["source"] = {{"folder", ckpt.dir().string()}, {"model_type", s.model_type}, {"hf_class", s.hf_class},
+                     {"files", nlohmann::ordered_json::object()}};
   json_["recipe"] = recipe.to_json();
   json_["recipe"]["task"] = loaded.task();
   const auto g = loaded.model ? loaded.model->cache() : models::CacheGeometry{};
@@ -97,9 +107,19 @@ void ManifestBuilder::add_onnx_profile(const std::string& role, const std::strin
   json_["onnx_profiles"].push_back(entry);
 }
 
+void ManifestBuilder::add_file_digest(const fs::path& rel, std::string sha256, uintmax_t size) {
+  digests_[rel.generic_string()] = {std::move(sha256), size};
+}
+
 void ManifestBuilder::write(const fs::path& root) {
+  if (source_files_.valid()) json_["source"]["files"] = source_files_.get();  // rethrows the hashing thread's error
   nlohmann::ordered_json files = nlohmann::ordered_json::object();
-  for (const auto& rel : list_files(root)) files[rel.generic_string()] = sha256_file(root / rel);
+  for (const auto& rel : list_files(root)) {
+    auto it = digests_.find(rel.generic_string());
+    std::error_code ec;
+    const bool known = it != digests_.end() && fs::file_size(root / rel, ec) == it->second.second && !ec;
+    files[rel.generic_string()] = known ? it->second.first : sha256_file(root / rel);
+  }
   json_["files"] = files;
   write_text_file(root / kManifestName, json_.dump(2) + "\n");
 }

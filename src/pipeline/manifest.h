@@ -4,6 +4,8 @@
 #pragma once
 
 #include <filesystem>
+#include <future>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,16 +24,24 @@ inline const char* kReportDir = "verify";
 
 class ManifestBuilder {
  public:
+  // Starts hashing the checkpoint's files on a thread of its own, so it overlaps the writing; write()
+  // waits for it.
   ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& model, const Recipe& recipe);
   void add_component(const tasks::Component& c, const std::string& format, const std::string& file,
                      const std::vector<std::string>& passes);
   // Records the onnx profile a component was written with, and why when it is not the requested one.
   void add_onnx_profile(const std::string& role, const std::string& profile, const std::string& note);
-  // Hashes every file under `root` and writes root/hfx.json.
+  // The sha256 of a file a writer hashed as it wrote it (`rel` under the root given to write(), `size`
+  // its length then): write() takes it instead of reading the file again, unless the size changed.
+  void add_file_digest(const std::filesystem::path& rel, std::string sha256, uintmax_t size);
+  // Hashes every file under `root` (but those with a digest from add_file_digest) and writes
+  // root/hfx.json.
   void write(const std::filesystem::path& root);
 
  private:
   nlohmann::ordered_json json_;
+  std::future<nlohmann::ordered_json> source_files_;  // name -> sha256 of the checkpoint's files
+  std::map<std::string, std::pair<std::string, uintmax_t>> digests_;  // generic path -> (sha256, size)
 };
 
 // Regular files under root, relative, sorted.

@@ -1,9 +1,15 @@
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "core/error.h"
 #include "pipeline/export.h"
 
 namespace hfx::pipeline {
+
+namespace {
+void write_precision(nlohmann::ordered_json& j, const quant::PrecisionSpec& p);
+}  // namespace
 
 void check_onnx_profile(const std::string& profile, const std::string& where) {
   if (profile != "ort" && profile != "portable")
@@ -31,15 +37,53 @@ nlohmann::ordered_json Recipe::to_json() const {
   // The ONNX lowering profile: recipes that write ONNX always record it (see from_json for older ones).
   if (std::find(formats.begin(), formats.end(), "onnx") != formats.end()) j["onnx_profile"] = onnx_profile;
   // Precision only when not the default f32 (f32 recipes stay as they were).
-  if (!precision.is_default()) {
-    j["dtype"] = std::string(dtype_name(precision.dtype));
-    if (precision.quant.enabled()) {
-      j["quantize"] = precision.quant.str();
-      j["quantize_lm_head"] = precision.quantize_lm_head;
+  write_precision(j, precision);
+  // Overrides only when there are any (recipes without them stay as they were).
+  if (!components.empty()) {
+    nlohmann::ordered_json c = nlohmann::ordered_json::object();
+    for (const auto& [role, o] : components) {
+      nlohmann::ordered_json one = nlohmann::ordered_json::object();
+      if (o.precision) {
+        one["dtype"] = std::string(dtype_name(o.precision->dtype));
+        write_precision(one, *o.precision);
+      }
+      if (o.onnx_profile) one["onnx_profile"] = *o.onnx_profile;
+      c[role] = one;
     }
+    j["components"] = c;
   }
   return j;
 }
+
+const quant::PrecisionSpec& Recipe::precision_for(const std::string& role) const {
+  auto it = components.find(role);
+  return it != components.end() && it->second.precision ? *it->second.precision : precision;
+}
+
+const std::string& Recipe::onnx_profile_for(const std::string& role) const {
+  auto it = components.find(role);
+  return it != components.end() && it->second.onnx_profile ? *it->second.onnx_profile : onnx_profile;
+}
+
+void Recipe::check_component_roles(const std::vector<std::string>& roles, const std::string& where) const {
+  for (const auto& [role, o] : components)
+    if (std::find(roles.begin(), roles.end(), role) == roles.end())
+      bad_input("{}: recipe components.{}: this export has no {} component (it has: {})", where, role, role,
+                fmt::join(roles, ", "));
+}
+
+namespace {
+
+void write_precision(nlohmann::ordered_json& j, const quant::PrecisionSpec& p) {
+  if (p.is_default()) return;
+  j["dtype"] = std::string(dtype_name(p.dtype));
+  if (p.quant.enabled()) {
+    j["quantize"] = p.quant.str();
+    j["quantize_lm_head"] = p.quantize_lm_head;
+  }
+}
+
+}  // namespace
 
 namespace {
 
@@ -53,8 +97,10 @@ const std::map<std::string, double> kDefaultTolerances = {{"f32", 1e-4}, {"bf16"
 
 }  // namespace
 
-double Recipe::tolerance() const {
-  const std::string key(dtype_name(precision.dtype));
+double Recipe::tolerance() const { return tolerance_for(""); }
+
+double Recipe::tolerance_for(const std::string& role) const {
+  const std::string key(dtype_name(precision_for(role).dtype));
   if (auto it = tolerances.find(key); it != tolerances.end()) return it->second;
   return kDefaultTolerances.at(key);
 }
@@ -113,6 +159,37 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   if (auto d = get_string("dtype")) r.precision.dtype = with_context(where, [&] { return quant::parse_dtype(*d); });
   if (auto q = get_string("quantize")) r.precision.quant = with_context(where, [&] { return quant::QuantSpec::parse(*q); });
   get_bool("quantize_lm_head", r.precision.quantize_lm_head);
+  if (j.contains("components")) {
+    if (!j["components"].is_object()) bad_input("{}: recipe field \"components\" must be an object of roles", where);
+    for (const auto& [role, o] : j["components"].items()) {
+      const std::string at = fmt::format("{}: recipe components.{}", where, role);
+      if (role != "decoder" && role != "prefill" && role != "decode" && role != "encoder")
+        bad_input("{}: unknown role (decoder, prefill, decode, encoder)", at);
+      if (!o.is_object()) bad_input("{}: must be an object", at);
+      ComponentOverride ov;
+      for (const auto& [key, v] : o.items()) {
+        if (key != "dtype" && key != "quantize" && key != "quantize_lm_head" && key != "onnx_profile")
+          bad_input("{}: unknown field \"{}\" (dtype, quantize, quantize_lm_head, onnx_profile)", at, key);
+        if (key != "quantize_lm_head" && !v.is_string()) bad_input("{}.{} must be a string", at, key);
+        if (key == "quantize_lm_head" && !v.is_boolean()) bad_input("{}.{} must be true or false", at, key);
+      }
+      if (o.contains("dtype") || o.contains("quantize") || o.contains("quantize_lm_head")) {
+        // An override restates the component's whole precision: what it leaves out is f32, unquantized.
+        quant::PrecisionSpec p;
+        if (o.contains("dtype")) p.dtype = with_context(at, [&] { return quant::parse_dtype(o["dtype"].get<std::string>()); });
+        if (o.contains("quantize"))
+          p.quant = with_context(at, [&] { return quant::QuantSpec::parse(o["quantize"].get<std::string>()); });
+        if (o.contains("quantize_lm_head")) p.quantize_lm_head = o["quantize_lm_head"].get<bool>();
+        if (p.quantize_lm_head && !p.quant.enabled()) bad_input("{}: quantize_lm_head needs quantize", at);
+        ov.precision = p;
+      }
+      if (o.contains("onnx_profile")) {
+        ov.onnx_profile = o["onnx_profile"].get<std::string>();
+        check_onnx_profile(*ov.onnx_profile, at);
+      }
+      r.components[role] = ov;
+    }
+  }
   if (j.contains("tolerances")) {
     if (!j["tolerances"].is_object()) bad_input("{}: recipe field \"tolerances\" must be an object", where);
     for (const auto& [dtype, v] : j["tolerances"].items()) {

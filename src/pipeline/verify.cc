@@ -13,9 +13,10 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "io/safetensors_write.h"
-#include "pipeline/artifact.h"
-#include "pipeline/export.h"
 #include "passes/precision.h"
+#include "pipeline/artifact.h"
+#include "pipeline/backend.h"
+#include "pipeline/export.h"
 #include "pipeline/manifest.h"
 #include "runtime/executor.h"
 #include "runtime/generate.h"
@@ -214,14 +215,70 @@ std::vector<std::pair<std::string, std::string>> manifest_sig(const nlohmann::js
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> graph_sig(const ir::Graph& g, const std::vector<ir::ValueId>& ids) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (auto id : ids) {
-    std::vector<std::string> dims;
-    for (const auto& d : g.value(id).shape) dims.push_back(d.str());
-    out.emplace_back(g.value(id).name, fmt::format("{}[{}]", dtype_name(g.value(id).dtype), fmt::join(dims, ",")));
+// A file's ports against the manifest's: same names and dtypes in order, and per dimension the same
+// number or symbol, or "?" in the file where the format keeps only "dynamic" (OpenVINO's shape
+// inference may also leave a dimension the contract fixes dynamic; the numbers check runs real shapes).
+bool sig_matches(const std::vector<std::pair<std::string, std::string>>& file,
+                 const std::vector<std::pair<std::string, std::string>>& manifest) {
+  if (file.size() != manifest.size()) return false;
+  auto split = [](const std::string& sig) {
+    const size_t open = sig.find('[');
+    std::vector<std::string> parts = {sig.substr(0, open)};
+    std::string dims = open == std::string::npos ? "" : sig.substr(open + 1, sig.size() - open - 2);
+    for (size_t start = 0; !dims.empty() && start <= dims.size();) {
+      size_t comma = dims.find(',', start);
+      if (comma == std::string::npos) comma = dims.size();
+      parts.push_back(dims.substr(start, comma - start));
+      start = comma + 1;
+    }
+    return parts;
+  };
+  for (size_t i = 0; i < file.size(); ++i) {
+    if (file[i].first != manifest[i].first) return false;
+    const auto f = split(file[i].second), m = split(manifest[i].second);
+    if (f.size() != m.size() || f[0] != m[0]) return false;
+    for (size_t d = 1; d < f.size(); ++d) {
+      if (f[d] != m[d] && f[d] != "?") return false;
+    }
   }
-  return out;
+  return true;
+}
+
+// Columns [from, to) of a [rows, cols] int64 tensor.
+Tensor columns(const Tensor& t, int64_t from, int64_t to) {
+  const int64_t rows = t.shape().at(0), cols = t.shape().at(1);
+  std::vector<int64_t> v;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = from; c < to; ++c) v.push_back(t.as<int64_t>()[r * cols + c]);
+  return i64s({rows, to - from}, v);
+}
+
+// A case for an artifact that keeps its cache as state (OpenVINO's stateful decoder): the cache is
+// filled by really running the first `past` tokens. Returns the inputs of that first step (nullopt
+// when past is 0) and sets `step` to the second step's inputs, whose past_key_values.* are the
+// reference's present.* after the first step, so the reference runs the step exactly as the state
+// holder does. Rows are left-padded as make_inputs does, over the whole past + sequence.
+std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref, const ShapeCase& c,
+                                                           const runtime::CacheSpec& cache, int64_t vocab, uint64_t seed,
+                                                           std::map<std::string, Tensor>& step) {
+  const int64_t P = c.past, T = c.past + c.seq;
+  auto whole = make_inputs(ref, {c.name, c.batch, T, 0}, cache, vocab, seed);  // empty past tensors
+  if (P == 0) {
+    step = std::move(whole);
+    return std::nullopt;
+  }
+  std::map<std::string, Tensor> first = whole;
+  first["input_ids"] = columns(whole.at("input_ids"), 0, P);
+  first["position_ids"] = columns(whole.at("position_ids"), 0, P);
+  first["attention_mask"] = columns(whole.at("attention_mask"), 0, P);
+  auto presents = runtime::Executor(ref).run(first);
+  step = whole;
+  step["input_ids"] = columns(whole.at("input_ids"), P, T);
+  step["position_ids"] = columns(whole.at("position_ids"), P, T);
+  for (int64_t l = 0; l < cache.num_layers; ++l)
+    for (const char* kv : {"key", "value"})
+      step[fmt::format("past_key_values.{}.{}", l, kv)] = presents.at(fmt::format("present.{}.{}", l, kv));
+  return first;
 }
 
 }  // namespace
@@ -259,25 +316,29 @@ void write_reports(const VerifyReport& r) {
 }
 
 VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
-  if (opt.runtime != "reference" && opt.runtime != "onnxruntime")
-    bad_input("--runtime {}: unknown runtime (reference, onnxruntime)", opt.runtime);
+  // The format the runtime runs: onnx (reference executor over the graphs read back, or ONNX Runtime
+  // through its python driver), or another backend's files through its step runner in this process.
+  const Backend& backend = backend_for_runtime(opt.runtime);
+  const std::string format = backend.info().name;
+  const bool step_runtime = format != "onnx";
   VerifyReport rep;
   rep.dir = out;
   rep.runtime = opt.runtime;
   const auto manifest_for_tol = read_manifest(out);
-  double recipe_atol = kF32Atol;
-  std::string precision = "f32";
+  std::optional<Recipe> parsed;
   try {  // a recipe that does not parse is reported below, where it is read again
-    const Recipe r = Recipe::from_json(manifest_for_tol, (out / kManifestName).string());
-    recipe_atol = r.tolerance();
-    precision = r.precision.str();
+    parsed = Recipe::from_json(manifest_for_tol, (out / kManifestName).string());
   } catch (const Error&) {
   }
-  const double atol = opt.atol.value_or(recipe_atol);
-  const std::string tol_numbers =
-      precision == "f32" ? fmt::format("max abs <= {:g}, no mismatching element (fp32: only summation order differs)", atol)
-                         : fmt::format("max abs <= {:g}, no mismatching element (the reference runs the same precision, {})",
-                                       atol, precision);
+  // Each component's gate follows its own precision (recipe "components" may override it).
+  auto atol_for = [&](const std::string& role) { return opt.atol.value_or(parsed ? parsed->tolerance_for(role) : kF32Atol); };
+  auto tol_numbers = [&](const std::string& role) {
+    const std::string precision = parsed ? parsed->precision_for(role).str() : "f32";
+    return precision == "f32"
+               ? fmt::format("max abs <= {:g}, no mismatching element (fp32: only summation order differs)", atol_for(role))
+               : fmt::format("max abs <= {:g}, no mismatching element (the reference runs the same precision, {})",
+                             atol_for(role), precision);
+  };
   auto add = [&](CheckResult c) { rep.checks.push_back(std::move(c)); };
 
   // 1. The artifact is what its manifest says.
@@ -300,13 +361,15 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
 
   // 2. The reference (eager graphs from the checkpoint) and the artifact read back from its files.
   const auto t_open = Clock::now();
-  Artifact art = open_artifact(out, "onnx");
-  const double open_s = seconds_since(t_open);
+  Artifact art = open_artifact(out, format);
+  double open_s = seconds_since(t_open);
   Recipe recipe = Recipe::from_json(manifest, (out / kManifestName).string());
   LoadedModel ref = load_model(source, recipe.task);
   // The reference runs the export's precision (same rounded and quantized weights): this checks the
   // export, and docs/quantization.md measures the precision itself against fp32.
-  for (auto& c : ref.components) c.graph = passes::apply_precision(c.graph, recipe.precision);
+  for (auto& c : ref.components)
+    c.graph = passes::apply_precision(c.graph, recipe.precision_for(c.role),
+                                      passes::precision_target(format, recipe.onnx_profile_for(c.role)));
   const int64_t vocab = ref.summary().vocab_size;
   const bool causal = ref.model != nullptr;
 
@@ -314,12 +377,13 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   for (const auto& c : art.components) {
     const nlohmann::json* mc = nullptr;
     for (const auto& x : manifest["components"])
-      if (x["role"] == c.role && x["format"] == "onnx") mc = &x;
-    auto file_in = graph_sig(c.graph, c.graph.inputs()), file_out = graph_sig(c.graph, c.graph.outputs());
-    bool ok = mc && file_in == manifest_sig((*mc)["inputs"]) && file_out == manifest_sig((*mc)["outputs"]);
-    std::string detail = ok ? fmt::format("{} inputs, {} outputs as the manifest declares", file_in.size(), file_out.size())
-                            : fmt::format("file: {}; manifest differs", sig_str(file_in));
-    add({"I/O signature: " + c.role, ok, detail, "names, dtypes and dims identical", {}});
+      if (x["role"] == c.role && x["format"] == format) mc = &x;
+    const auto sig = backend.signature(c);
+    const auto& file_in = sig.inputs;
+    bool ok = mc && sig_matches(file_in, manifest_sig((*mc)["inputs"])) && sig_matches(sig.outputs, manifest_sig((*mc)["outputs"]));
+    std::string detail = ok ? fmt::format("{} inputs, {} outputs as the manifest declares", file_in.size(), sig.outputs.size())
+                            : fmt::format("file: {}{}; manifest differs", sig_str(file_in), sig_str(sig.outputs));
+    add({"I/O signature: " + c.role, ok, detail, step_runtime ? "names and dtypes identical, dims equal or dynamic in the file" : "names, dtypes and dims identical", {}});
   }
 
   // 4. Numbers per component over the shape matrix.
@@ -328,6 +392,10 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     const tasks::Component* refc;
     ShapeCase sc;
     std::map<std::string, Tensor> inputs, expected, actual;
+    // A stateful artifact (openvino) holds its cache: it is filled by running `prefix` first, and its
+    // present.* outputs are not compared (the next step's logits check them).
+    std::optional<std::map<std::string, Tensor>> prefix;
+    bool stateful = false;
   };
   std::vector<Run> runs;
   uint64_t seed = 1;
@@ -336,11 +404,19 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     for (const auto& x : ref.components)
       if (x.role == c.role) rc = &x;
     if (!rc) {
-      add({"numbers: " + c.role, false, "the reference has no component with this role", tol_numbers, {}});
+      add({"numbers: " + c.role, false, "the reference has no component with this role", tol_numbers(c.role), {}});
       continue;
     }
+    bool stateful = false;
+    for (const auto& x : manifest["components"])
+      if (x["role"] == c.role && x["format"] == format)
+        for (const auto& in : x["inputs"]) stateful = stateful || in["name"] == "beam_idx";
     for (const auto& sc : shape_matrix(c.graph, c.role, art.cache, opt.full_shape_matrix)) {
-      Run r{&c, rc, sc, make_inputs(c.graph, sc, art.cache, vocab, seed++), {}, {}};
+      Run r{&c, rc, sc, {}, {}, {}, std::nullopt, stateful};
+      if (stateful)
+        r.prefix = stateful_case(rc->graph, sc, art.cache, vocab, seed++, r.inputs);
+      else
+        r.inputs = make_inputs(step_runtime ? rc->graph : c.graph, sc, art.cache, vocab, seed++);
       r.expected = runtime::Executor(rc->graph).run(r.inputs);
       runs.push_back(std::move(r));
     }
@@ -367,8 +443,10 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   const int64_t tokens = std::max<int64_t>(1, std::min<int64_t>(opt.tokens, total_max - prompt_len));
   std::vector<std::vector<int64_t>> prompts = {{}};
   for (int64_t i = 0; i < prompt_len; ++i) prompts[0].push_back(3 + (i * 37) % std::max<int64_t>(1, vocab - 3));
-  bool positions_input = false;
-  for (auto id : g0.inputs()) positions_input = positions_input || g0.value(id).name == "position_ids";
+  bool positions_input = false;  // from the contract as written (files of other formats are not read back)
+  for (const auto& x : manifest["components"])
+    if (x["format"] == format && x["role"] == art.components[0].role)
+      for (const auto& in : x["inputs"]) positions_input = positions_input || in["name"] == "position_ids";
   // Batch 2 needs a padded row; a graph without position_ids (onnx ort profile) serves unpadded rows only.
   if (causal && positions_input && bound(g0, "batch_size", true).value_or(2) >= 2) {
     prompts.push_back({});
@@ -393,6 +471,19 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     ort_result = nlohmann::json::parse(read_text_file(scratch / "result.json"));
     runtime::warn_if_untested("onnxruntime", ort_result.value("ort_version", "?"), runtime::kTestedOnnxRuntime);
     for (size_t i = 0; i < runs.size(); ++i) runs[i].actual = io::load_safetensors(scratch / fmt::format("out{}.safetensors", i));
+  } else if (step_runtime) {
+    open_s = 0;  // the runtime's own load (compile) time, not the manifest read
+    std::map<const ArtifactComponent*, std::unique_ptr<runtime::StepRunner>> runners;
+    for (auto& r : runs) {
+      auto& runner = runners[r.comp];
+      if (!runner) {
+        const auto t0 = Clock::now();
+        runner = backend.make_runner(*r.comp, opt.runtime);
+        open_s += seconds_since(t0);
+      }
+      if (r.prefix) runner->run(*r.prefix);
+      r.actual = runner->run(r.inputs);
+    }
   } else {
     std::map<const ArtifactComponent*, std::unique_ptr<runtime::Executor>> execs;
     for (auto& r : runs) {
@@ -404,23 +495,27 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   for (auto& r : runs) {
     Diff d;
     for (const auto& [name, t] : r.expected) {
+      if (r.stateful && name.starts_with("present.")) continue;
       if (!r.actual.count(name)) {
         d.mismatched += 1;
         d.worst = name + " (missing)";
         continue;
       }
-      accumulate(d, name, r.actual.at(name), t, atol);
+      accumulate(d, name, r.actual.at(name), t, atol_for(r.comp->role));
     }
     const std::string label = fmt::format("numbers: {} / {} (batch {}, seq {}, past {})", r.comp->role, r.sc.name, r.sc.batch,
                                           r.sc.seq, r.sc.past);
-    CheckResult c{label, d.mismatched == 0, "", tol_numbers, {}};
+    CheckResult c{label, d.mismatched == 0, "", tol_numbers(r.comp->role), {}};
     c.measured = {{"max_abs", std::isfinite(d.max_abs) ? json(d.max_abs) : json("inf")}, {"mean_abs", d.mean_abs},
                   {"mismatched", d.mismatched}, {"elements", d.total}};
     c.detail = fmt::format("max abs {:.3g}, mean abs {:.3g}, {} of {} elements over tolerance", d.max_abs, d.mean_abs,
                            d.mismatched, d.total);
     if (!c.passed)
       c.detail += "; worst output " + d.worst + "; " +
-                  first_diverging_layer(r.refc->graph, r.comp->graph, r.inputs, art.cache.num_layers, atol);
+                  (step_runtime ? std::string("layer outputs are not exposed by the compiled model (`hfx verify --runtime "
+                                              "reference` localises the first diverging layer)")
+                                : first_diverging_layer(r.refc->graph, r.comp->graph, r.inputs, art.cache.num_layers,
+                                                        atol_for(r.comp->role)));
     add(std::move(c));
   }
 
@@ -453,11 +548,18 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     gen_s = ort_result["generate"]["total_s"].get<double>();
     first_step_s = ort_result["generate"]["cold_start_s"].get<double>();
   } else {
-    auto art_runners = runners([&](const std::string& role) -> const ir::Graph* {
-      for (const auto& c : art.components)
-        if (c.role == role) return &c.graph;
-      return nullptr;
-    });
+    decltype(ref_runners) art_runners;
+    if (step_runtime) {  // the runtime's own runners over the files
+      const bool split = art.components.size() > 1;
+      art_runners.first = backend.make_runner(art.component(split ? "prefill" : ""), opt.runtime);
+      art_runners.second = split ? backend.make_runner(art.component("decode"), opt.runtime) : nullptr;
+    } else {
+      art_runners = runners([&](const std::string& role) -> const ir::Graph* {
+        for (const auto& c : art.components)
+          if (c.role == role) return &c.graph;
+        return nullptr;
+      });
+    }
     const auto t0 = Clock::now();
     bool first = true;
     actual_tokens = runtime::generate(*art_runners.first, art_runners.second ? *art_runners.second : *art_runners.first,
@@ -494,12 +596,26 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       c.detail = fmt::format("onnxruntime {}: {}", ort_result.value("ort_version", "?"), fmt::join(parts, ", "));
       c.measured = p;
     } else {
-      std::map<std::string, int> ops;
+      // Merged over the components: op (or compiled layer) -> where / in what precision -> count.
+      Backend::Placement all;
       for (const auto& comp : art.components)
-        for (const auto& n : comp.graph.nodes()) ++ops[n.op];
-      std::vector<std::string> parts;
-      for (const auto& [op, n] : ops) parts.push_back(fmt::format("{} x{}", op, n));
-      c.detail = fmt::format("reference executor kernels: {}", fmt::join(parts, ", "));
+        for (const auto& [op, where] : backend.placement(comp, opt.runtime))
+          for (const auto& [w, n] : where) all[op][w] += n;
+      std::vector<std::string> parts, reduced;
+      for (const auto& [op, where] : all)
+        for (const auto& [w, n] : where) {
+          parts.push_back(step_runtime ? fmt::format("{} x{} in {}", op, n, w) : fmt::format("{} x{}", op, n));
+          if (w == "bf16" || w == "f16") reduced.push_back(op);
+        }
+      if (step_runtime) {
+        // f32 inference was asked (INFERENCE_PRECISION_HINT): a layer in bf16/f16 would break the gate.
+        c.tolerance = "every compiled layer runs in f32 or an integer type (no bf16/f16 inference)";
+        c.passed = reduced.empty() && !all.empty();
+        c.detail = fmt::format("{} CPU plugin: {}", opt.runtime, fmt::join(parts, ", "));
+      } else {
+        c.detail = fmt::format("reference executor kernels: {}", fmt::join(parts, ", "));
+      }
+      for (const auto& [op, where] : all) c.measured[op] = where;
     }
     add(std::move(c));
   }

@@ -15,7 +15,7 @@
 namespace hfx::pipeline {
 
 struct VerifyOptions {
-  std::string runtime = "reference";  // reference | onnxruntime
+  std::string runtime = "reference";  // reference | onnxruntime | openvino (pipeline/backend.h's runtimes)
   int64_t tokens = 64;                // greedy tokens compared
   bool reexport = true;               // re-export into a temporary folder and compare bytes
   bool full_shape_matrix = true;      // false: two shapes only (the check `hfx export` runs)

@@ -196,6 +196,64 @@ std::vector<float> dequantize_blockwise(const uint8_t* data, const float* scales
   return w;
 }
 
+namespace {
+
+// Element i of a row-major buffer of `bits`-bit values (4: two per byte, even i in the low nibble).
+int get_value(const std::vector<uint8_t>& v, size_t i, int bits) {
+  return bits == 8 ? v[i] : (v[i / 2] >> (4 * (i % 2))) & 0xF;
+}
+void put_value(std::vector<uint8_t>& v, size_t i, int bits, int x) {
+  if (bits == 8) {
+    v[i] = uint8_t(x);
+  } else {
+    const int shift = 4 * int(i % 2);
+    v[i / 2] = uint8_t((v[i / 2] & ~(0xF << shift)) | ((x & 0xF) << shift));
+  }
+}
+
+}  // namespace
+
+Quantized relayout(const Quantized& q, int64_t K, int64_t N, int bits, int64_t block, bool symmetric, Layout to) {
+  if (to == Layout::MatMulNBits) return q;
+  Quantized out;
+  const auto count = [&](int64_t n) { return size_t(bits == 4 ? (n + 1) / 2 : n); };
+  if (block == 0) {  // per channel (int8, data [K, N] already signed when symmetric)
+    HFX_CHECK(bits == 8, "relayout: per channel with {} bits", bits);
+    if (to == Layout::BlockedKN) return q;
+    out.data.resize(size_t(K * N));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) out.data[size_t(n * K + k)] = q.data[size_t(k * N + n)];
+    out.scales = q.scales;
+    out.zero_points = q.zero_points;
+    return out;
+  }
+  const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
+  if (to == Layout::BlockedNK && kb > 1 && K % block != 0)
+    bad_input("K = {} is not a multiple of the block size {}: OpenVINO's compressed weights take whole groups "
+              "(choose a block that divides K)", K, block);
+  const int mid = 1 << (bits - 1);
+  // Index of element (k, n) and of block (b, n) in the new layout.
+  auto at = [&](int64_t k, int64_t n) { return to == Layout::BlockedKN ? k * N + n : n * K + k; };
+  auto at_block = [&](int64_t b, int64_t n) { return to == Layout::BlockedKN ? b * N + n : n * kb + b; };
+  out.data.assign(count(K * N), 0);
+  out.scales.assign(size_t(N * kb), 0.f);
+  if (!symmetric) out.zero_points.assign(count(N * kb), 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < kb; ++b) {
+      out.scales[size_t(at_block(b, n))] = q.scales[size_t(n * kb + b)];
+      if (!symmetric) {
+        const uint8_t z = q.zero_points[size_t(n * zb + b * bits / 8)];
+        put_value(out.zero_points, size_t(at_block(b, n)), bits, bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF);
+      }
+      const size_t src = size_t((n * kb + b) * blob) * (bits == 8 ? 1 : 2);  // element index in q.data
+      for (int64_t k = b * block; k < std::min(K, (b + 1) * block); ++k) {
+        const int v = get_value(q.data, src + size_t(k - b * block), bits);
+        put_value(out.data, size_t(at(k, n)), bits, symmetric ? v - mid : v);  // signed: two's complement bits
+      }
+    }
+  return out;
+}
+
 Quantized quantize_per_channel_int8(const float* w, int64_t K, int64_t N, bool symmetric, DType scale_dtype) {
   Quantized out;
   out.data.assign(size_t(K * N), 0);

@@ -19,6 +19,10 @@
 //     rint(v / scale), -127, 127); asym uint8: scale = (max' - min') / 255, zp = clamp(rint(-min' /
 //     scale), 0, 255), q = clamp(rint(v / scale) + zp, 0, 255); rint rounds halves to even. A column
 //     of zeros gets scale 1.
+// The same numbers in standard layouts (relayout()): DequantizeLinear blocked along K over [K, N]
+// (ONNX portable profile; the layout onnxruntime's QDQ quantizer writes) and OpenVINO's compressed
+// weights [N, K / block, block] (as NNCF writes them). There symmetric values are signed (q - 2^(bits-1),
+// no zero point) and asymmetric ones unsigned with zero points of the data's type.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +67,14 @@ struct PrecisionSpec {
 // Parses `--dtype`: f32, f16, bf16 (also float32, float16, bfloat16). BadInput otherwise.
 DType parse_dtype(const std::string& text);
 
+// Where the quantized values of W[K, N] go.
+enum class Layout {
+  MatMulNBits,  // blockwise: see above; per channel: data [K, N], scales [N], zero points [N]
+  BlockedKN,    // ONNX DequantizeLinear(axis 0, block_size): data [K, N], scales and zero points [k_blocks, N]
+  BlockedNK,    // OpenVINO: data [N, k_blocks, block] ([N, K] when one block covers K, and per channel),
+                // scales and zero points [N, k_blocks, 1] ([N, 1])
+};
+
 struct Quantized {
   std::vector<uint8_t> data;         // blockwise: [N, k_blocks, blob]; per channel: [K, N] int8/uint8
   std::vector<float> scales;         // rounded to the stored scale dtype already
@@ -82,6 +94,12 @@ Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int
 // W[K, N] row major back from the blockwise layout (zero_points nullptr: 2^(bits-1)).
 std::vector<float> dequantize_blockwise(const uint8_t* data, const float* scales, const uint8_t* zero_points,
                                         int64_t K, int64_t N, int bits, int64_t block);
+
+// The blockwise (block > 0, MatMulNBits layout) or per-channel (block 0) result `q` of W[K, N] in layout
+// `to`: data packed two per byte for 4 bits (element 2i in the low nibble, row major in the new shape),
+// symmetric values made signed (i4 / i8 bytes), zero points (asymmetric) in the data's width. BlockedNK
+// with several blocks needs K to be a multiple of the block (BadInput otherwise).
+Quantized relayout(const Quantized& q, int64_t K, int64_t N, int bits, int64_t block, bool symmetric, Layout to);
 
 Quantized quantize_per_channel_int8(const float* w, int64_t K, int64_t N, bool symmetric, DType scale_dtype);
 

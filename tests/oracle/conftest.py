@@ -111,3 +111,11 @@ def pytest_sessionfinish(session, exitstatus):
     old = json.loads(out.read_text()) if out.exists() else {}
     old.update(_COVERAGE)
     out.write_text(json.dumps(old, indent=1, sort_keys=True))
+
+
+def hfx_has_openvino() -> bool:
+    """Whether this hfx was built with the OpenVINO backend (`hfx formats` says "available")."""
+    proc = run_hfx("formats", check=False)
+    lines = proc.stdout.splitlines()
+    status = next((lines[i + 1] for i, line in enumerate(lines[:-1]) if line == "openvino"), "")
+    return proc.returncode == 0 and status.split(":", 1)[-1].strip().startswith("available")

@@ -38,13 +38,14 @@ DType read_dtype(int32_t elem_type, const std::string& what) {
 }
 
 size_t checked_nbytes(const std::vector<int64_t>& dims, DType dtype, const std::string& what) {
-  uint64_t n = dtype_size(dtype);
+  uint64_t n = 1;
   for (int64_t d : dims) {
     if (d < 0) bad_input("{} has a negative dim {}", what, d);
     if (__builtin_mul_overflow(n, uint64_t(d), &n)) bad_input("{} is too large", what);
   }
-  if (n > uint64_t(SIZE_MAX)) bad_input("{} is too large", what);
-  return size_t(n);
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(n, uint64_t(dtype_size(dtype)), &bytes) || bytes > uint64_t(SIZE_MAX)) bad_input("{} is too large", what);
+  return dtype_nbytes(dtype, size_t(n));  // n elements; 4-bit types: ceil(n / 2), packed
 }
 
 uint64_t parse_u64(const std::string& s, const std::string& what) {
@@ -175,10 +176,14 @@ class Reader {
     if (t.has_raw_data() && t.raw_data().size() != nbytes)
       bad_input("raw_data has {} bytes; {} {} needs {}", t.raw_data().size(), dtype_name(dtype),
                 shape_str(fixed_shape(dims)), nbytes);
-    const size_t stored = t.has_raw_data() ? nbytes / std::max<size_t>(dtype_size(dtype), 1)
+    const size_t want = size_t(numel_of(dims));
+    // Typed fields hold one value per element (int32_data packs two 4-bit values per entry: not read).
+    const size_t stored = t.has_raw_data() ? want
                                            : size_t(std::max({t.float_data_size(), t.double_data_size(),
                                                               t.int64_data_size(), t.int32_data_size()}));
-    if (nbytes / std::max<size_t>(dtype_size(dtype), 1) != stored)
+    if (!t.has_raw_data() && dtype_bits(dtype) == 4)
+      unsupported("a {} tensor stored in int32_data (hfx reads packed 4-bit tensors from raw_data)", dtype_name(dtype));
+    if (want != stored)
       bad_input("the tensor stores {} values for {} {}", stored, dtype_name(dtype), shape_str(fixed_shape(dims)));
     Tensor value(dtype, dims);
     HFX_CHECK(value.nbytes() == nbytes, "tensor bytes {} vs {}", value.nbytes(), nbytes);
@@ -196,6 +201,7 @@ class Reader {
       case DType::I8: copy_field<int8_t>(t.int32_data(), numel, value, "int32_data"); break;
       case DType::U8: case DType::Bool: copy_field<uint8_t>(t.int32_data(), numel, value, "int32_data"); break;
       case DType::F16: case DType::BF16: copy_field<uint16_t>(t.int32_data(), numel, value, "int32_data"); break;
+      case DType::I4: case DType::U4: break;  // refused above
     }
     return ir::WeightRef::constant(std::move(value));
   }

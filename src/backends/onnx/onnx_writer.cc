@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/pipelined_file.h"
+#include "core/sha256.h"
 #include "core/tensor.h"
 
 namespace fs = std::filesystem;
@@ -39,6 +41,9 @@ constexpr DTypePair kDTypes[] = {
     {DType::I64, onnx::TensorProto_DataType_INT64},   {DType::I32, onnx::TensorProto_DataType_INT32},
     {DType::I16, onnx::TensorProto_DataType_INT16},   {DType::I8, onnx::TensorProto_DataType_INT8},
     {DType::U8, onnx::TensorProto_DataType_UINT8},    {DType::Bool, onnx::TensorProto_DataType_BOOL},
+    // INT4 = 22, UINT4 = 21 (onnx.proto since IR 10; the system's onnx headers predate them): packed
+    // two per byte, element 2i in the low nibble (the ONNX spec's raw_data layout).
+    {DType::I4, onnx::TensorProto_DataType(22)},      {DType::U4, onnx::TensorProto_DataType(21)},
 };
 
 // --- attributes -------------------------------------------------------------------------------
@@ -207,6 +212,33 @@ class OutFile {
   size_t written_ = 0;
 };
 
+// One weight into the external data file, hashed and queued while the writer thread writes the
+// previous blocks. Returns true when the queued bytes are the mapped source itself (the writer thread
+// then releases its pages once written).
+bool write_external(const ir::WeightRef& w, PipelinedFile& out) {
+  if (auto raw = w.raw_bytes()) {  // straight from the mapped checkpoint
+    out.write(*raw, [w] { w.release_source_pages(); });
+    return true;
+  }
+  if (w.streamable()) {  // blocks of whole rows, converted from the mapped source as they are queued
+    const int64_t rows = w.rows();
+    const size_t row = w.row_bytes();
+    if (row == 0) return false;
+    const int64_t step = onnx_block_rows(rows, row);
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+      const int64_t r1 = std::min(rows, r0 + step);
+      PipelinedFile::Buffer b = out.buffer(size_t(r1 - r0) * row);
+      w.write_rows(r0, r1, b.data.get(), row);
+      out.write(std::move(b));
+    }
+    return false;
+  }
+  auto tensor = std::make_shared<const Tensor>(w.materialize());  // kept until written
+  HFX_CHECK(tensor->nbytes() == w.nbytes(), "{} bytes for a tensor of {}", tensor->nbytes(), w.nbytes());
+  out.write({tensor->data(), tensor->nbytes()}, [tensor] {});
+  return false;
+}
+
 void add_external_entry(onnx::TensorProto& t, const std::string& key, const std::string& value) {
   auto* e = t.add_external_data();
   e->set_key(key);
@@ -335,11 +367,13 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   }
 
   // Initializers: small ones and constants inline, the rest streamed into one data file.
-  std::unique_ptr<OutFile> data;
+  std::unique_ptr<PipelinedFile> data;
   for (ir::ValueId id : graph.weights()) {
     const ir::Value& value = graph.value(id);
     const ir::WeightRef* w = graph.weight(id);
     HFX_CHECK(w, "weight value {} has no WeightRef", value.name);
+    bool release_later = false;  // the writer thread releases the source pages it writes from
+    bool reused = false;         // the bytes came from an earlier graph's file, not the checkpoint
     with_context("onnx: writing weight " + value.name, [&] {
       onnx::TensorProto* t = g->add_initializer();
       t->set_name(value.name);
@@ -350,40 +384,49 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
 
       if (!inline_data && !data) {
         result.data_path = out_dir / opts.data_file;
-        data = std::make_unique<OutFile>(result.data_path);
+        data = std::make_unique<PipelinedFile>(result.data_path, kOnnxInFlightBytes);
       }
       size_t offset = 0;
       if (!inline_data) {
-        offset = (data->written() + opts.alignment - 1) / opts.alignment * opts.alignment;
+        offset = (data->size() + opts.alignment - 1) / opts.alignment * opts.alignment;
         data->pad_to(offset);
       }
-      auto emit = [&](std::span<const uint8_t> bytes) {
+      if (inline_data) {
+        auto earlier = opts.written && !w->is_constant() ? opts.written->bytes(*w) : std::nullopt;
+        reused = earlier.has_value();
+        auto raw = earlier ? std::optional(earlier->bytes) : w->raw_bytes();
+        const Tensor tensor = raw ? Tensor() : w->materialize();
+        const std::span<const uint8_t> bytes = raw ? *raw : std::span<const uint8_t>(tensor.data(), tensor.nbytes());
         HFX_CHECK(bytes.size() == nbytes, "{} bytes for a tensor of {}", bytes.size(), nbytes);
-        if (inline_data)
-          t->set_raw_data(bytes.data(), bytes.size());
-        else
-          data->write(bytes.data(), bytes.size());
-      };
-      if (auto raw = w->raw_bytes()) {
-        emit(*raw);  // straight from the mapped checkpoint
+        t->set_raw_data(bytes.data(), bytes.size());
+        if (opts.written) opts.written->add_inline(*w, bytes);
+      } else if (auto earlier = opts.written ? opts.written->bytes(*w) : std::nullopt) {
+        // Written by an earlier graph of this export (prefill before decode): copied from that file,
+        // whose pages leave our resident set once written, not read from the checkpoint again.
+        reused = true;
+        const size_t at = earlier->map ? size_t(earlier->bytes.data() - earlier->map->data()) : 0;
+        data->write(earlier->bytes, [e = *earlier, at] {
+          if (e.map) e.map->release(at, e.bytes.size());
+        });
       } else {
-        Tensor tensor = w->materialize();  // dropped at the end of this weight
-        emit({tensor.data(), tensor.nbytes()});
+        release_later = write_external(*w, *data);
       }
       if (!inline_data) {
         t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
         add_external_entry(*t, "location", opts.data_file);
         add_external_entry(*t, "offset", std::to_string(offset));
         add_external_entry(*t, "length", std::to_string(nbytes));
+        if (opts.written) opts.written->add(*w, result.data_path, offset);
       }
     });
-    w->release_source_pages();
+    if (!reused) result.source_bytes_read += int64_t(w->source_bytes());
+    if (!release_later) w->release_source_pages();
     ++result.num_weights;
     if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));
   }
   if (data) {
-    result.data_bytes = int64_t(data->written());
-    data->close();
+    result.data_bytes = int64_t(data->size());
+    result.data_sha256 = data->finish();
   }
 
   // Deterministic serialization (map fields and unknown fields in a fixed order).
@@ -401,6 +444,9 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   OutFile out(result.model_path);
   out.write(bytes.data(), bytes.size());
   out.close();
+  Sha256 sha;
+  sha.update({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  result.model_sha256 = sha.hex_digest();
   return result;
 }
 

@@ -3,6 +3,7 @@
 // time, so models far above protobuf's 2 GB limit export with a small .onnx file.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -13,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "ir/graph.h"
+#include "ir/written_weights.h"
 
 namespace onnx {
 class NodeProto;
@@ -30,6 +32,9 @@ struct OnnxWriteOptions {
   // Progress: called after each weight with increments (1, bytes of that tensor), so it can feed
   // Progress::advance directly. May be empty.
   std::function<void(int64_t tensors, int64_t bytes)> on_weight_written;
+  // When set, every external weight's location is recorded there (a later writer of the same export
+  // maps those bytes instead of reading the checkpoint again).
+  ir::WrittenWeights* written = nullptr;
 };
 
 struct OnnxWriteResult {
@@ -37,7 +42,21 @@ struct OnnxWriteResult {
   std::filesystem::path data_path;  // empty when every weight was small enough to go inline
   int64_t num_weights = 0;          // initializers written (inline + external)
   int64_t data_bytes = 0;           // size of the external data file, padding included
+  int64_t source_bytes_read = 0;    // checkpoint bytes read to write the weights
+  // sha256 (hex) of the files as written, hashed on the way out so the manifest need not re-read them.
+  std::string model_sha256, data_sha256;
 };
+
+// Bytes the external-data writer keeps queued for its writer thread (a weight is converted in blocks
+// of about kOnnxChunkBytes while the previous blocks are written); what streaming adds to peak memory.
+constexpr size_t kOnnxChunkBytes = size_t(1) << 20;
+constexpr size_t kOnnxInFlightBytes = size_t(4) << 20;
+// Rows per block of a streamed weight: about kOnnxChunkBytes, but at least 32 rows, so a transposed
+// block reads whole cache lines of its source.
+inline int64_t onnx_block_rows(int64_t rows, size_t row_bytes) {
+  const int64_t want = std::max<int64_t>(32, int64_t(kOnnxChunkBytes / std::max<size_t>(row_bytes, 1)));
+  return std::max<int64_t>(1, std::min(rows, want));
+}
 
 // Writes `out_dir`/model_file (and `out_dir`/data_file when any weight is external); `out_dir` is
 // created if needed. Weights (graph.weights(), in order) go inline as raw_data when they are

@@ -41,8 +41,48 @@ OutputVector lower_reciprocal(const LowerContext& c) {
   return {std::make_shared<op::v1::Divide>(op::v0::Constant::create(et, ov::Shape{}, {1}), c.input(0))};
 }
 
+// MatMul(a, Transpose(b[N, K], [1, 0])) becomes MatMul(a, b, transpose_b): OpenVINO's form for weights
+// stored [N, K] (the precision pass's compressed and f16 weights), which the CPU plugin turns into a
+// FullyConnected that decompresses the weights itself.
 OutputVector lower_matmul(const LowerContext& c) {
+  if (auto t = ov::as_type_ptr<op::v1::Transpose>(c.input(1).get_node_shared_ptr())) {
+    auto perm = ov::as_type_ptr<op::v0::Constant>(t->get_input_node_shared_ptr(1));
+    if (perm && t->get_input_partial_shape(0).rank() == 2 && perm->cast_vector<int64_t>() == std::vector<int64_t>{1, 0})
+      return {std::make_shared<op::v0::MatMul>(c.input(0), t->input_value(0), false, true)};
+  }
   return {std::make_shared<op::v0::MatMul>(c.input(0), c.input(1), false, false)};
+}
+
+// DequantizeLinear as OpenVINO's compressed-weight pattern (what NNCF writes): Convert(x) [-> Subtract(
+// Convert(zero point))] -> Multiply(scale), in the scale's type. Scales broadcast numpy-style, so a blocked
+// scale must have one block along `axis` (the precision pass's [N, K/block, block] groups and [N, K]
+// rows); a 1-D per-axis scale is unsqueezed to broadcast.
+OutputVector lower_dequantize_linear(const LowerContext& c) {
+  const auto& x = c.graph.value(c.node.inputs.at(0));
+  const auto& s = c.graph.value(c.node.inputs.at(1));
+  const int64_t rank = int64_t(x.shape.size());
+  int64_t axis = c.node.attr_int("axis", 1);
+  if (axis < 0) axis += rank;
+  const int64_t block = c.node.attr_int("block_size", 0);
+  const auto et = ov_element_type(s.dtype);
+  Output<ov::Node> scale = c.input(1), zp = c.has_input(2) ? c.input(2) : Output<ov::Node>();
+  const bool per_tensor = s.shape.empty() || (s.shape.size() == 1 && s.shape[0].is_fixed() && s.shape[0].value == 1);
+  if (block > 0) {
+    if (int64_t(s.shape.size()) != rank || axis < 0 || axis >= rank || !s.shape[size_t(axis)].is_fixed() ||
+        s.shape[size_t(axis)].value != 1)
+      unsupported("blocked DequantizeLinear with several blocks along axis {} (scale {}): the OpenVINO lowering "
+                  "takes one block per axis (groups as [.., blocks, block])", axis, shape_str(s.shape));
+  } else if (!per_tensor && rank > 1) {  // per axis: [D] -> [D, 1, ...] broadcasting from `axis`
+    std::vector<int64_t> axes;
+    for (int64_t i = axis + 1; i < rank; ++i) axes.push_back(i - axis);
+    if (!axes.empty()) {
+      scale = std::make_shared<op::v0::Unsqueeze>(scale, i64_const(axes));
+      if (zp.get_node()) zp = std::make_shared<op::v0::Unsqueeze>(zp, i64_const(axes));
+    }
+  }
+  Output<ov::Node> y = std::make_shared<op::v0::Convert>(c.input(0), et);
+  if (zp.get_node()) y = std::make_shared<op::v1::Subtract>(y, std::make_shared<op::v0::Convert>(zp, et));
+  return {std::make_shared<op::v1::Multiply>(y, scale)};
 }
 
 OutputVector lower_gather(const LowerContext& c) {
@@ -218,6 +258,8 @@ ov::element::Type ov_element_type(DType t) {
     case DType::I8: return ov::element::i8;
     case DType::U8: return ov::element::u8;
     case DType::Bool: return ov::element::boolean;
+    case DType::I4: return ov::element::i4;  // packed as hfx's: element 2i in the low nibble
+    case DType::U4: return ov::element::u4;
   }
   HFX_CHECK(false, "no OpenVINO type for dtype {}", int(t));
   return ov::element::dynamic;
@@ -252,6 +294,7 @@ const std::map<std::string, OvLowering>& ov_lowering_table() {
       {"Identity", lower_identity},
       // Linear algebra, indexing, reductions.
       {"MatMul", lower_matmul},
+      {"DequantizeLinear", lower_dequantize_linear},
       {"Gather", lower_gather},
       {"Softmax", lower_softmax},
       {"ReduceMean", reduce<op::v1::ReduceMean>()},

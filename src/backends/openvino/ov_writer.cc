@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <streambuf>
 
 #include "backends/openvino/ov_lowering.h"
@@ -191,6 +192,7 @@ OvWriteResult write_openvino(const ir::Graph& graph, const fs::path& out_dir, co
     size_t offset;
   };
   std::vector<Deferred> deferred;
+  std::set<std::shared_ptr<const MappedFile>> reused_maps;
   for (ir::ValueId id : graph.weights()) {
     const ir::Value& value = graph.value(id);
     const ir::WeightRef* w = graph.weight(id);
@@ -199,7 +201,20 @@ OvWriteResult write_openvino(const ir::Graph& graph, const fs::path& out_dir, co
       const auto et = ov_element_type(w->dtype());
       const auto shape = static_shape(w->shape());
       std::shared_ptr<ov::op::v0::Constant> c;
-      if (w->is_constant() || w->nbytes() <= kInMemoryLimit) {
+      std::optional<ir::WrittenWeights::Bytes> reused;
+      if (opts.reuse) reused = opts.reuse->bytes(*w);
+      if (!reused) result.source_bytes_read += int64_t(w->source_bytes());
+      if (reused) {
+        // From what an earlier writer of this export wrote: zero copy from its mapped file (kept alive
+        // by the constant), or a copy of a small tensor it stored inline.
+        if (w->nbytes() <= kInMemoryLimit) {
+          c = std::make_shared<ov::op::v0::Constant>(et, shape, reused->bytes.data());
+        } else {
+          c = std::make_shared<ov::op::v0::Constant>(et, shape, reused->bytes.data(), std::const_pointer_cast<void>(reused->owner));
+          if (reused->map) reused_maps.insert(reused->map);
+        }
+        result.reused_bytes += int64_t(reused->bytes.size());
+      } else if (w->is_constant() || w->nbytes() <= kInMemoryLimit) {
         Tensor t = w->materialize();
         c = std::make_shared<ov::op::v0::Constant>(et, shape, t.data());
       } else if (auto raw = w->raw_bytes()) {
@@ -290,10 +305,17 @@ OvWriteResult write_openvino(const ir::Graph& graph, const fs::path& out_dir, co
   for (const auto& [key, value] : opts.metadata) model->set_rt_info(value, "hfx", key);
   if (opts.stateful) with_context("openvino: stateful", [&] { make_stateful(model); });
   model->validate_nodes_and_infer_types();
+  // Nodes built inside a lowering (and by the stateful rewrite) have no name of ours; OpenVINO would
+  // name them from a process-wide counter ("Multiply_1234"), so the XML would depend on what the
+  // process built before (`hfx verify` re-exports after loading models). Name them by position.
+  size_t unnamed = 0;
+  for (const auto& op : model->get_ordered_ops())
+    if (op->get_friendly_name() == op->get_name()) op->set_friendly_name(fmt::format("{}_{}", op->get_type_name(), unnamed++));
 
   auto release_all = [&] {
     for (ir::ValueId id : graph.weights()) graph.weight(id)->release_source_pages();
     if (scratch_map) scratch_map->release(0, scratch_map->size());
+    for (const auto& map : reused_maps) map->release(0, map->size());
   };
   try {
     std::ofstream xml(result.xml_path, std::ios::binary);

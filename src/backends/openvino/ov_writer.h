@@ -20,6 +20,7 @@
 #include <string>
 
 #include "ir/graph.h"
+#include "ir/written_weights.h"
 
 namespace hfx::openvino_backend {
 
@@ -29,6 +30,9 @@ struct OvWriteOptions {
   bool stateful = false;
   // Progress: called after each weight with increments (1, bytes of that tensor). May be empty.
   std::function<void(int64_t tensors, int64_t bytes)> on_weight_written;
+  // Weights an earlier writer of the same export wrote (ONNX's external data): their Constants map
+  // those bytes instead of reading and transforming the checkpoint tensor again.
+  ir::WrittenWeights* reuse = nullptr;
 };
 
 struct OvWriteResult {
@@ -36,6 +40,8 @@ struct OvWriteResult {
   std::filesystem::path bin_path;
   int64_t num_weights = 0;
   int64_t bin_bytes = 0;
+  int64_t source_bytes_read = 0;  // checkpoint bytes read (weights not found in `reuse`)
+  int64_t reused_bytes = 0;       // weight bytes taken from `reuse`
 };
 
 // Writes `out_dir`/model_file and its .bin. Throws Unsupported for an op without a lowering (before

@@ -30,20 +30,37 @@ DType hfx_type(const ov::element::Type& t, const std::string& name) {
   unsupported("openvino runner: output {} is {}", name, t.to_string());
 }
 
+// f32 throughout: compute, KV cache, and no dynamic quantization (by default the CPU plugin rounds the
+// activations of FullyConnected layers with compressed u4/i4/u8/i8 weights to int8 in groups).
+ov::AnyMap f32_config() {
+  return ov::AnyMap{ov::hint::inference_precision(ov::element::f32), ov::hint::kv_cache_precision(ov::element::f32),
+                    ov::hint::dynamic_quantization_group_size(0)};
+}
+
+[[noreturn]] void compile_failed(const std::filesystem::path& xml, const ov::Exception& e) {
+  std::string msg = e.what();
+  if (auto nl = msg.rfind('\n', msg.size() > 1 ? msg.size() - 2 : 0); nl != std::string::npos) msg = msg.substr(nl + 1);
+  fail(ErrorKind::Io, "{}: OpenVINO cannot compile it: {}", xml.string(), msg);
+}
+
+std::string port_sig(const ov::Output<const ov::Node>& port) {
+  std::vector<std::string> dims;
+  const auto& shape = port.get_partial_shape();
+  if (shape.rank().is_dynamic()) return port.get_element_type().to_string() + "[...]";
+  for (const auto& d : shape) dims.push_back(d.is_static() ? std::to_string(d.get_length()) : "?");
+  return fmt::format("{}[{}]", port.get_element_type().to_string(), fmt::join(dims, ","));
+}
+
 class OpenVinoRunner final : public StepRunner {
  public:
   OpenVinoRunner(const std::filesystem::path& xml, const std::string& device) : xml_(xml) {
     warn_if_untested("OpenVINO", ov::get_openvino_version().buildNumber, kTestedOpenVino);
     try {
       ov::Core core;
-      compiled_ = core.compile_model(xml.string(), device,
-                                     ov::AnyMap{ov::hint::inference_precision(ov::element::f32),
-                                                ov::hint::kv_cache_precision(ov::element::f32)});
+      compiled_ = core.compile_model(xml.string(), device, f32_config());
       request_ = compiled_.create_infer_request();
     } catch (const ov::Exception& e) {
-      std::string msg = e.what();
-      if (auto nl = msg.rfind('\n', msg.size() > 1 ? msg.size() - 2 : 0); nl != std::string::npos) msg = msg.substr(nl + 1);
-      fail(ErrorKind::Io, "{}: OpenVINO cannot compile it: {}", xml.string(), msg);
+      compile_failed(xml, e);
     }
     for (const auto& in : compiled_.inputs()) {
       const std::string name = in.get_any_name();
@@ -100,6 +117,37 @@ class OpenVinoRunner final : public StepRunner {
 
 std::unique_ptr<StepRunner> make_openvino_runner(const std::filesystem::path& xml, const std::string& device) {
   return std::make_unique<OpenVinoRunner>(xml, device);
+}
+
+OpenVinoSignature openvino_signature(const std::filesystem::path& xml) {
+  OpenVinoSignature sig;
+  try {
+    std::shared_ptr<const ov::Model> model = ov::Core().read_model(xml.string());
+    for (const auto& in : model->inputs()) sig.inputs.emplace_back(in.get_any_name(), port_sig(in));
+    for (const auto& out : model->outputs()) sig.outputs.emplace_back(out.get_any_name(), port_sig(out));
+  } catch (const ov::Exception& e) {
+    compile_failed(xml, e);
+  }
+  return sig;
+}
+
+std::map<std::string, std::map<std::string, int>> openvino_exec_summary(const std::filesystem::path& xml) {
+  std::map<std::string, std::map<std::string, int>> summary;
+  try {
+    ov::Core core;
+    auto compiled = core.compile_model(xml.string(), "CPU", f32_config());
+    for (const auto& node : compiled.get_runtime_model()->get_ops()) {
+      const auto& rt = node->get_rt_info();
+      auto text = [&](const char* key) {
+        auto it = rt.find(key);
+        return it == rt.end() ? std::string("?") : it->second.as<std::string>();
+      };
+      ++summary[text("layerType")][text("runtimePrecision")];
+    }
+  } catch (const ov::Exception& e) {
+    compile_failed(xml, e);
+  }
+  return summary;
 }
 
 }  // namespace hfx::runtime

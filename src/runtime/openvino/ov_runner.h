@@ -8,6 +8,9 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
+#include <utility>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -16,5 +19,16 @@
 namespace hfx::runtime {
 
 std::unique_ptr<StepRunner> make_openvino_runner(const std::filesystem::path& xml, const std::string& device = "CPU");
+
+// The I/O of an IR as written (ov::Core::read_model, nothing compiled): per port its name and
+// "dtype[d0,d1,...]" with "?" for a dynamic dimension, in the model's order.
+struct OpenVinoSignature {
+  std::vector<std::pair<std::string, std::string>> inputs, outputs;
+};
+OpenVinoSignature openvino_signature(const std::filesystem::path& xml);
+
+// What the CPU plugin compiled (f32 hints as the runner): layer type -> runtime precision -> count,
+// from the compiled model's execution graph.
+std::map<std::string, std::map<std::string, int>> openvino_exec_summary(const std::filesystem::path& xml);
 
 }  // namespace hfx::runtime

@@ -1,0 +1,44 @@
+#include "ir/written_weights.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace hfx::ir {
+
+// The description names the source tensors and each transform in order; dtype and shape make equal
+// keys mean equal bytes even for transforms whose description is terse (reshape, quantized parts).
+std::string WrittenWeights::key(const WeightRef& w) {
+  return fmt::format("{}|{}|{}", w.describe(), dtype_name(w.dtype()), fmt::join(w.shape(), "x"));
+}
+
+void WrittenWeights::add(const WeightRef& w, std::filesystem::path file, size_t offset) {
+  if (w.is_constant()) return;  // constants are small and held in memory anyway
+  locations_.insert_or_assign(key(w), Location{std::move(file), offset, w.nbytes()});
+}
+
+void WrittenWeights::add_inline(const WeightRef& w, std::span<const uint8_t> bytes) {
+  if (w.is_constant()) return;
+  inline_.insert_or_assign(key(w), std::make_shared<const std::vector<uint8_t>>(bytes.begin(), bytes.end()));
+}
+
+std::optional<WrittenWeights::Location> WrittenWeights::find(const WeightRef& w) const {
+  if (w.is_constant()) return std::nullopt;
+  auto it = locations_.find(key(w));
+  if (it == locations_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<WrittenWeights::Bytes> WrittenWeights::bytes(const WeightRef& w) {
+  if (w.is_constant()) return std::nullopt;
+  if (auto it = inline_.find(key(w)); it != inline_.end()) return Bytes{{it->second->data(), it->second->size()}, it->second, nullptr};
+  auto loc = find(w);
+  if (!loc) return std::nullopt;
+  auto& map = maps_[loc->file];
+  if (!map) map = MappedFile::open(loc->file);
+  HFX_CHECK(loc->offset + loc->nbytes <= map->size(), "{}: weight {} at {}+{} is past the end of the file ({} bytes)",
+            loc->file.string(), w.describe(), loc->offset, loc->nbytes, map->size());
+  return Bytes{{map->data() + loc->offset, loc->nbytes}, map, map};
+}
+
+}  // namespace hfx::ir

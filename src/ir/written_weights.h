@@ -1,0 +1,51 @@
+// Where one export has already written each weight's bytes. `hfx export --format onnx,openvino`
+// writes ONNX first; its writer records every external tensor here (data file, offset, size, keyed
+// by the WeightRef's description, which names its source tensors and every transform), and the
+// OpenVINO writer maps those bytes (or takes the copy of a small inline one) instead of reading the checkpoint and transforming the tensor a
+// second time. So one invocation reads each checkpoint weight once, whatever number of formats it
+// writes (ExportResult::source_bytes_read shows it).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/mapped_file.h"
+#include "ir/weight.h"
+
+namespace hfx::ir {
+
+class WrittenWeights {
+ public:
+  struct Location {
+    std::filesystem::path file;
+    size_t offset = 0, nbytes = 0;
+  };
+  // Records that `w`'s bytes are at `file`[offset, offset + w.nbytes()) once the writer closes it.
+  void add(const WeightRef& w, std::filesystem::path file, size_t offset);
+  // Keeps a copy of a small weight the writer stored inline (ONNX: at most 1 KiB, in the protobuf).
+  void add_inline(const WeightRef& w, std::span<const uint8_t> bytes);
+  std::optional<Location> find(const WeightRef& w) const;
+  // The bytes of an earlier-written weight, mapped read-only (each file mapped once), with the map
+  // that keeps them valid; nullopt when no earlier writer wrote `w`.
+  struct Bytes {
+    std::span<const uint8_t> bytes;
+    std::shared_ptr<const void> owner;        // keeps `bytes` valid: the map, or the inline copy
+    std::shared_ptr<const MappedFile> map;    // the file's map (nullptr for an inline copy)
+  };
+  std::optional<Bytes> bytes(const WeightRef& w);
+  size_t size() const { return locations_.size(); }
+
+ private:
+  static std::string key(const WeightRef& w);
+  std::map<std::string, Location> locations_;
+  std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>> inline_;
+  std::map<std::filesystem::path, std::shared_ptr<const MappedFile>> maps_;
+};
+
+}  // namespace hfx::ir

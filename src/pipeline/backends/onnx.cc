@@ -1,0 +1,183 @@
+// The ONNX backend as a unit: `ort` or `portable` lowering (docs/onnx_profiles.md), the writer
+// (backends/onnx), the built-in check (verify_export on two shapes and 8 greedy tokens), and its
+// runtimes: hfx's reference executor over the graphs read back, and ONNX Runtime (through the python
+// driver `hfx verify` uses; ONNX Runtime's wheel ships no C/C++ headers).
+#include <fmt/format.h>
+
+#include "backends/onnx/onnx_writer.h"
+#include "backends/onnx/ort_profile.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/progress.h"
+#include "passes/pass.h"
+#include "passes/precision.h"
+#include "pipeline/backend.h"
+#include "pipeline/backends/common.h"
+#include "pipeline/manifest.h"
+#include "pipeline/verify.h"
+#include "runtime/tested_runtimes.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::pipeline {
+
+namespace {
+
+class OnnxBackend final : public Backend {
+ public:
+  BackendInfo info() const override {
+    BackendInfo i;
+    i.name = "onnx";
+    i.status = "available (ai.onnx opset 21, IR 10)";
+    i.files = "onnx/model.onnx + model.onnx_data (or prefill.onnx + decode.onnx), genai_config.json with --onnx-profile ort";
+    i.options = {
+        {"--onnx-profile ort|portable", "onnx_profile",
+         "portable (default): standard ops only; ort: com.microsoft GroupQueryAttention, packed QKV, "
+         "SkipSimplifiedLayerNormalization and genai_config.json for onnxruntime-genai"},
+        {"--split-prefill", "split_prefill", "prefill.onnx + decode.onnx instead of one decoder graph"},
+        {"--static-cache --max-cache-len N", "static_cache, max_cache_len", "fixed-size KV buffers updated in place"},
+        {"--dtype f32|f16|bf16", "dtype", "weight dtype"},
+        {"--quantize int4|int8[:block=N|:channel][:sym|:asym][:accuracy=N]", "quantize",
+         "weight-only quantization: portable: DequantizeLinear (INT4/UINT4/INT8/UINT8, blocked) + MatMul; ort: MatMulNBits"},
+        {"--dim NAME=MIN:MAX, --dynamic", "dims, dynamic", "the shape contract's bounds"},
+    };
+    i.runtimes = {"reference", "onnxruntime"};
+    i.tested = fmt::format("onnxruntime {} (CPU), onnxruntime-genai {} (--onnx-profile ort), hfx's reference executor",
+                           runtime::kTestedOnnxRuntime, runtime::kTestedOnnxRuntimeGenai);
+    return i;
+  }
+
+  std::vector<std::string> passes() const override { return {"decompose-composites", "fold-weight-transforms"}; }
+
+  void write_component(const tasks::Component& c, ExportJob& job) const override {
+    const LoadedModel& m = job.model;
+    std::vector<std::string> passes_run;
+    // --onnx-profile ort: ONNX Runtime's fused ops first, where the model allows them.
+    std::optional<ir::Graph> fused;
+    std::string profile = job.recipe.onnx_profile_for(c.role);
+    // Quantized Linear layers follow the requested profile even where attention falls back: ONNX
+    // Runtime runs MatMulNBits for the ort profile whatever the attention is (and `hfx verify` builds
+    // its reference from the recipe's profile).
+    const std::string requested = profile;
+    std::string fallback;
+    if (profile == "ort" && !m.model) {
+      profile = "portable";
+      fallback = fmt::format("onnx profile ort: {} is an encoder; written with the portable profile (the fused lowering "
+                             "covers decoders)", m.summary().model_type);
+    } else if (profile == "ort") {
+      auto blockers = passes::ort_profile_blockers(c.graph);
+      if (blockers.empty()) {
+        const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
+        fused = with_context(c.role + ": pass ort-contrib-ops", [&] { return passes::ort_contrib_ops(c.graph, {rows}); });
+        passes_run.push_back("ort-contrib-ops");
+      } else {
+        profile = "portable";
+        fallback = fmt::format("onnx profile ort: {} {} falls back to the portable profile: {}", m.summary().model_type,
+                               c.role, fmt::join(blockers, "; "));
+      }
+    }
+    if (!fallback.empty()) job.result.notes.push_back(fallback);
+    ir::Graph g = with_context(c.role, [&] {
+      return passes::run_pipeline(fused ? *fused : c.graph, passes(), &passes_run);
+    });
+    const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
+    if (!precision.is_default()) {
+      g = with_context(c.role, [&] { return passes::apply_precision(g, precision, passes::precision_target("onnx", requested)); });
+      passes_run.push_back("apply-precision");
+    }
+    const fs::path dir = job.staging / "onnx";
+    onnx_backend::OnnxWriteOptions wo;
+    wo.model_file = c.file_stem + ".onnx";
+    wo.data_file = c.file_stem + ".onnx_data";
+    wo.metadata = component_metadata(m, c, g);
+    wo.metadata["hfx.onnx_profile"] = profile;
+    wo.written = &job.written;
+    auto progress = weight_progress("onnx " + c.role, g);
+    wo.on_weight_written = [&](int64_t n, int64_t bytes) { progress->advance(n, bytes); };
+    auto written = with_context("onnx " + c.role, [&] { return onnx_backend::write_onnx(g, dir, wo); });
+    progress->finish();
+    job.result.weight_bytes_written += written.data_bytes;
+    // Hashed as they were written: the manifest does not read them back.
+    job.manifest.add_file_digest(fs::path("onnx") / wo.model_file, written.model_sha256, fs::file_size(written.model_path));
+    if (!written.data_path.empty())
+      job.manifest.add_file_digest(fs::path("onnx") / wo.data_file, written.data_sha256, uintmax_t(written.data_bytes));
+    job.result.source_bytes_read += written.source_bytes_read;
+    // The contract as written: the ort profile derives positions in the graph (no position_ids input).
+    tasks::Component contract{c.role, c.file_stem, c.graph, {}, c.outputs, c.shared_buffers};
+    for (const auto& in : c.inputs)
+      if (g.find(in.name) && std::find(g.inputs().begin(), g.inputs().end(), *g.find(in.name)) != g.inputs().end())
+        contract.inputs.push_back(in);
+    job.manifest.add_component(contract, "onnx", (fs::path("onnx") / wo.model_file).string(), passes_run);
+    job.manifest.add_onnx_profile(c.role, profile, fallback);
+    if (profile == "ort" && c.role == "decoder") {
+      onnx_backend::GenaiConfigInput gi;
+      gi.checkpoint = m.checkpoint.get();
+      gi.summary = m.summary();
+      gi.cache = m.model->cache();
+      gi.context_length = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
+      gi.model_file = wo.model_file;
+      gi.graph = &g;
+      write_text_file(dir / "genai_config.json", onnx_backend::genai_config(gi).dump(4) + "\n");
+    }
+  }
+
+  // A quick proof before the export is published: two shapes per component and 8 greedy tokens
+  // against the reference executor on the checkpoint. `hfx verify` runs the full matrix.
+  std::string check(ExportJob& job, const ExportOptions& opt) const override {
+    VerifyOptions vo;
+    vo.tokens = 8;
+    vo.reexport = false;
+    vo.full_shape_matrix = false;
+    std::vector<std::string> runtimes = {"reference"};
+    if (!opt.verify_runtime.empty() && opt.verify_runtime != "reference") runtimes.push_back(opt.verify_runtime);
+    size_t checks = 0;
+    for (const auto& rt : runtimes) {
+      vo.runtime = rt;
+      auto report = verify_export(job.staging, vo);
+      checks += report.checks.size();
+      for (const auto& c : report.checks)
+        if (!c.passed)
+          fail(ErrorKind::Mismatch,
+               "the export does not match its reference ({}): {}: {} (nothing was written; --no-verify skips this check)", rt,
+               c.name, c.detail);
+    }
+    return fmt::format("verified against the reference executor, artifact run on {}: {} checks passed", fmt::join(runtimes, ", "),
+                       checks);
+  }
+
+  std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
+    if (rt == "reference") return runtime::make_executor_runner(c.graph);
+    unsupported("onnx: the {} runtime runs through `hfx verify --runtime {}` (python driver), not as a step runner here", rt, rt);
+  }
+
+  Signature signature(const ArtifactComponent& c) const override {
+    auto ports = [&](const std::vector<ir::ValueId>& ids) {
+      std::vector<std::pair<std::string, std::string>> out;
+      for (auto id : ids) {
+        std::vector<std::string> dims;
+        for (const auto& d : c.graph.value(id).shape) dims.push_back(d.str());
+        out.emplace_back(c.graph.value(id).name, fmt::format("{}[{}]", dtype_name(c.graph.value(id).dtype), fmt::join(dims, ",")));
+      }
+      return out;
+    };
+    return {ports(c.graph.inputs()), ports(c.graph.outputs())};
+  }
+
+  // The reference executor runs every node with its own kernel; ONNX Runtime's placement comes from
+  // its profiler through `hfx verify --runtime onnxruntime`.
+  Placement placement(const ArtifactComponent& c, const std::string& rt) const override {
+    if (rt != "reference") unsupported("onnx: placement on {} is measured by its python driver", rt);
+    Placement p;
+    for (const auto& n : c.graph.nodes()) ++p[n.op]["reference"];
+    return p;
+  }
+};
+
+}  // namespace
+
+const Backend& onnx_format() {
+  static const OnnxBackend backend;
+  return backend;
+}
+
+}  // namespace hfx::pipeline

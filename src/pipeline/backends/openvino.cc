@@ -1,0 +1,176 @@
+// The OpenVINO backend as a unit (compiled only with the OpenVINO SDK): the IR after
+// decompose-composites-keep-attention (SDPA stays) and fold-weight-transforms, stateful for decoders
+// with a growing cache unless --stateless, written by ov::serialize (backends/openvino); the built-in
+// check runs 8 greedy tokens on OpenVINO's CPU plugin (runtime/openvino) against the reference
+// executor; the runtime driver is that same ov::Core runner.
+#include <fmt/format.h>
+
+#include "backends/openvino/ov_writer.h"
+#include "core/error.h"
+#include "passes/pass.h"
+#include "passes/precision.h"
+#include "pipeline/backend.h"
+#include "pipeline/backends/common.h"
+#include "pipeline/manifest.h"
+#include "runtime/openvino/ov_runner.h"
+#include "runtime/tested_runtimes.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::pipeline {
+
+namespace {
+
+// `openvino_model.xml` for the one graph (the name OpenVINO GenAI and optimum-intel load),
+// `openvino_<stem>_model.xml` for prefill/decode.
+std::string openvino_file(const tasks::Component& c) {
+  return c.file_stem == "model" ? "openvino_model.xml" : "openvino_" + c.file_stem + "_model.xml";
+}
+
+// Whether a component is written in the stateful layout: the past_key_values.* inputs and present.*
+// outputs become state, a `beam_idx` input reorders it.
+bool stateful(const Recipe& r, const tasks::Component& c) {
+  bool has_cache = false;
+  for (const auto& in : c.inputs) has_cache = has_cache || in.name.starts_with("past_key_values.");
+  if (!r.openvino_stateful || !has_cache) return false;
+  if (c.role != "decoder" || !c.shared_buffers.empty())
+    bad_input("openvino: the stateful layout needs one decoder graph with a growing cache, not the {} graph of "
+              "--split-prefill/--static-cache; add --stateless", c.role);
+  return true;
+}
+
+tasks::Component stateful_contract(const tasks::Component& c) {
+  tasks::Component s{c.role, c.file_stem, c.graph, {}, {}, {}};
+  for (const auto& in : c.inputs)
+    if (!in.name.starts_with("past_key_values.")) s.inputs.push_back(in);
+  s.inputs.push_back({"beam_idx", DType::I32, {Dim::sym("batch_size")}});
+  for (const auto& out : c.outputs)
+    if (!out.name.starts_with("present.")) s.outputs.push_back(out);
+  return s;
+}
+
+class OpenVinoBackend final : public Backend {
+ public:
+  BackendInfo info() const override {
+    BackendInfo i;
+    i.name = "openvino";
+    i.status = fmt::format("available (OpenVINO {}, ov::serialize, ops up to opset 16)", openvino_backend::openvino_version());
+    i.files = "openvino/openvino_model.xml + openvino_model.bin (openvino_<prefill|decode>_model.xml with --split-prefill)";
+    i.options = {
+        {"--stateless", "openvino_stateful",
+         "explicit past_key_values.*/present.* I/O instead of the stateful KV cache (ReadValue/Assign + beam_idx, OpenVINO "
+         "GenAI's layout); needed with --split-prefill, --static-cache"},
+        {"--split-prefill, --static-cache, --dim, --dynamic", "", "as for onnx"},
+        {"--dtype f16|bf16", "dtype", "Linear weights stored f16/bf16 (Constant -> Convert), computed in f32"},
+        {"--quantize int4|int8[:block=N|:channel][:sym|:asym]", "quantize",
+         "compressed weights (u4/i4/u8/i8 Constant -> Convert -> [Subtract zp] -> Multiply scale, groups of N)"},
+    };
+    i.runtimes = {"openvino"};
+    i.tested = fmt::format("openvino {0} (CPU, INFERENCE_PRECISION_HINT=f32, KV_CACHE_PRECISION=f32), openvino-genai {0} "
+                           "LLMPipeline (PA and SDPA attention backends)", runtime::kTestedOpenVino);
+    return i;
+  }
+
+  // Attention stays whole: it lowers to OpenVINO's ScaledDotProductAttention.
+  std::vector<std::string> passes() const override { return {"decompose-composites-keep-attention", "fold-weight-transforms"}; }
+
+  void write_component(const tasks::Component& c, ExportJob& job) const override {
+    std::vector<std::string> passes_run;
+    ir::Graph g = with_context(c.role, [&] {
+      return passes::run_pipeline(c.graph, passes(), &passes_run);
+    });
+    const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
+    if (!precision.is_default()) {
+      g = with_context(c.role, [&] { return passes::apply_precision(g, precision, passes::PrecisionTarget::OpenVino); });
+      passes_run.push_back("apply-precision");
+    }
+    openvino_backend::OvWriteOptions ow;
+    ow.model_file = openvino_file(c);
+    ow.metadata = component_metadata(job.model, c, g);
+    ow.stateful = stateful(job.recipe, c);
+    ow.reuse = &job.written;
+    auto progress = weight_progress("openvino " + c.role, g);
+    ow.on_weight_written = [&](int64_t n, int64_t bytes) { progress->advance(n, bytes); };
+    auto written = with_context("openvino " + c.role, [&] { return openvino_backend::write_openvino(g, job.staging / "openvino", ow); });
+    progress->finish();
+    job.result.weight_bytes_written += written.bin_bytes;
+    job.result.source_bytes_read += written.source_bytes_read;
+    job.manifest.add_component(ow.stateful ? stateful_contract(c) : c, "openvino", (fs::path("openvino") / ow.model_file).string(),
+                               passes_run);
+  }
+
+  // Decoders: greedy tokens from OpenVINO's CPU plugin in f32 equal the reference executor's on the
+  // checkpoint's graphs, for a left-padded batch of 2 when the contract allows it. Encoders are left
+  // to `hfx verify --runtime openvino` and tests/oracle/test_openvino.py.
+  std::string check(ExportJob& job, const ExportOptions&) const override {
+    const LoadedModel& m = job.model;
+    const Recipe& r = job.recipe;
+    if (!m.model) return "openvino: not checked (encoder; no decode loop; `hfx verify --runtime openvino` checks it)";
+    auto find = [&](const std::string& role) -> const tasks::Component* {
+      for (const auto& c : m.components)
+        if (c.role == role) return &c;
+      return nullptr;
+    };
+    const tasks::Component* first = find("prefill") ? find("prefill") : find("decoder");
+    const tasks::Component* next = find("decode");
+    HFX_CHECK(first, "no decoder component");
+    auto max_of = [&](const char* dim, int64_t fallback) {
+      auto it = r.task.dims.find(dim);
+      return it != r.task.dims.end() && it->second.max ? *it->second.max : fallback;
+    };
+    const auto geo = m.model->cache();
+    runtime::CacheSpec cache{geo.num_layers, geo.num_kv_heads, geo.head_dim, r.task.static_cache, r.task.max_cache_len};
+    const int64_t vocab = std::max<int64_t>(4, m.summary().vocab_size);
+    const int64_t len = std::max<int64_t>(1, std::min<int64_t>(7, max_of("sequence_length", 7)));
+    int64_t total = r.task.static_cache ? r.task.max_cache_len : max_of("total_sequence_length", INT64_MAX);
+    total = std::min(total, max_of("past_sequence_length", INT64_MAX - 1) + 1);
+    runtime::SamplingOptions so;
+    so.max_new_tokens = std::max<int64_t>(1, std::min<int64_t>(8, total - len));
+    so.eos_token_ids = m.summary().eos_token_ids;
+    so.pad_token_id = m.summary().pad_token_id.value_or(so.eos_token_ids.empty() ? 0 : so.eos_token_ids[0]);
+    std::vector<std::vector<int64_t>> prompts(max_of("batch_size", 2) >= 2 ? 2 : 1);
+    for (size_t b = 0; b < prompts.size(); ++b)
+      for (int64_t i = 0; i < (b == 0 ? len : std::max<int64_t>(1, len - 3)); ++i)
+        prompts[b].push_back(3 + (i * (b == 0 ? 37 : 53) + int64_t(b) * 11) % (vocab - 3));
+    auto ref_graph = [&](const tasks::Component* c) {  // the same weights and forms as the IR
+      return passes::apply_precision(c->graph, r.precision_for(c->role), passes::PrecisionTarget::OpenVino);
+    };
+    auto ref_first = runtime::make_executor_runner(ref_graph(first));
+    auto ref_next = next ? runtime::make_executor_runner(ref_graph(next)) : nullptr;
+    auto expected = runtime::generate(*ref_first, next ? *ref_next : *ref_first, cache, prompts, so);
+    const fs::path dir = job.staging / "openvino";
+    auto ov_first = runtime::make_openvino_runner(dir / openvino_file(*first));
+    auto ov_next = next ? runtime::make_openvino_runner(dir / openvino_file(*next)) : nullptr;
+    auto actual = runtime::generate(*ov_first, next ? *ov_next : *ov_first, cache, prompts, so);
+    if (actual != expected)
+      fail(ErrorKind::Mismatch,
+           "the openvino export does not match its reference: greedy tokens {} on OpenVINO, {} on the reference executor "
+           "(nothing was written; --no-verify skips this check)",
+           fmt::join(actual.at(0), ","), fmt::join(expected.at(0), ","));
+    return fmt::format("openvino: {} greedy tokens x {} rows on OpenVINO {} (CPU, f32) identical to the reference executor",
+                       so.max_new_tokens, prompts.size(), openvino_backend::openvino_version());
+  }
+
+  std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
+    HFX_CHECK(rt == "openvino", "openvino backend asked for runtime {}", rt);
+    return runtime::make_openvino_runner(c.file);
+  }
+
+  Signature signature(const ArtifactComponent& c) const override {
+    auto sig = runtime::openvino_signature(c.file);
+    return {sig.inputs, sig.outputs};
+  }
+
+  Placement placement(const ArtifactComponent& c, const std::string&) const override {
+    return runtime::openvino_exec_summary(c.file);
+  }
+};
+
+}  // namespace
+
+const Backend& openvino_format() {
+  static const OpenVinoBackend backend;
+  return backend;
+}
+
+}  // namespace hfx::pipeline
