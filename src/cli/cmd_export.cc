@@ -51,6 +51,7 @@ void register_export(CLI::App& app, Action& action) {
     std::string dtype = "f32", quantize;
     bool quantize_lm_head = false;
     std::string onnx_profile = "portable";
+    int64_t onnx_opset = 21;
   };
   auto s = std::make_shared<State>();
   auto* cmd = app.add_subcommand("export", "Export a checkpoint to one or more formats (atomic: all or nothing).");
@@ -74,6 +75,10 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_option("--onnx-profile", s->onnx_profile,
                   "onnx: `ort` (ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, genai_config.json; "
                   "falls back to portable per model; no left-padded batches) or `portable` (standard ops only, every contract)")
+      ->capture_default_str();
+  cmd->add_option("--onnx-opset", s->onnx_opset,
+                  "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are exact; "
+                  "the rest decomposed)")
       ->capture_default_str();
   cmd->add_flag("--split-prefill", s->split, "Write a prefill graph and a decode graph (query length 1) instead of one");
   cmd->add_flag("--static-cache", s->static_cache, "Fixed-length KV buffers written in place (needs --max-cache-len)");
@@ -104,7 +109,7 @@ void register_export(CLI::App& app, Action& action) {
       if (!s->recipe.empty()) {
         // A recipe fixes every option that shapes the output; flags on top would make it lie.
         for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic", "--stateless",
-                                 "--dtype", "--quantize", "--quantize-lm-head"})
+                                 "--dtype", "--quantize", "--quantize-lm-head", "--onnx-opset"})
           if (cmd->count(flag)) bad_input("{} cannot be combined with --recipe (the recipe fixes it)", flag);
         const std::string text = read_text_file(s->recipe);
         io::check_json_depth(text, s->recipe.string());  // printing a 100000-deep value would overflow the stack
@@ -127,6 +132,8 @@ void register_export(CLI::App& app, Action& action) {
         o.recipe.openvino_stateful = !s->stateless;
         pipeline::check_onnx_profile(s->onnx_profile, "--onnx-profile");
         o.recipe.onnx_profile = s->onnx_profile;
+        pipeline::check_onnx_opset(s->onnx_opset, "--onnx-opset");
+        o.recipe.onnx_opset = s->onnx_opset;
         for (const auto& d : s->dims) {
           auto [name, b] = parse_dim(d);
           o.recipe.task.dims[name] = b;

@@ -42,14 +42,22 @@ void write_text_file(const fs::path& path, const std::string& text) {
   if (!out) fail(ErrorKind::Io, "{}: cannot write", path.string());
 }
 
-std::string sha256_file(const fs::path& path) {
+std::string sha256_file(const fs::path& path) { return sha256_file(path, nullptr); }
+
+std::string sha256_file(const fs::path& path, const std::atomic<bool>* cancel) {
   // Read in chunks rather than map: hashing a multi-GB artifact must not count its pages in our RSS.
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) fail(ErrorKind::Io, "{}: cannot open: {}", path.string(), std::strerror(errno));
   Sha256 sha;
   std::vector<uint8_t> buf(size_t(1) << 20);  // small: it runs beside the export, on its own thread
   size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) sha.update({buf.data(), n});
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) {
+      std::fclose(f);
+      return {};
+    }
+    sha.update({buf.data(), n});
+  }
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   if (failed) fail(ErrorKind::Io, "{}: read error", path.string());

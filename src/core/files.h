@@ -1,6 +1,7 @@
 // File helpers: atomic output folders, whole-file reads, hashing.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <string>
 
@@ -9,6 +10,9 @@ namespace hfx {
 std::string read_text_file(const std::filesystem::path& path);
 void write_text_file(const std::filesystem::path& path, const std::string& text);
 std::string sha256_file(const std::filesystem::path& path);  // lower-case hex
+// The same, giving up (returning "") as soon as `*cancel` is set: for hashing on a background thread
+// that an error must not keep the process waiting for.
+std::string sha256_file(const std::filesystem::path& path, const std::atomic<bool>* cancel);
 
 // An output folder built next to its final place and renamed into it only on commit(). If the
 // object is destroyed without commit() (an error, an exception), the partial folder is removed, so a

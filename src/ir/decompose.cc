@@ -273,6 +273,37 @@ std::vector<ValueId> group_query_attention(Builder& b, const Node& n) {
   return {out, pk, pv};
 }
 
+// ONNX opset-23 RMSNormalization over the last axis (stash_type 1: f32): the RMSNorm Transformers computes.
+std::vector<ValueId> rms_normalization(Builder& b, const Node& n) {
+  HFX_CHECK(n.attr_int("axis", -1) == -1 && n.attr_int("stash_type", 1) == 1,
+            "{}: RMSNormalization over axis {} with stash_type {} (hfx emits -1 and 1)", n.name, n.attr_int("axis", -1),
+            n.attr_int("stash_type", 1));
+  return {b.add1("RMSNorm", {n.inputs[0], n.inputs[1]}, {{"epsilon", n.attr_float("epsilon", 1e-5)}})};
+}
+
+// ONNX opset-23 RotaryEmbedding on x[b,h,s,d] with cos/sin[b,s,r/2] (no position_ids), rotate-half
+// (interleaved=0) over the first r dims: the composite with the half tables repeated, as RopeCosSin
+// builds them (concat(freqs, freqs)).
+std::vector<ValueId> onnx_rotary_embedding(Builder& b, const Node& n) {
+  if (n.attr_int("interleaved", 0) != 0) unsupported("{}: RotaryEmbedding with interleaved=1", n.name);
+  const Dim half = b.graph().value(n.inputs[1]).shape.back();  // a copy: the value table may grow below
+  const int64_t r = n.attr_int("rotary_embedding_dim", 0);
+  HFX_CHECK(half.is_fixed() && (r == 0 || r == 2 * half.value), "{}: rotary_embedding_dim {} for tables of width {}", n.name,
+            r, half.str());
+  ValueId cos = b.concat({n.inputs[1], n.inputs[1]}, -1), sin = b.concat({n.inputs[2], n.inputs[2]}, -1);
+  return {b.add1("RotaryEmbedding", {n.inputs[0], cos, sin})};
+}
+
+// ONNX opset-23 Attention on 4-D q/k/v with an additive float mask: eager attention, the scores
+// soft-capped (softcap > 0) before the mask is added, as the ONNX spec and Gemma 2 order it.
+std::vector<ValueId> onnx_attention(Builder& b, const Node& n) {
+  HFX_CHECK(n.attr_int("is_causal", 0) == 0, "{}: Attention with is_causal=1 (hfx passes the causal mask)", n.name);
+  const double scale = n.attr_float("scale");
+  const double cap = n.attr_float("softcap", 0.0);
+  if (cap > 0) return {b.add1("SoftcapAttention", {n.inputs[0], n.inputs[1], n.inputs[2], n.inputs[3]}, {{"scale", scale}, {"softcap", cap}})};
+  return {b.add1("Attention", {n.inputs[0], n.inputs[1], n.inputs[2], n.inputs[3]}, {{"scale", scale}})};
+}
+
 }  // namespace
 
 void register_decompositions(std::vector<OpSchema>& table) {
@@ -288,6 +319,9 @@ void register_decompositions(std::vector<OpSchema>& table) {
       {"SimplifiedLayerNormalization", simplified_layer_norm},
       {"SkipSimplifiedLayerNormalization", skip_simplified_layer_norm},
       {"GroupQueryAttention", group_query_attention},
+      {"RMSNormalization", rms_normalization},
+      {"OnnxRotaryEmbedding", onnx_rotary_embedding},
+      {"OnnxAttention", onnx_attention},
   };
   for (auto& s : table)
     if (auto it = fns.find(s.name); it != fns.end()) s.decompose = it->second;

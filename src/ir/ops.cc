@@ -454,9 +454,15 @@ std::map<std::string, OpSchema> build_table() {
     return std::vector<Value>{{"", in(g, n, 0).dtype, in(g, n, 0).shape}, {"", in(g, n, 0).dtype, in(g, n, 0).shape}};
   }, true));
   t.push_back(make("GroupQueryAttention", 7, 9, 3, infer_group_query_attention, true));
+  // Target ops: ONNX opset-23 standard fused ops (passes/onnx_standard_ops.cc). Named apart from the
+  // composites they replace where ONNX reuses a composite's name with other inputs.
+  t.push_back(make("RMSNormalization", 2, 2, 1, same, true));
+  t.push_back(make("OnnxRotaryEmbedding", 3, 3, 1, same, true));
+  t.push_back(make("OnnxAttention", 4, 4, 1, infer_attention, true));
   for (auto& s : t)
     if (s.name == "SimplifiedLayerNormalization" || s.name == "SkipSimplifiedLayerNormalization" ||
-        s.name == "GroupQueryAttention")
+        s.name == "GroupQueryAttention" || s.name == "RMSNormalization" || s.name == "OnnxRotaryEmbedding" ||
+        s.name == "OnnxAttention")
       s.target_op = true;
   register_decompositions(t);
 

@@ -64,6 +64,14 @@
 //       -> output[b,s,hq*d], present_key[b,hkv,p+s,d], present_value
 //       growing-cache semantics without left padding: new tokens sit at positions p + i (rotary from
 //       the cache rows), key j is visible to query i when j <= p + i and j <= seqlens_k[b]
+//
+// Target ops of ONNX opset 23 (ai.onnx), emitted by the ONNX backend's `--onnx-opset 23`
+// (passes/onnx_standard_ops.cc); the writer lowers them to the ONNX op named after the arrow:
+//   RMSNormalization(x, scale; epsilon, axis=-1, stash_type=1) -> RMSNorm(x, scale)
+//   OnnxRotaryEmbedding(x[b,h,s,d], cos[b,s,r/2], sin[b,s,r/2]; rotary_embedding_dim=0|r, interleaved=0)
+//       -> RotaryEmbedding(x, concat(cos, cos), concat(sin, sin))                      (ONNX RotaryEmbedding)
+//   OnnxAttention(q[b,hq,s,d], k[b,hkv,t,d], v, attn_mask[b,1,s,t] f32; scale, softcap=0, q_num_heads,
+//       kv_num_heads) -> Attention / SoftcapAttention(q, k, v, attn_mask)                (ONNX Attention)
 #pragma once
 
 #include <functional>

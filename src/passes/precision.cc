@@ -33,6 +33,8 @@ class Precision {
         } else if (node.op == "MatMul") {
           if (const auto* w = src_.weight(node.inputs[1]); is_checkpoint_matrix(w))
             y = linear(node, n.inputs[0], *w, src_.value(node.inputs[1]).name);
+          else if (const auto* t = transposed_weight(node.inputs[1]))  // a tied lm_head (fold-weight-transforms)
+            y = linear(node, n.inputs[0], t->transposed({1, 0}), src_.value(src_.nodes()[size_t(src_.value(node.inputs[1]).producer)].inputs[0]).name + ".T");
         } else if ((node.op == "Embedding" || (node.op == "Gather" && node.attr_int("axis", 0) == 0)) &&
                    spec_.dtype != DType::F32) {
           if (const auto* w = src_.weight(node.inputs[0]); is_checkpoint_matrix(w)) {
@@ -53,6 +55,16 @@ class Precision {
   }
 
  private:
+  // W when `v` is Transpose(W, perm 1,0) of a checkpoint matrix (kept in the graph for a tied weight).
+  const ir::WeightRef* transposed_weight(ir::ValueId v) const {
+    const int32_t p = src_.value(v).producer;
+    if (p < 0) return nullptr;
+    const ir::Node& t = src_.nodes()[size_t(p)];
+    if (t.op != "Transpose" || t.attr_ints("perm") != std::vector<int64_t>{1, 0}) return nullptr;
+    const ir::WeightRef* w = src_.weight(t.inputs[0]);
+    return is_checkpoint_matrix(w) ? w : nullptr;
+  }
+
   // x[..., K] @ w[K, N] in the spec's precision; nullopt when nothing changes (f32, not quantized).
   std::optional<ir::ValueId> linear(const ir::Node& node, ir::ValueId x, const ir::WeightRef& w, const std::string& base) {
     const bool lm_head = node.name.find("/lm_head/") != std::string::npos;

@@ -35,6 +35,10 @@ struct Recipe {
   // every contract, left-padded batches included, which GroupQueryAttention cannot serve (its keys
   // run 0..seqlens_k per row); `ort` is the choice for batch-1 or right-aligned serving.
   std::string onnx_profile = "portable";
+  // onnx: the ai.onnx opset written (`--onnx-opset 21|23`). 23 writes RMSNormalization, RotaryEmbedding
+  // and Attention where they compute the model exactly (portable profile and its fallbacks). Recorded
+  // only when not 21, so older recipes keep their bytes.
+  int64_t onnx_opset = 21;
   // Verification tolerances by dtype (max abs diff of outputs against the reference executor, which
   // runs the same precision: see tolerance()).
   std::map<std::string, double> tolerances = {{"f32", 1e-4}};
@@ -96,6 +100,8 @@ LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::Caus
 
 // BadInput unless `profile` is ort or portable (`where` names the flag or file).
 void check_onnx_profile(const std::string& profile, const std::string& where);
+// BadInput unless `opset` is 21 or 23.
+void check_onnx_opset(int64_t opset, const std::string& where);
 
 ExportResult run_export(const ExportOptions& options);
 

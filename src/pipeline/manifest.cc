@@ -44,9 +44,9 @@ ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& 
   // A second core reads and hashes the checkpoint while the first converts and writes (the files are
   // the ones the export maps, so the reads mostly hit the page cache). The thread touches nothing
   // but these files and its result; a signal's cleanup never waits for it.
-  source_files_ = std::async(std::launch::async, [sources = std::move(sources)] {
+  source_files_ = std::async(std::launch::async, [sources = std::move(sources), cancel = cancel_] {
     nlohmann::ordered_json files = nlohmann::ordered_json::object();
-    for (const auto& [name, path] : sources) files[name] = sha256_file(path);
+    for (const auto& [name, path] : sources) files[name] = sha256_file(path, cancel.get());
     return files;
   });
   const auto& s = loaded.summary();
@@ -105,6 +105,10 @@ void ManifestBuilder::add_onnx_profile(const std::string& role, const std::strin
   nlohmann::ordered_json entry = {{"role", role}, {"profile", profile}};
   if (!note.empty()) entry["note"] = note;
   json_["onnx_profiles"].push_back(entry);
+}
+
+ManifestBuilder::~ManifestBuilder() {
+  cancel_->store(true);  // write() has taken the result already, or the export failed
 }
 
 void ManifestBuilder::add_file_digest(const fs::path& rel, std::string sha256, uintmax_t size) {

@@ -3,9 +3,11 @@
 // written. It is the unit of release and rollback, and `hfx check` re-verifies it.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <future>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@ class ManifestBuilder {
   // Starts hashing the checkpoint's files on a thread of its own, so it overlaps the writing; write()
   // waits for it.
   ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& model, const Recipe& recipe);
+  ~ManifestBuilder();  // an export that failed: stops the hashing thread at its next read
   void add_component(const tasks::Component& c, const std::string& format, const std::string& file,
                      const std::vector<std::string>& passes);
   // Records the onnx profile a component was written with, and why when it is not the requested one.
@@ -41,6 +44,7 @@ class ManifestBuilder {
  private:
   nlohmann::ordered_json json_;
   std::future<nlohmann::ordered_json> source_files_;  // name -> sha256 of the checkpoint's files
+  std::shared_ptr<std::atomic<bool>> cancel_ = std::make_shared<std::atomic<bool>>(false);
   std::map<std::string, std::pair<std::string, uintmax_t>> digests_;  // generic path -> (sha256, size)
 };
 

@@ -16,6 +16,10 @@ void check_onnx_profile(const std::string& profile, const std::string& where) {
     bad_input("{}: onnx profile `{}` (supported: ort, portable)", where, profile);
 }
 
+void check_onnx_opset(int64_t opset, const std::string& where) {
+  if (opset != 21 && opset != 23) bad_input("{}: onnx opset {} (supported: 21, 23)", where, opset);
+}
+
 nlohmann::ordered_json Recipe::to_json() const {
   nlohmann::ordered_json dims = nlohmann::ordered_json::object();
   for (const auto& [name, b] : task.dims) {
@@ -36,6 +40,8 @@ nlohmann::ordered_json Recipe::to_json() const {
   if (std::find(formats.begin(), formats.end(), "openvino") != formats.end()) j["openvino_stateful"] = openvino_stateful;
   // The ONNX lowering profile: recipes that write ONNX always record it (see from_json for older ones).
   if (std::find(formats.begin(), formats.end(), "onnx") != formats.end()) j["onnx_profile"] = onnx_profile;
+  // The opset only when not 21 (recipes from before `--onnx-opset` stay as they were).
+  if (onnx_opset != 21) j["onnx_opset"] = onnx_opset;
   // Precision only when not the default f32 (f32 recipes stay as they were).
   write_precision(j, precision);
   // Overrides only when there are any (recipes without them stay as they were).
@@ -135,6 +141,11 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
     r.onnx_profile = j["onnx_profile"].get<std::string>();
   }
   check_onnx_profile(r.onnx_profile, where);
+  if (j.contains("onnx_opset")) {
+    if (!j["onnx_opset"].is_number_integer()) bad_input("{}: recipe field \"onnx_opset\" must be an integer", where);
+    r.onnx_opset = j["onnx_opset"].get<int64_t>();
+    check_onnx_opset(r.onnx_opset, where);
+  }
   if (j.contains("max_cache_len")) {
     if (!j["max_cache_len"].is_number_integer()) bad_input("{}: recipe field \"max_cache_len\" must be an integer", where);
     r.task.max_cache_len = j["max_cache_len"].get<int64_t>();

@@ -80,21 +80,32 @@ def mode_export(tiny_checkpoint, tmp_path_factory):
         "--model", tiny_checkpoint(case), "--quiet", *PORTABLE, *MODES.get(mode, [])))
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_checkpoint):
+def transformers_outputs(tiny_checkpoint, new_tokens: int):
+    """(case, f16=False) -> (fp32 Transformers logits of PROMPT, `new_tokens` greedy tokens). f16 first
+    rounds every 2-D weight (Linear, embeddings, lm_head) to f16, norms and biases f32, computing in f32:
+    what an f16 export holds."""
     cache = {}
 
-    def get(case):
-        if case not in cache:
+    def get(case, f16=False):
+        if (case, f16) not in cache:
             model = load_reference(tiny_checkpoint(case))
             with torch.no_grad():
+                if f16:
+                    for p in model.parameters():
+                        if p.ndim == 2:
+                            p.copy_(p.half().float())
                 logits = model(torch.tensor([PROMPT])).logits.float().numpy()
                 gen = model.generate(input_ids=torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
-                                     max_new_tokens=NEW_TOKENS, do_sample=False)
-            cache[case] = (logits, gen[0, len(PROMPT):].tolist())
-        return cache[case]
+                                     max_new_tokens=new_tokens, do_sample=False)
+            cache[(case, f16)] = (logits, gen[0, len(PROMPT):].tolist())
+        return cache[(case, f16)]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_checkpoint):
+    return transformers_outputs(tiny_checkpoint, NEW_TOKENS)
 
 
 # ONNX Runtime fuses the portable DequantizeLinear + MatMul into MatMulNBits and by default lets it round

@@ -29,12 +29,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
 from onnx import numpy_helper
 from safetensors.numpy import load_file, save_file
 
 from conftest import ROOT, export_once, run_hfx
-from tiny_models import load_reference
+from test_quantization import transformers_outputs  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "python"))
 from hfx_decode import DecoderFacts  # noqa: E402
@@ -84,7 +83,7 @@ TIGHT = 1e-4
 # ORT with the option at 0: the session option that stops the DQ + MatMul fusion from quantizing
 # activations (see the module docstring).
 NO_ACTIVATION_QUANT = {"session.qdq_matmulnbits_accuracy_level": "0"}
-PROMPT = [5, 17, 33, 8, 91, 4, 60, 12, 77, 3, 45, 101, 6, 23, 64, 30]
+from test_quantization import PROMPT  # noqa: E402  (transformers_outputs runs it)
 NEW_TOKENS = 32
 RESULTS: dict = {}
 
@@ -134,20 +133,8 @@ def prompt_feed(out):
 
 @pytest.fixture(scope="module")
 def reference(tiny_checkpoint):
-    """case -> (fp32 Transformers logits of PROMPT, greedy tokens)."""
-    cache = {}
-
-    def get(case):
-        if case not in cache:
-            model = load_reference(tiny_checkpoint(case))
-            with torch.no_grad():
-                logits = model(torch.tensor([PROMPT])).logits.float().numpy()
-                gen = model.generate(input_ids=torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
-                                     max_new_tokens=NEW_TOKENS, do_sample=False)
-            cache[case] = (logits, gen[0, len(PROMPT):].tolist())
-        return cache[case]
-
-    return get
+    """(case, f16=False) -> (fp32 Transformers logits of PROMPT, greedy tokens)."""
+    return transformers_outputs(tiny_checkpoint, NEW_TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -388,6 +375,8 @@ def test_openvino_weights_compressed(case, mode, ov_export, reference, portable,
     for layer in layers.values():
         if layer["type"] != "MatMul" or layer["attrs"].get("transpose_b") != "true":
             continue
+        if "/lm_head/" in layer["name"] and mode != "f16":
+            continue  # lm_head is not quantized by default (a tied one reads the f32 embedding table)
         chain, et = weight_chain(layers, layer["inputs"][1])
         assert et == OV_TYPE[mode], (layer["name"], chain, et)
         want = ["Convert", "Const"] if mode == "f16" else None
@@ -429,12 +418,7 @@ def test_openvino_weights_compressed(case, mode, ov_export, reference, portable,
     if mode == "f16":
         # Same weights: Transformers with every 2-D weight rounded to f16 (Linear, embeddings, lm_head),
         # norms and biases f32, computing in f32 -- what the f16 IR holds.
-        model = load_reference(tiny_checkpoint(case))
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.ndim == 2:
-                    p.copy_(p.half().float())
-            same = model(torch.tensor([PROMPT])).logits.float().numpy()
+        same = reference(case, f16=True)[0]
     else:
         # Same quantized numbers: the portable export of the mode (test 1 checks it against the
         # reference executor; the precision pass's unit test checks both targets give the same numbers).
@@ -476,7 +460,7 @@ def test_openvino_cpu_plugin_keeps_weights_compressed(mode, ov_export):
 @needs_openvino
 @pytest.mark.parametrize("mode", ["int4-asym", "int8", "f16"])
 @pytest.mark.parametrize("case", ["llama", "gpt2"])
-def test_genai_llmpipeline_runs_compressed(case, mode, ov_export, portable, tiny_checkpoint):
+def test_genai_llmpipeline_runs_compressed(case, mode, ov_export, portable, reference):
     """OpenVINO GenAI's LLMPipeline (paged attention, GenAI's CPU default) generates from the compressed
     IR: greedy tokens equal to hfx's reference executor over the same quantized weights (its portable
     export); f16: equal to Transformers with the f16-rounded weights."""
@@ -492,14 +476,7 @@ def test_genai_llmpipeline_runs_compressed(case, mode, ov_export, portable, tiny
     ids = np.array([PROMPT], np.int64)
     tokens = list(pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config).tokens[0])
     if mode == "f16":
-        model = load_reference(tiny_checkpoint(case))
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.ndim == 2:
-                    p.copy_(p.half().float())
-            gen = model.generate(input_ids=torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
-                                 max_new_tokens=NEW_TOKENS, do_sample=False)
-        want = gen[0, len(PROMPT):].tolist()
+        want = reference(case, f16=True)[1]
     else:
         want = hfx_greedy(portable(case, mode))
     prefix, overall = agreement(want, tokens)

@@ -12,6 +12,7 @@
 #include "ir/weight.h"
 #include "quant/quantize.h"
 #include "runtime/executor.h"
+#include "random_weights.h"
 
 using namespace hfx;
 using quant::QuantSpec;
@@ -27,13 +28,7 @@ std::string error_of(const std::string& spec) {
   return "";
 }
 
-std::vector<float> random_matrix(int64_t K, int64_t N, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.f, 0.3f);
-  std::vector<float> w(size_t(K * N));
-  for (auto& v : w) v = normal(rng);
-  return w;
-}
+using hfx::testing::random_matrix;
 
 }  // namespace
 

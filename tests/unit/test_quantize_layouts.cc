@@ -17,18 +17,13 @@
 #include "passes/precision.h"
 #include "quant/quantize.h"
 #include "runtime/executor.h"
+#include "random_weights.h"
 
 using namespace hfx;
 
 namespace {
 
-std::vector<float> random_matrix(int64_t K, int64_t N, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.f, 0.3f);
-  std::vector<float> w(size_t(K * N));
-  for (auto& v : w) v = normal(rng);
-  return w;
-}
+using hfx::testing::random_matrix;
 
 int nibble(const std::vector<uint8_t>& v, size_t i) { return (v[i / 2] >> (4 * (i % 2))) & 0xF; }
 

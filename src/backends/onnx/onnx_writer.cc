@@ -27,6 +27,7 @@ namespace hfx::onnx_backend {
 namespace {
 
 constexpr int64_t kIrVersion = 10;
+constexpr int64_t kIrVersionOpset23 = 11;  // onnx's checker: ai.onnx opset 23 needs IR version 11
 constexpr size_t kInlineLimit = 1024;  // weights up to this many bytes go inline
 
 // --- dtypes -----------------------------------------------------------------------------------
@@ -290,6 +291,10 @@ const std::map<std::string, OpLowering>& onnx_lowering_table() {
     t["SkipSimplifiedLayerNormalization"] =
         OpLowering{"SkipSimplifiedLayerNormalization", lower_passthrough, raise_passthrough, "com.microsoft", {0, 3}};
     t["GroupQueryAttention"] = OpLowering{"GroupQueryAttention", lower_passthrough, raise_passthrough, "com.microsoft"};
+    // ONNX opset-23 fused ops (--onnx-opset 23); two keep IR names apart from the composites they replace.
+    t["RMSNormalization"] = OpLowering{"RMSNormalization", lower_passthrough, raise_passthrough};
+    t["OnnxRotaryEmbedding"] = OpLowering{"RotaryEmbedding", lower_passthrough, raise_passthrough};
+    t["OnnxAttention"] = OpLowering{"Attention", lower_passthrough, raise_passthrough};
     return t;
   }();
   return table;
@@ -316,7 +321,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   result.model_path = out_dir / opts.model_file;
 
   onnx::ModelProto model;
-  model.set_ir_version(kIrVersion);
+  model.set_ir_version(opts.opset >= 23 ? kIrVersionOpset23 : kIrVersion);
   auto* opset = model.add_opset_import();
   opset->set_domain("");
   opset->set_version(opts.opset);

@@ -23,7 +23,7 @@ class NodeProto;
 namespace hfx::onnx_backend {
 
 struct OnnxWriteOptions {
-  int64_t opset = 21;        // ai.onnx opset; the model's ir_version is 10
+  int64_t opset = 21;        // ai.onnx opset; the model's ir_version is 10 (11 from opset 23)
   size_t alignment = 65536;  // every external tensor starts at a multiple of this (zero padding)
   std::string model_file = "model.onnx";
   std::string data_file = "model.onnx_data";  // plain file name, next to the model

@@ -61,7 +61,7 @@ nlohmann::ordered_json genai_config(const GenaiConfigInput& in) {
                                    {"no_repeat_ngram_size", 0},
                                    {"num_beams", 1},
                                    {"num_return_sequences", 1},
-                                   {"past_present_share_buffer", true},
+                                   {"past_present_share_buffer", in.past_present_share_buffer},
                                    {"repetition_penalty", 1.0},
                                    {"temperature", 1.0},
                                    {"top_k", 1},

@@ -26,10 +26,13 @@ struct GenaiConfigInput {
   int64_t context_length = 0;
   std::string model_file;  // "model.onnx"
   const ir::Graph* graph = nullptr;  // the written graph: its input and output names
+  // GroupQueryAttention's cache buffers are max-length and updated in place; a portable graph's grow
+  // by concatenation.
+  bool past_present_share_buffer = true;
 };
 
 // genai_config.json for a decoder written with the ort profile (onnxruntime-genai's
-// model.decoder / search schema).
+// model.decoder / search schema), also where its attention fell back to the portable lowering.
 nlohmann::ordered_json genai_config(const GenaiConfigInput& in);
 
 }  // namespace hfx::onnx_backend

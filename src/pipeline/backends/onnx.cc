@@ -28,12 +28,15 @@ class OnnxBackend final : public Backend {
   BackendInfo info() const override {
     BackendInfo i;
     i.name = "onnx";
-    i.status = "available (ai.onnx opset 21, IR 10)";
+    i.status = "available (ai.onnx opset 21, IR 10; --onnx-opset 23: IR 11)";
     i.files = "onnx/model.onnx + model.onnx_data (or prefill.onnx + decode.onnx), genai_config.json with --onnx-profile ort";
     i.options = {
         {"--onnx-profile ort|portable", "onnx_profile",
          "portable (default): standard ops only; ort: com.microsoft GroupQueryAttention, packed QKV, "
          "SkipSimplifiedLayerNormalization and genai_config.json for onnxruntime-genai"},
+        {"--onnx-opset 21|23", "onnx_opset",
+         "21 (default): every composite decomposed; 23: RMSNormalization, RotaryEmbedding and Attention where they "
+         "compute the model exactly, per node (portable profile and its fallbacks; docs/onnx_profiles.md)"},
         {"--split-prefill", "split_prefill", "prefill.onnx + decode.onnx instead of one decoder graph"},
         {"--static-cache --max-cache-len N", "static_cache, max_cache_len", "fixed-size KV buffers updated in place"},
         {"--dtype f32|f16|bf16", "dtype", "weight dtype"},
@@ -77,6 +80,19 @@ class OnnxBackend final : public Backend {
       }
     }
     if (!fallback.empty()) job.result.notes.push_back(fallback);
+    // --onnx-opset 23: the portable lowering (also where ort fell back) writes the opset-23 fused ops
+    // where they are exact; an ort-fused graph stays at opset 21 (its contrib ops were measured there).
+    const int64_t opset = fused ? 21 : job.recipe.onnx_opset;
+    std::string kept_note;
+    if (!fused && opset >= 23) {
+      std::vector<std::string> kept;
+      fused = with_context(c.role + ": pass onnx-standard-ops", [&] { return passes::onnx_standard_ops(c.graph, &kept); });
+      passes_run.push_back("onnx-standard-ops");
+      if (!kept.empty()) {
+        kept_note = fmt::format("onnx opset 23: {} {} keeps decomposed: {}", m.summary().model_type, c.role, fmt::join(kept, "; "));
+        job.result.notes.push_back(kept_note);
+      }
+    }
     ir::Graph g = with_context(c.role, [&] {
       return passes::run_pipeline(fused ? *fused : c.graph, passes(), &passes_run);
     });
@@ -89,6 +105,7 @@ class OnnxBackend final : public Backend {
     onnx_backend::OnnxWriteOptions wo;
     wo.model_file = c.file_stem + ".onnx";
     wo.data_file = c.file_stem + ".onnx_data";
+    wo.opset = opset;
     wo.metadata = component_metadata(m, c, g);
     wo.metadata["hfx.onnx_profile"] = profile;
     wo.written = &job.written;
@@ -108,8 +125,11 @@ class OnnxBackend final : public Backend {
       if (g.find(in.name) && std::find(g.inputs().begin(), g.inputs().end(), *g.find(in.name)) != g.inputs().end())
         contract.inputs.push_back(in);
     job.manifest.add_component(contract, "onnx", (fs::path("onnx") / wo.model_file).string(), passes_run);
-    job.manifest.add_onnx_profile(c.role, profile, fallback);
-    if (profile == "ort" && c.role == "decoder") {
+    job.manifest.add_onnx_profile(c.role, profile,
+                                  fallback.empty() || kept_note.empty() ? fallback + kept_note : fallback + "; " + kept_note);
+    // onnxruntime-genai loads the folder with either lowering: a model whose attention fell back to
+    // portable gets its config too, with growing (not shared) cache buffers.
+    if (requested == "ort" && c.role == "decoder" && m.model) {
       onnx_backend::GenaiConfigInput gi;
       gi.checkpoint = m.checkpoint.get();
       gi.summary = m.summary();
@@ -117,6 +137,7 @@ class OnnxBackend final : public Backend {
       gi.context_length = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
       gi.model_file = wo.model_file;
       gi.graph = &g;
+      gi.past_present_share_buffer = profile == "ort";
       write_text_file(dir / "genai_config.json", onnx_backend::genai_config(gi).dump(4) + "\n");
     }
   }
