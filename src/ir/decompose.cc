@@ -223,12 +223,14 @@ std::vector<ValueId> skip_simplified_layer_norm(Builder& b, const Node& n) {
 
 // ORT's GroupQueryAttention for a growing cache without left padding (see ops.h): split the packed
 // query, rotate q and k at positions p + i with rows of the cos/sin caches, append k and v to the
-// past, and attend causally over keys 0..seqlens_k[b].
+// past, and attend causally over keys 0..seqlens_k[b] (with local_window_size > 0 only the keys j with
+// p + i - j < local_window_size; softcap > 0 caps the scaled scores before the mask).
 std::vector<ValueId> group_query_attention(Builder& b, const Node& n) {
   const Graph& g = b.graph();
   const int64_t hq = n.attr_int("num_heads"), hkv = n.attr_int("kv_num_heads");
   if (n.attr_int("rotary_interleaved", 0) != 0) unsupported("{}: GroupQueryAttention with interleaved rotary", n.name);
-  if (n.attr_int("local_window_size", -1) >= 0) unsupported("{}: GroupQueryAttention with a local window", n.name);
+  const int64_t window = n.attr_int("local_window_size", -1);
+  if (window == 0 || window < -1) unsupported("{}: GroupQueryAttention with local_window_size {}", n.name, window);
   const Dim width = g.value(n.inputs[0]).shape.at(2);  // a copy: the value table may grow below
   const bool packed = n.input(1) == kNone;
   HFX_CHECK(width.is_fixed(), "{}: GroupQueryAttention query width must be fixed", n.name);
@@ -261,6 +263,8 @@ std::vector<ValueId> group_query_attention(Builder& b, const Node& n) {
   ValueId pv = has_past ? b.concat({n.inputs[4], v}, 2) : v;
   ValueId kv_idx = b.unsqueeze(b.add1("Range", {b.i64(0), total, b.i64(1)}), {0});  // [1, t]
   ValueId causal = b.add1("LessOrEqual", {kv_idx, b.unsqueeze(pos, {1})});           // [s, t]
+  if (window > 0)  // key j visible to query i at p + i when p + i - j < window (Transformers' sliding window)
+    causal = b.add1("And", {causal, b.add1("Greater", {kv_idx, b.unsqueeze(b.minus(pos, b.i64(window)), {1})})});
   ValueId last = b.unsqueeze(b.cast(n.inputs[5], DType::I64), {1});                   // [b, 1]
   ValueId valid = b.unsqueeze(b.add1("LessOrEqual", {kv_idx, last}), {1, 2});         // [b, 1, 1, t]
   ValueId allowed = b.add1("And", {causal, valid});                                   // [b, 1, s, t]

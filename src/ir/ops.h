@@ -63,7 +63,8 @@
 //       kv_num_heads, scale, do_rotary, rotary_interleaved=0, local_window_size=-1, softcap=0)
 //       -> output[b,s,hq*d], present_key[b,hkv,p+s,d], present_value
 //       growing-cache semantics without left padding: new tokens sit at positions p + i (rotary from
-//       the cache rows), key j is visible to query i when j <= p + i and j <= seqlens_k[b]
+//       the cache rows), key j is visible to query i when j <= p + i and j <= seqlens_k[b] (and, with
+//       local_window_size > 0, p + i - j < local_window_size: ORT 1.31 CPU's count, Transformers' window)
 //
 // Target ops of ONNX opset 23 (ai.onnx), emitted by the ONNX backend's `--onnx-opset 23`
 // (passes/onnx_standard_ops.cc); the writer lowers them to the ONNX op named after the arrow:

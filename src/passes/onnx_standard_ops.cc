@@ -6,7 +6,8 @@
 //       rotary_embedding_dim = r when the rotary is partial
 //   (Softcap)Attention(q, k, v, causal or padding bias) -> Attention(q, k, v, bias / 2; scale, softcap,
 //       q_num_heads, kv_num_heads); the cache Concat / ScatterElements stays outside, so K/V are the full
-//       cache and the growing and static cache contracts are unchanged
+//       cache and the growing and static cache contracts are unchanged; an encoder's padding bias
+//       [b, 1, 1, t] is expanded over the queries (ORT's Attention does not broadcast it)
 // Why bias / 2: the bias is 0 or the lowest f32 (Transformers' eager mask). ONNX Runtime 1.31's CPU
 // Attention returns 0 for a row whose every key carries the lowest f32, where eager softmax (and the
 // ONNX spec) gives uniform weights; a left-padded batch has such rows. Half the lowest f32 keeps every
@@ -110,7 +111,12 @@ ir::Graph onnx_standard_ops(const ir::Graph& graph, std::vector<std::string>* no
     if ((node.op == "Attention" || node.op == "SoftcapAttention") && (why = attention_blocker(graph, node)).empty()) {
       if (!halved_mask.count(node.inputs[3])) {
         auto s = b.scope(scope_of(producer(graph, node.inputs[3])->name));
-        halved_mask[node.inputs[3]] = b.times(r.map(node.inputs[3]), b.f32(0.5f));
+        ValueId half = b.times(r.map(node.inputs[3]), b.f32(0.5f));
+        // ORT's Attention wants the mask's query axis at full length: a padding bias [b, 1, 1, t] is
+        // expanded to [b, 1, s, t].
+        if (producer(graph, node.inputs[3])->op == "PaddingBias")
+          half = b.add1("Expand", {half, b.concat({b.i64s({1, 1}), b.shape_of(r.map(node.inputs[0]), 2, 3), b.i64s({1})}, 0)});
+        halved_mask[node.inputs[3]] = half;
       }
       auto s = b.scope(scope_of(node.name));
       ir::Node n = r.mapped(node);

@@ -1,8 +1,12 @@
 // The ONNX backend's `ort` profile: rewrites the IR composites into ONNX Runtime's fused ops
 // (ops.h "Target ops"), the way onnxruntime-genai's model builder lays a decoder out:
-//   Attention + RotaryEmbedding (+ the cache Concat)  -> com.microsoft GroupQueryAttention, do_rotary=1,
-//       cos/sin caches precomputed from the step's RopeCosSin table, seqlens_k / total_sequence_length
-//       derived once from attention_mask (position_ids is no longer read)
+//   Attention / SoftcapAttention + RotaryEmbedding (+ the cache Concat)
+//                                                      -> com.microsoft GroupQueryAttention, do_rotary=1,
+//       cos/sin caches precomputed from the step's RopeCosSin table (partial rotary: caches [rows, r/2],
+//       GQA rotates the first r dims and passes the rest), seqlens_k / total_sequence_length derived once
+//       from attention_mask (position_ids is no longer read), `softcap` from SoftcapAttention,
+//       `local_window_size` = the layer's AttentionBias sliding_window (ORT 1.31 CPU keeps key j for query
+//       i when i - j < local_window_size, Transformers' window; measured in tests/oracle/test_ort_profile.py)
 //   q/k/v Linear on one input                          -> one packed Linear (q | k | v rows)
 //   RMSNorm(a + b), a + b reused as the residual        -> SkipSimplifiedLayerNormalization
 //   other RMSNorm                                       -> SimplifiedLayerNormalization
@@ -40,6 +44,7 @@ bool is_input(const ir::Graph& g, ValueId id) {
 }
 
 struct Side {
+  ValueId bhsd = kNone;              // [b, h, s, d] when it is not a Transpose (GPT-NeoX's per-head split)
   ValueId heads4 = kNone;            // [b, s, h, d], the input of the Transpose to [b, h, s, d]
   ValueId flat = kNone;              // [b, s, h * d] when heads4 is a plain Reshape of it
   const ir::Node* linear = nullptr;  // the Linear producing `flat`
@@ -52,15 +57,22 @@ struct Plan {
   ValueId past_k = kNone, past_v = kNone;
   const ir::Node* rope = nullptr;  // RopeCosSin
   int64_t hq = 0, hkv = 0, d = 0;
+  int64_t rotary = 0;    // rotated dims (the first `rotary` of each head; d unless partial)
+  double softcap = 0.0;  // SoftcapAttention's cap (GroupQueryAttention's softcap), 0 without
+  int64_t window = 0;    // the layer's sliding window (local_window_size), 0 without
   ValueId packed_source = kNone;  // phi-3 style fused projection output feeding all three
   bool pack_linears = false;      // q/k/v Linears on one input, packed by this pass
 };
 
-// Side of the attention: Transpose{0,2,1,3}(heads4), heads4 = Reshape(flat) optionally.
+// Side of the attention: Transpose{0,2,1,3}(heads4), heads4 = Reshape(flat) optionally; else any
+// [b, h, s, d] value (transposed back and flattened for GroupQueryAttention).
 std::optional<Side> side_of(const ir::Graph& g, ValueId transposed) {
   const ir::Node* t = producer(g, transposed);
-  if (!t || t->op != "Transpose" || t->attr_ints("perm") != std::vector<int64_t>{0, 2, 1, 3}) return std::nullopt;
   Side s;
+  if (!t || t->op != "Transpose" || t->attr_ints("perm") != std::vector<int64_t>{0, 2, 1, 3}) {
+    s.bhsd = transposed;
+    return s;
+  }
   s.heads4 = t->inputs[0];
   const ir::Node* r = producer(g, s.heads4);
   if (r && r->op == "Reshape") {
@@ -78,12 +90,9 @@ std::optional<Side> side_of(const ir::Graph& g, ValueId transposed) {
 
 // One attention's plan, or the reason the fused op cannot express it.
 std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string& why) {
-  if (attn.op == "SoftcapAttention") {
-    why = "attention logit soft-capping";
-    return std::nullopt;
-  }
   Plan p;
   p.attention = &attn;
+  if (attn.op == "SoftcapAttention") p.softcap = attn.attr_float("softcap");
   const ir::Node* mask = producer(g, attn.inputs[3]);
   if (!mask || mask->op != "AttentionBias") {
     why = "attention mask is not the causal AttentionBias";
@@ -93,10 +102,7 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
     why = "static cache (cache_position writes)";
     return std::nullopt;
   }
-  if (mask->attr_int("sliding_window", 0) > 0) {
-    why = "sliding-window attention";
-    return std::nullopt;
-  }
+  p.window = mask->attr_int("sliding_window", 0);
   const ir::Node* qrot = producer(g, attn.inputs[0]);
   if (!qrot || qrot->op != "RotaryEmbedding") {
     why = "no rotary embedding on the queries (learned positions)";
@@ -125,12 +131,21 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
   p.hkv = ks[1].value;
   p.d = qs[3].value;
   const Dim r = g.value(qrot->inputs[1]).shape.back();
-  if (!r.is_fixed() || r.value != p.d) {
-    why = "partial rotary";
+  const auto inv_freq = g.constant(p.rope->inputs[1]);
+  if (!r.is_fixed() || r.value > p.d || r.value % 2 != 0 || inv_freq->numel() * 2 != r.value) {
+    why = "rotary tables do not match the head";
     return std::nullopt;
   }
-  if (p.d % 16 != 0) {
+  p.rotary = r.value;
+  // ORT's kernel: cos_cache width (rotary / 2) <= head_size / 2 and a multiple of 8.
+  if (p.rotary == p.d && p.d % 16 != 0) {
     why = fmt::format("head_dim {} is not a multiple of 16 (GroupQueryAttention's rotary needs it)", p.d);
+    return std::nullopt;
+  }
+  if (p.rotary < p.d && (p.rotary / 2) % 8 != 0) {
+    why = fmt::format("partial rotary over {} of {} dims (GroupQueryAttention's cos/sin caches need rotary_dim / 2 "
+                      "a multiple of 8)",
+                      p.rotary, p.d);
     return std::nullopt;
   }
   // k: [Concat(past, ]RotaryEmbedding(Transpose(k4))[)]; v: [Concat(past, ]Transpose(v4)[)].
@@ -161,6 +176,10 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
   p.q = *q;
   p.k = *k;
   p.v = *v;
+  if (p.past_v == kNone && p.v.bhsd != kNone) {  // v's producer becomes GroupQueryAttention's present_value
+    why = "values without a cache are not [b, s, h, d] transposed to [b, h, s, d]";
+    return std::nullopt;
+  }
   // Packing: three Linears on the same input (all with or all without bias), or three slices of one
   // fused projection in q | k | v order.
   const ir::Node *lq = p.q.linear, *lk = p.k.linear, *lv = p.v.linear;
@@ -379,6 +398,7 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     auto s = b.scope(scope_of(node.name));
     auto flat = [&](const Side& side, int64_t heads) {
       if (side.flat != kNone) return r.map(side.flat);
+      if (side.heads4 == kNone) return b.reshape(b.transpose(r.map(side.bhsd), {0, 2, 1, 3}), {0, 0, heads * p.d});
       return b.reshape(r.map(side.heads4), {0, 0, heads * p.d});
     };
     std::vector<ValueId> ins;
@@ -389,12 +409,14 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     ins.push_back(r.map(p.past_k));
     ins.push_back(r.map(p.past_v));
     ins.insert(ins.end(), {seqlens_k, total_len, caches_cos[p.rope], caches_sin[p.rope]});
-    auto outs = b.add("GroupQueryAttention", ins,
-                      {{"num_heads", p.hq},
+    ir::Attrs attrs = {{"num_heads", p.hq},
                        {"kv_num_heads", p.hkv},
                        {"scale", node.attr_float("scale")},
                        {"do_rotary", int64_t(1)},
-                       {"rotary_interleaved", int64_t(0)}});
+                       {"rotary_interleaved", int64_t(0)}};
+    if (p.softcap > 0) attrs["softcap"] = p.softcap;
+    if (p.window > 0) attrs["local_window_size"] = p.window;
+    auto outs = b.add("GroupQueryAttention", ins, attrs);
     // The attention's [b, hq, s, d] value, for the unchanged Transpose + Reshape that merge heads
     // (two copies of nothing: ORT runs a Reshape/Transpose/Reshape of this shape as cheap copies).
     r.replace(node, {b.transpose(b.reshape(outs[0], {0, 0, p.hq, p.d}), {0, 2, 1, 3})});

@@ -168,3 +168,17 @@ def test_generate_from_text_prompt_uses_the_tokenizer(tiny_checkpoint, tmp_path)
     assert by_text == by_ids and len(by_text.strip().split(",")) == 8
     streamed = run_hfx("generate", out, "--prompt", text, "-n", "8").stdout
     assert streamed.strip().startswith("w") or streamed.strip().startswith("[UNK]")
+
+
+def test_formats_lists_each_backend_as_a_unit():
+    """`hfx formats` prints the backend registry: per format its status, files, options (with the recipe
+    field each is recorded as), the runtimes that run it (`verify/generate --runtime`) and the tested
+    runtime versions."""
+    out = run_hfx("formats").stdout
+    sections = [s for s in out.split("\n") if s and not s.startswith(" ")]
+    assert sections == ["onnx", "openvino"], sections
+    assert "runtimes: reference, onnxruntime" in out and "runtimes: openvino" in out
+    assert "--onnx-profile ort|portable (recipe: onnx_profile)" in out
+    assert "--stateless (recipe: openvino_stateful)" in out
+    import onnxruntime
+    assert f"onnxruntime {onnxruntime.__version__}" in out

@@ -146,3 +146,12 @@ def test_opset21_recipe_unchanged(tiny_checkpoint, tmp_path):
     m = onnx.load(str(tmp_path / "o21" / "onnx" / "model.onnx"), load_external_data=False)
     assert m.ir_version == 10 and m.opset_import[0].version == 21
     assert not OPSET23 & set(op_counts(tmp_path / "o21" / "onnx" / "model.onnx"))
+
+
+def test_opset23_encoder_padding_mask(tmp_path):
+    """An encoder's padding bias [b, 1, 1, t] is expanded over the queries for ORT's Attention."""
+    from test_encoders import make_checkpoint
+    ckpt = make_checkpoint("bert-cls", tmp_path / "bert")
+    run_hfx("export", "--model", ckpt, "--quiet", "--onnx-opset", "23", "--verify-runtime", "onnxruntime", tmp_path / "out")
+    counts = op_counts(tmp_path / "out" / "onnx" / "model.onnx")
+    assert counts["Attention"] == 2 and counts["Expand"] == 1, counts

@@ -82,6 +82,11 @@ CASES: dict[str, tuple[str, dict]] = {
     "gpt-neox-sequential": ("gpt_neox", dict(num_key_value_heads=4, use_parallel_residual=False, hidden_act="gelu_new",
                                              rope_parameters=dict(rope_type="default", rope_theta=500.0,
                                                                   partial_rotary_factor=0.5))),
+    # gpt_neox with partial rotary over 16 of 32 dims: the width ORT's GroupQueryAttention rotates
+    # (cos/sin caches of a multiple of 8 columns), so the ort profile fuses it
+    "gpt-neox-rotary16": ("gpt_neox", dict(num_attention_heads=2, num_key_value_heads=2,
+                                           rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                                partial_rotary_factor=0.5))),
     # olmo2: post-norms, q/k RMSNorm over the whole projection
     "olmo2": ("olmo2", dict()),
     # granite: every multiplier away from 1
@@ -90,6 +95,10 @@ CASES: dict[str, tuple[str, dict]] = {
     # stablelm: LayerNorm, partial rotary, q/k/v bias, per-head q/k LayerNorm; then the parallel residual
     "stablelm": ("stablelm", dict(use_qkv_bias=True, qk_layernorm=True)),
     "stablelm-parallel": ("stablelm", dict(use_parallel_residual=True, partial_rotary_factor=0.5)),
+    # stablelm with partial rotary over 16 of 32 dims (StableLM 2's width), per-head q/k LayerNorm: fused
+    # by the ort profile
+    "stablelm-rotary16": ("stablelm", dict(num_attention_heads=2, num_key_value_heads=2, use_qkv_bias=True,
+                                           qk_layernorm=True, partial_rotary_factor=0.5)),
     # starcoder2: biased LayerNorm, c_fc/c_proj MLP, use_bias, sliding window
     "starcoder2": ("starcoder2", dict(sliding_window=5)),
 }
