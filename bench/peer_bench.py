@@ -336,7 +336,10 @@ def hfx_flags(hfx: str) -> set[str]:
         text = subprocess.run([hfx, "export", "--help"], capture_output=True, text=True, timeout=60).stdout
     except OSError:
         return set()
-    return {f for f in ("--onnx-profile", "--quantize", "--quantize-lm-head") if f in text}
+    flags = {f for f in ("--onnx-profile", "--quantize", "--quantize-lm-head") if f in text}
+    if "accuracy=" in text:
+        flags.add("accuracy")  # --quantize ...:accuracy=N (MatMulNBits accuracy_level)
+    return flags
 
 
 def fmt(v, spec, fail="—"):
@@ -424,6 +427,11 @@ def main() -> int:
             if "--quantize-lm-head" in flags:  # like the builder's int4, which quantizes lm_head too
                 run_export("hfx", "int4+lm", hfx_base + ["--quantize", "int4", "--quantize-lm-head",
                                                          str(arts / "hfx-int4-lm")], arts / "hfx-int4-lm")
+                # The builder's own CPU recipe: lm_head in int4 and MatMulNBits accuracy_level 4 (ORT may
+                # quantize activations to int8), the like-for-like row for decode speed.
+                if "accuracy" in flags:
+                    run_export("hfx", "int4+lm+acc4", hfx_base + ["--quantize", "int4:accuracy=4", "--quantize-lm-head",
+                                                                   str(arts / "hfx-int4-lm-acc4")], arts / "hfx-int4-lm-acc4")
         else:
             rows.append({"tool": "hfx", "prec": "int4", "export": {"ok": False, "error": "binary has no --quantize"}})
 
@@ -522,7 +530,7 @@ def report(args, rows, flags, largest, cfg) -> None:
     print("\nratios hfx / peer: export time (goal: <= 1/50 of OnnxExporter's, <= 1/3 of the builder's), "
           "peak RSS, prefill latency (< 1: hfx faster), decode tok/s (goal: >= 2 x OnnxExporter's, >= the builder's)")
     goals = {"onnxexporter": (50, 2.0), "builder": (3, 1.0)}
-    for prec in ("fp32", "int4", "int4+lm"):
+    for prec in ("fp32", "int4", "int4+lm", "int4+lm+acc4"):
         h = by.get(("hfx", prec))
         if not h or not h["export"].get("ok"):
             continue
@@ -542,7 +550,7 @@ def report(args, rows, flags, largest, cfg) -> None:
                   f"decode tok/s {fmt(dec, '.2f')} (goal {g_dec:g}: "
                   f"{'—' if dec is None else 'met' if dec >= g_dec else 'NOT met'})")
     cap = (1 << 30) + 2 * largest
-    for prec in ("fp32", "int4", "int4+lm"):
+    for prec in ("fp32", "int4", "int4+lm", "int4+lm+acc4"):
         h = by.get(("hfx", prec))
         if h and h["export"].get("ok"):
             print(f"  hfx {prec} peak RSS {h['export']['rss'] / MB:.0f} MiB vs goal 1 GiB + 2 x largest f32 tensor "
