@@ -429,6 +429,27 @@ size_t WeightRef::materialize_peak_bytes() const {
   return 2 * out;
 }
 
+namespace {
+
+// For a weight that is casts over Transpose(X, [1, 0]): X materialised with the same casts applied in
+// the same order, as f32 (the transpose of the weight's values, without making the transposed copy);
+// nullopt for any other chain.
+std::optional<Tensor> untransposed_f32(const WeightRef& w) {
+  std::vector<DType> casts;
+  const WeightRef::Node* n = w.node();
+  while (n->kind == WeightRef::Node::Cast) {
+    casts.push_back(n->dtype);
+    n = n->children[0].node();
+  }
+  if (n->kind != WeightRef::Node::Transpose || n->perm != std::vector<int64_t>{1, 0}) return std::nullopt;
+  Tensor t = n->children[0].materialize();
+  for (auto it = casts.rbegin(); it != casts.rend(); ++it)
+    if (t.dtype() != *it) t = t.cast(*it);
+  return t.dtype() == DType::F32 ? std::move(t) : t.cast(DType::F32);
+}
+
+}  // namespace
+
 Tensor WeightRef::materialize() const {
   const Node& n = *node_;
   if (n.kind != Node::Source && n.kind != Node::Constant && streamable()) {
@@ -489,11 +510,15 @@ Tensor WeightRef::materialize() const {
       QuantState& q = *n.quant;
       std::lock_guard<std::mutex> lock(q.mutex);
       if (!q.result) {
-        Tensor w = n.children[0].materialize().cast(DType::F32);
         const auto& p = q.params;
+        // Blockwise reads W[K, N] column by column: from a Linear layer's [N, K] checkpoint tensor
+        // (the usual chain: source, transposed, cast) it reads the untransposed tensor's rows instead.
+        std::optional<Tensor> nk = p.block == 0 ? std::nullopt : untransposed_f32(n.children[0]);
+        Tensor w = nk ? std::move(*nk) : n.children[0].materialize().cast(DType::F32);
         q.result = p.block == 0
                        ? quant::quantize_per_channel_int8(w.as<float>(), q.K, q.N, p.symmetric, p.scale_dtype)
-                       : quant::quantize_blockwise(w.as<float>(), q.K, q.N, p.bits, p.block, p.symmetric, p.scale_dtype);
+                       : quant::quantize_blockwise(w.as<float>(), q.K, q.N, p.bits, p.block, p.symmetric, p.scale_dtype,
+                                                   bool(nk));
         q.result = quant::relayout(*q.result, q.K, q.N, p.bits, p.block, p.symmetric, p.layout);
         q.taken = 0;
       }

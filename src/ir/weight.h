@@ -81,6 +81,7 @@ class WeightRef {
   void write_rows(int64_t r0, int64_t r1, uint8_t* dst, size_t dst_stride) const;
 
   struct Node;
+  const Node* node() const { return node_.get(); }  // for the transforms in weight.cc
 
  private:
   explicit WeightRef(std::shared_ptr<const Node> node) : node_(std::move(node)) {}

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <functional>
 #include <limits>
+#include <thread>
 
 #include "core/error.h"
 
@@ -106,6 +109,32 @@ DType parse_dtype(const std::string& text) {
   bad_input("--dtype {}: unknown dtype (f32, f16 or bf16)", text);
 }
 
+namespace {
+
+// Runs body(n_begin, n_end) over [0, N) on up to hardware_concurrency() threads, in chunks of whole
+// columns (none when the matrix is small enough that threads would cost more than they save).
+void parallel_columns(int64_t N, int64_t K, const std::function<void(int64_t, int64_t)>& body) {
+  const int64_t threads = std::min<int64_t>({int64_t(std::max(1u, std::thread::hardware_concurrency())), 8,
+                                             std::max<int64_t>(1, N * K / (int64_t(1) << 20))});
+  if (threads <= 1) return body(0, N);
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  const int64_t chunk = (N + threads - 1) / threads;
+  for (int64_t t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      try {
+        body(std::min(N, t * chunk), std::min(N, (t + 1) * chunk));
+      } catch (...) {
+        errors[size_t(t)] = std::current_exception();
+      }
+    });
+  for (auto& th : pool) th.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
+
 float round_to(DType dtype, float v) {
   switch (dtype) {
     case DType::F16: return f16_to_f32(f32_to_f16(v));
@@ -115,7 +144,7 @@ float round_to(DType dtype, float v) {
 }
 
 Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
-                             DType scale_dtype) {
+                             DType scale_dtype, bool w_is_nk) {
   HFX_CHECK(bits == 4 || bits == 8, "quantize_blockwise: {} bits", bits);
   HFX_CHECK(block >= 16 && block % 8 == 0, "quantize_blockwise: block {}", block);
   const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
@@ -127,48 +156,54 @@ Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int
   // An odd block count leaves the last high nibble unused: it holds the default zero point 8, as in
   // ONNX Runtime's output.
   if (!symmetric) out.zero_points.assign(size_t(N * zb), bits == 4 ? 0x88 : 0);
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t b = 0; b < kb; ++b) {
-      const int64_t k0 = b * block, k1 = std::min(K, k0 + block);
-      float mn = std::numeric_limits<float>::max(), mx = -mn;
-      for (int64_t k = k0; k < k1; ++k) {
-        const float v = w[k * N + n];
-        if (v < mn) mn = v;
-        if (v > mx) mx = v;
-      }
-      float scale = 0;
-      int zp = mid;
-      if (symmetric) {
-        const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
-        scale = round_to(scale_dtype, -m / float(mid));
-      } else {
-        mn = std::min(mn, 0.0f);
-        mx = std::max(mx, 0.0f);
-        const float s = (mx - mn) / qmax_f;
-        float zp_f = mn;
-        if (s != 0.0f) zp_f = 0.0f - mn / s;
-        zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
-        scale = round_to(scale_dtype, s);
-        uint8_t& z = out.zero_points[size_t(n * zb + b * bits / 8)];
-        if (bits == 8)
-          z = uint8_t(zp);
-        else
-          z = uint8_t((z & ~(0xF << (4 * (b % 2)))) | (zp << (4 * (b % 2))));
-      }
-      out.scales[size_t(n * kb + b)] = scale;
-      const float rs = scale != 0.0f ? 1.0f / scale : 0.0f;
-      uint8_t* dst = out.data.data() + size_t((n * kb + b) * blob);
-      for (int64_t k = k0; k < k1; ++k) {
-        const float v = w[k * N + n];
-        const int q = int(std::clamp(std::roundf(v * rs + float(zp)), 0.0f, qmax_f));
-        const int64_t i = k - k0;
-        if (bits == 8)
-          dst[i] = uint8_t(q);
-        else
-          dst[i / 2] = uint8_t(dst[i / 2] | (q << (4 * (i % 2))));
+  // Element (k, n) of W[K, N] in either layout.
+  const int64_t k_stride = w_is_nk ? 1 : N, n_stride = w_is_nk ? K : 1;
+  // Each column n writes only its own blocks, scales and zero-point bytes: columns split over threads.
+  auto columns = [&](int64_t n_begin, int64_t n_end) {
+    for (int64_t n = n_begin; n < n_end; ++n) {
+      for (int64_t b = 0; b < kb; ++b) {
+        const int64_t k0 = b * block, k1 = std::min(K, k0 + block);
+        float mn = std::numeric_limits<float>::max(), mx = -mn;
+        for (int64_t k = k0; k < k1; ++k) {
+          const float v = w[k * k_stride + n * n_stride];
+          if (v < mn) mn = v;
+          if (v > mx) mx = v;
+        }
+        float scale = 0;
+        int zp = mid;
+        if (symmetric) {
+          const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
+          scale = round_to(scale_dtype, -m / float(mid));
+        } else {
+          mn = std::min(mn, 0.0f);
+          mx = std::max(mx, 0.0f);
+          const float s = (mx - mn) / qmax_f;
+          float zp_f = mn;
+          if (s != 0.0f) zp_f = 0.0f - mn / s;
+          zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
+          scale = round_to(scale_dtype, s);
+          uint8_t& z = out.zero_points[size_t(n * zb + b * bits / 8)];
+          if (bits == 8)
+            z = uint8_t(zp);
+          else
+            z = uint8_t((z & ~(0xF << (4 * (b % 2)))) | (zp << (4 * (b % 2))));
+        }
+        out.scales[size_t(n * kb + b)] = scale;
+        const float rs = scale != 0.0f ? 1.0f / scale : 0.0f;
+        uint8_t* dst = out.data.data() + size_t((n * kb + b) * blob);
+        for (int64_t k = k0; k < k1; ++k) {
+          const float v = w[k * k_stride + n * n_stride];
+          const int q = int(std::clamp(std::roundf(v * rs + float(zp)), 0.0f, qmax_f));
+          const int64_t i = k - k0;
+          if (bits == 8)
+            dst[i] = uint8_t(q);
+          else
+            dst[i / 2] = uint8_t(dst[i / 2] | (q << (4 * (i % 2))));
+        }
       }
     }
-  }
+  };
+  parallel_columns(N, K, columns);
   return out;
 }
 

@@ -88,9 +88,12 @@ inline int64_t zero_point_bytes_per_column(int bits, int64_t K, int64_t block) {
   return (k_blocks(K, block) * bits + 7) / 8;
 }
 
-// `w` is W[K, N] row major. `scale_dtype` (F32 or F16) is the dtype the scales are stored in.
+// `w` is W[K, N] row major, or with `w_is_nk` its transpose W^T[N, K] row major (a Linear layer's
+// checkpoint layout: each block then reads contiguous memory and no transposed copy is made).
+// `scale_dtype` (F32 or F16) is the dtype the scales are stored in. Columns are quantized on up to
+// hardware_concurrency() threads; the result does not depend on their number.
 Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
-                             DType scale_dtype);
+                             DType scale_dtype, bool w_is_nk = false);
 // W[K, N] row major back from the blockwise layout (zero_points nullptr: 2^(bits-1)).
 std::vector<float> dequantize_blockwise(const uint8_t* data, const float* scales, const uint8_t* zero_points,
                                         int64_t K, int64_t N, int bits, int64_t block);
