@@ -187,9 +187,10 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
       if (o.contains("dtype") || o.contains("quantize") || o.contains("quantize_lm_head")) {
         // An override restates the component's whole precision: what it leaves out is f32, unquantized.
         quant::PrecisionSpec p;
-        if (o.contains("dtype")) p.dtype = with_context(at, [&] { return quant::parse_dtype(o["dtype"].get<std::string>()); });
-        if (o.contains("quantize"))
-          p.quant = with_context(at, [&] { return quant::QuantSpec::parse(o["quantize"].get<std::string>()); });
+        // (Values copied out first: clang before 16, the fuzz build's, cannot capture structured bindings.)
+        const std::string dtype = o.value("dtype", std::string("f32")), quantize = o.value("quantize", std::string());
+        p.dtype = with_context(at, [&] { return quant::parse_dtype(dtype); });
+        if (!quantize.empty()) p.quant = with_context(at, [&] { return quant::QuantSpec::parse(quantize); });
         if (o.contains("quantize_lm_head")) p.quantize_lm_head = o["quantize_lm_head"].get<bool>();
         if (p.quantize_lm_head && !p.quant.enabled()) bad_input("{}: quantize_lm_head needs quantize", at);
         ov.precision = p;
