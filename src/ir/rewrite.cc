@@ -84,4 +84,16 @@ Graph prune(const Graph& graph) {
   return out;
 }
 
+const Node* producer(const Graph& g, ValueId id) {
+  if (id == kNone) return nullptr;
+  const int32_t p = g.value(id).producer;
+  return p < 0 ? nullptr : &g.nodes()[size_t(p)];
+}
+
+std::string scope_of(const std::string& node_name, int levels) {
+  std::string s = node_name.substr(!node_name.empty() && node_name.front() == '/' ? 1 : 0);
+  for (int i = 0; i < levels; ++i) s = s.substr(0, s.rfind('/') == std::string::npos ? 0 : s.rfind('/'));
+  return s;
+}
+
 }  // namespace hfx::ir

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ir/builder.h"
@@ -43,5 +44,10 @@ class Rewriter {
 Graph prune(const Graph& graph);
 // Number of nodes reading each value, plus one for each graph output it is.
 std::vector<int> use_counts(const Graph& graph);
+// The node that computes `id` (nullptr for inputs, weights and kNone): how passes match patterns.
+const Node* producer(const Graph& g, ValueId id);
+// The scope `levels` levels above a node's name: "/model/layers.0/self_attn/Attention" ->
+// "model/layers.0/self_attn" (1), "model/layers.0" (2); what a rewrite builds its nodes under.
+std::string scope_of(const std::string& node_name, int levels = 1);
 
 }  // namespace hfx::ir

@@ -30,18 +30,9 @@ namespace {
 using ir::kNone;
 using ir::ValueId;
 
-const ir::Node* producer(const ir::Graph& g, ValueId id) {
-  if (id == kNone) return nullptr;
-  const int32_t p = g.value(id).producer;
-  return p < 0 ? nullptr : &g.nodes()[size_t(p)];
-}
+using ir::producer;
+using ir::scope_of;
 
-// "/model/layers.0/self_attn/Attention" -> "model/layers.0/self_attn".
-std::string scope_of(const std::string& node_name) {
-  std::string s = node_name.substr(node_name.front() == '/' ? 1 : 0);
-  const auto at = s.rfind('/');
-  return at == std::string::npos ? std::string() : s.substr(0, at);
-}
 
 // Why RMSNormalization cannot compute this RMSNorm (empty: it can).
 std::string rms_norm_blocker(const ir::Graph& g, const ir::Node& n) {

@@ -31,11 +31,8 @@ namespace {
 using ir::kNone;
 using ir::ValueId;
 
-const ir::Node* producer(const ir::Graph& g, ValueId id) {
-  if (id == kNone) return nullptr;
-  const int32_t p = g.value(id).producer;
-  return p < 0 ? nullptr : &g.nodes()[size_t(p)];
-}
+using ir::producer;
+using ir::scope_of;
 
 bool is_input(const ir::Graph& g, ValueId id) {
   for (auto in : g.inputs())
@@ -238,13 +235,6 @@ std::pair<Tensor, Tensor> rope_caches(const ir::Graph& g, const ir::Node& rope, 
       }
     }
   return {Tensor::from_vector<float>(DType::F32, {rows, half}, c), Tensor::from_vector<float>(DType::F32, {rows, half}, s)};
-}
-
-// "/model/layers.0/self_attn/q_proj/Linear" -> "model/layers.0/self_attn/q_proj" (levels = 1).
-std::string scope_of(const std::string& node_name, int levels = 1) {
-  std::string s = node_name.substr(node_name.front() == '/' ? 1 : 0);
-  for (int i = 0; i < levels; ++i) s = s.substr(0, s.rfind('/') == std::string::npos ? 0 : s.rfind('/'));
-  return s;
 }
 
 // The same graph without the named input when nothing reads it (position_ids once GroupQueryAttention

@@ -119,3 +119,39 @@ def hfx_has_openvino() -> bool:
     lines = proc.stdout.splitlines()
     status = next((lines[i + 1] for i, line in enumerate(lines[:-1]) if line == "openvino"), "")
     return proc.returncode == 0 and status.split(":", 1)[-1].strip().startswith("available")
+
+
+def ort_ops_per_provider(model_path, feed_of, prefix, name: str = "") -> dict:
+    """Runs one prompt through ONNX Runtime (CPU) with profiling and returns {(provider, op): count}
+    from ORT's own trace, printing the table. feed_of(inputs by name) gives the feed."""
+    import json
+    from collections import Counter
+
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(prefix)
+    sess = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+    sess.run(None, feed_of({i.name: i for i in sess.get_inputs()}))
+    trace = json.loads(open(sess.end_profiling()).read())
+    placed = Counter()
+    for ev in trace:
+        a = ev.get("args", {})
+        if ev.get("cat") == "Node" and "op_name" in a and ev["name"].endswith("_kernel_time"):
+            placed[(a.get("provider", "?"), a["op_name"])] += 1
+    print(f"\n{name}: ops per execution provider (prompt run):")
+    for (ep, op), n in sorted(placed.items()):
+        print(f"  {ep:24s} {op:36s} x{n}")
+    return placed
+
+
+def empty_cache_feed(inputs, ids, mask, positions=None):
+    """A prompt feed with empty past_key_values.* for every cache input the graph declares."""
+    import numpy as np
+    feed = {"input_ids": np.array(ids, np.int64), "attention_mask": np.array(mask, np.int64)}
+    if positions is not None and "position_ids" in inputs:
+        feed["position_ids"] = np.array(positions, np.int64)
+    for name, i in inputs.items():
+        if name.startswith("past_key_values."):
+            feed[name] = np.zeros((len(ids), i.shape[1], 0, i.shape[3]), np.float32)
+    return feed

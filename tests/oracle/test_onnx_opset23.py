@@ -20,7 +20,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from conftest import ROOT, export_once, run_hfx
+from conftest import ROOT, empty_cache_feed, export_once, ort_ops_per_provider, run_hfx
 from test_decoder_parity import compare, decode_feeds, geometry, run_steps, transformers_steps
 from tiny_models import load_reference
 
@@ -98,29 +98,10 @@ def test_opset23_greedy_equals_transformers(case, op23_export, reference_tokens)
 @pytest.mark.parametrize("case", ["llama", "gemma2", "gpt-neox"])
 def test_opset23_every_node_on_cpu(case, op23_export, tmp_path):
     out = op23_export(case)
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    so.profile_file_prefix = str(tmp_path / "prof")
-    sess = ort.InferenceSession(str(out / "onnx" / "model.onnx"), so, providers=["CPUExecutionProvider"])
-    inputs = {i.name: i for i in sess.get_inputs()}
-    layers = sum(1 for n in inputs if n.endswith(".key"))
-    kv, hd = inputs["past_key_values.0.key"].shape[1], inputs["past_key_values.0.key"].shape[3]
-    feed = {"input_ids": np.array([[5, 6, 7], [0, 8, 9]], np.int64),
-            "attention_mask": np.array([[1, 1, 1], [0, 1, 1]], np.int64)}
-    if "position_ids" in inputs:
-        feed["position_ids"] = np.array([[0, 1, 2], [1, 0, 1]], np.int64)
-    for i in range(layers):
-        feed[f"past_key_values.{i}.key"] = feed[f"past_key_values.{i}.value"] = np.zeros((2, kv, 0, hd), np.float32)
-    sess.run(None, feed)
-    trace = json.loads(open(sess.end_profiling()).read())
-    placed = Counter()
-    for ev in trace:
-        a = ev.get("args", {})
-        if ev.get("cat") == "Node" and "op_name" in a and ev["name"].endswith("_kernel_time"):
-            placed[(a.get("provider", "?"), a["op_name"])] += 1
-    print(f"\n{case}: ops per execution provider (prompt run):")
-    for (ep, op), n in sorted(placed.items()):
-        print(f"  {ep:24s} {op:24s} x{n}")
+    placed = ort_ops_per_provider(
+        out / "onnx" / "model.onnx",
+        lambda inputs: empty_cache_feed(inputs, [[5, 6, 7], [0, 8, 9]], [[1, 1, 1], [0, 1, 1]], [[0, 1, 2], [1, 0, 1]]),
+        tmp_path / "prof", case)
     assert placed and all(ep == "CPUExecutionProvider" for ep, _ in placed), placed
     assert CASES[case] <= {op for _, op in placed}
 

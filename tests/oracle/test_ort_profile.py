@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import Counter
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
 
-from conftest import run_hfx
+from conftest import empty_cache_feed, ort_ops_per_provider, run_hfx
 from tiny_models import CASES, load_reference
 
 ATOL = 1e-4
@@ -143,25 +142,8 @@ def test_genai_greedy_equals_transformers(case, ort_export):
 @pytest.mark.parametrize("case", SUPPORTED[:1] + ["qwen3"])
 def test_every_node_on_cpu_with_contrib_kernels(case, ort_export, tmp_path):
     _, out, _ = ort_export(case)
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    so.profile_file_prefix = str(tmp_path / "prof")
-    sess = ort.InferenceSession(str(out / "onnx" / "model.onnx"), so, providers=["CPUExecutionProvider"])
-    layers = sum(1 for i in sess.get_inputs() if i.name.endswith(".key"))
-    kv, hd = sess.get_inputs()[2].shape[1], sess.get_inputs()[2].shape[3]
-    feed = {"input_ids": np.array([[5, 6, 7]], np.int64), "attention_mask": np.ones((1, 3), np.int64)}
-    for i in range(layers):
-        feed[f"past_key_values.{i}.key"] = feed[f"past_key_values.{i}.value"] = np.zeros((1, kv, 0, hd), np.float32)
-    sess.run(None, feed)
-    trace = json.loads(open(sess.end_profiling()).read())
-    placed = Counter()
-    for ev in trace:
-        a = ev.get("args", {})
-        if ev.get("cat") == "Node" and "op_name" in a and ev["name"].endswith("_kernel_time"):
-            placed[(a.get("provider", "?"), a["op_name"])] += 1
-    print(f"\n{case}: ops per execution provider (prompt run):")
-    for (ep, op), n in sorted(placed.items()):
-        print(f"  {ep:24s} {op:36s} x{n}")
+    placed = ort_ops_per_provider(out / "onnx" / "model.onnx",
+                                  lambda inputs: empty_cache_feed(inputs, [[5, 6, 7]], [[1, 1, 1]]), tmp_path / "prof", case)
     assert placed and all(ep == "CPUExecutionProvider" for ep, _ in placed), placed
     ops = {op for _, op in placed}
     assert {"GroupQueryAttention", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization"} <= ops, ops
