@@ -66,6 +66,13 @@ def pick_greedy(logits, done: list[bool], out: list[list[int]], facts: DecoderFa
     return tokens
 
 
+def next_step(tokens, next_pos, mask=None):
+    """The feed of the next decode step after `tokens` [batch]: ids [batch, 1], positions [batch, 1],
+    the positions after that, and (for a growing cache) the mask with one more attended column."""
+    grown = None if mask is None else np.concatenate([mask, np.ones((mask.shape[0], 1), np.int64)], axis=1)
+    return tokens[:, None], next_pos[:, None].astype(np.int64), next_pos + 1, grown
+
+
 def main(make_generator, doc: str, extra_args=None) -> None:
     """`python <loop>.py OUT --prompt-ids 1,2,3 [--prompt-ids ...] [-n 64]`: prints one row of ids per prompt."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from hfx_decode import DecoderFacts, left_pad, main as decode_main, pick_greedy
+from hfx_decode import DecoderFacts, left_pad, main as decode_main, next_step, pick_greedy
 
 
 class OrtGenerator:
@@ -73,10 +73,7 @@ class OrtGenerator:
             tokens = self._pick(result["logits"], done, out)
             if all(done) or step + 1 == max_new_tokens:
                 break
-            feed_ids = tokens[:, None]
-            feed_pos = next_pos[:, None].astype(np.int64)
-            next_pos = next_pos + 1
-            mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+            feed_ids, feed_pos, next_pos, mask = next_step(tokens, next_pos, mask)
         return out
 
     def _generate_static(self, ids, mask, pos, next_pos, max_new_tokens):
@@ -107,9 +104,7 @@ class OrtGenerator:
             tokens = self._pick(logits, done, out)
             if all(done) or step + 1 == max_new_tokens:
                 break
-            feed_ids = tokens[:, None]
-            feed_pos = next_pos[:, None].astype(np.int64)
-            next_pos = next_pos + 1
+            feed_ids, feed_pos, next_pos, _ = next_step(tokens, next_pos)
             full_mask[:, total] = 1
             cache_pos = np.array([total], np.int64)
             total += 1

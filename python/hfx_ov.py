@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from hfx_decode import DecoderFacts, left_pad, main as decode_main, pick_greedy
+from hfx_decode import DecoderFacts, left_pad, main as decode_main, next_step, pick_greedy
 
 # The CPU plugin keeps the KV cache of its fused stateful SDPA in f16/u8 unless told otherwise, and
 # rounds the activations of FullyConnected layers with compressed (u4/i4/u8/i8) weights to int8 in groups
@@ -71,10 +71,7 @@ class OvGenerator:
             tokens = self._pick(logits, done, out)
             if all(done) or step + 1 == max_new_tokens:
                 break
-            feed_ids = tokens[:, None]
-            feed_pos = next_pos[:, None].astype(np.int64)
-            next_pos = next_pos + 1
-            mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+            feed_ids, feed_pos, next_pos, mask = next_step(tokens, next_pos, mask)
         return out
 
     def _pick(self, logits, done, out):

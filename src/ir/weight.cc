@@ -345,9 +345,9 @@ void WeightRef::write_rows(int64_t r0, int64_t r1, uint8_t* dst, size_t dst_stri
       const size_t per_row = size_t(numel_of(n.shape)) / size_t(std::max<int64_t>(rows(), 1));
       const size_t src_rb = per_row * dtype_size(c.dtype());
       if (dst_stride == rb)
-        return convert_run(c.dtype(), raw.data() + size_t(r0) * src_rb, n.dtype, dst, size_t(r1 - r0) * per_row);
+        return convert_elements(c.dtype(), raw.data() + size_t(r0) * src_rb, n.dtype, dst, size_t(r1 - r0) * per_row);
       for (int64_t r = r0; r < r1; ++r)
-        convert_run(c.dtype(), raw.data() + size_t(r) * src_rb, n.dtype, dst + size_t(r - r0) * dst_stride, per_row);
+        convert_elements(c.dtype(), raw.data() + size_t(r) * src_rb, n.dtype, dst + size_t(r - r0) * dst_stride, per_row);
       return;
     }
     case Node::Transpose: {  // output rows = source columns

@@ -12,17 +12,6 @@ namespace hfx::ir {
 
 namespace {
 
-// bf16 is the top half of an f32: a shift, which the compiler vectorises (memcpy keeps it
-// alignment-free; a safetensors payload may start at any offset).
-void bf16_run(const uint8_t* src, uint8_t* dst, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    const uint32_t bits = uint32_t(h) << 16;
-    std::memcpy(dst + 4 * i, &bits, 4);
-  }
-}
-
 // One element of `from` at `s` as `to` at `d`, for the transposes (a converting one is only ever
 // bf16/f16 -> f32, the weights an f32 graph binds).
 template <size_t kFromSize>
@@ -102,11 +91,6 @@ void transpose_typed(DType from, const uint8_t* src, int64_t rows, int64_t cols,
 }
 
 }  // namespace
-
-void convert_run(DType from, const uint8_t* src, DType to, uint8_t* dst, size_t count) {
-  if (from == DType::BF16 && to == DType::F32) return bf16_run(src, dst, count);
-  convert_elements(from, src, to, dst, count);
-}
 
 void transpose_block(DType from, const uint8_t* src, int64_t rows, int64_t cols, DType to, int64_t c0, int64_t c1,
                      uint8_t* dst, size_t dst_stride) {
