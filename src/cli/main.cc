@@ -46,9 +46,11 @@ int main(int argc, char** argv) {
   try {
     return action ? action() : 0;
   } catch (const Error& e) {
+    wait_for_signal_cleanup();  // an error caused by a signal's cleanup: die of the signal instead
     fmt::print(stderr, "hfx: {}: {}\n", error_kind_name(e.kind()), e.describe());
     return e.kind() == ErrorKind::Internal ? 70 : 1;
   } catch (const std::exception& e) {
+    wait_for_signal_cleanup();
     fmt::print(stderr, "hfx: internal error: {}\n", e.what());
     return 70;
   }

@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <csignal>
 #include <limits>
@@ -110,6 +111,7 @@ void remove_staging_now(const fs::path& dir) {
 }
 
 int g_signal_pipe[2] = {-1, -1};
+std::atomic<bool> g_cleaning_up{false};
 
 void on_signal(int sig) {
   const int saved = errno;
@@ -125,6 +127,7 @@ void cleanup_thread() {
     n = ::read(g_signal_pipe[0], &sig, 1);
   } while (n < 0 && errno == EINTR);
   if (n != 1) return;  // the pipe broke: no cleanup rather than a spurious exit
+  g_cleaning_up = true;
   staging_mutex().lock();  // held until the process is gone
   for (const auto& dir : live_staging()) remove_staging_now(dir);
   ::signal(sig, SIG_DFL);
@@ -180,6 +183,11 @@ void install_cleanup_on_signal() {
       ::sigaction(sig, &sa, nullptr);
     }
   });
+}
+
+void wait_for_signal_cleanup() {
+  if (!g_cleaning_up) return;
+  for (;;) ::pause();  // the cleanup thread raises the signal
 }
 
 void remove_on_signal(const fs::path& dir) {

@@ -52,6 +52,12 @@ int remove_stale_staging(const std::filesystem::path& final_path);
 // helper thread does the removal, so the work is not limited to async-signal-safe calls. Idempotent.
 void install_cleanup_on_signal();
 
+// Once a signal's cleanup has started, never returns (the cleanup thread ends the process with that
+// signal); else returns at once. An error that the cleanup itself caused (a folder removed under a
+// writer) must not end the process first with another exit status: main() calls this before it
+// reports an error.
+void wait_for_signal_cleanup();
+
 // Adds / removes another folder for that cleanup (a scratch folder such as hfx verify's).
 void remove_on_signal(const std::filesystem::path& dir);
 void forget_on_signal(const std::filesystem::path& dir);
