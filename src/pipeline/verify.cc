@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -282,8 +284,11 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       runs.push_back(std::move(r));
     }
   }
-  const fs::path scratch = fs::temp_directory_path() / fmt::format("hfx-verify-{}", ::getpid());
-  fs::create_directories(scratch);
+  // mkdtemp, not the pid: a verify killed with SIGKILL leaves its folder, and pids are reused.
+  std::string scratch_name = (fs::temp_directory_path() / "hfx-verify-XXXXXX").string();
+  if (::mkdtemp(scratch_name.data()) == nullptr)
+    fail(ErrorKind::Io, "cannot create a scratch folder in {}: {}", fs::temp_directory_path().string(), std::strerror(errno));
+  const fs::path scratch = scratch_name;
   remove_on_signal(scratch);  // a killed `hfx verify` leaves no scratch folder behind either
   struct Cleanup {
     fs::path p;
