@@ -4,7 +4,9 @@ Saves one random-initialised checkpoint (export_bench.CONFIGS; default Qwen3-0.6
 published, nothing downloaded) and exports it with:
   - hfx:          `hfx export --no-verify` (+ `--onnx-profile ort` when the binary has it),
                   `--quantize int4` (when the binary has it; lm_head kept f32, hfx's default) and
-                  `--quantize int4 --quantize-lm-head` (row int4+lm: lm_head in int4 as the builder does)
+                  `--quantize int4 --quantize-lm-head` (row int4+lm: lm_head in int4 as the builder does),
+                  `+ --quantize-embeddings` (row int4+lm+emb: the tied table quantized once, GatherBlockQuantized,
+                  the builder's layout) and `int4:accuracy=4` with both (row int4+lm+emb+acc4: the builder's recipe)
   - onnxexporter: Transformers' OnnxExporter.export_for_generation (prefill.onnx + decode.onnx, fp32);
                   int4 = its fp32 export through ONNX Runtime's MatMulNBitsQuantizer (block 32,
                   symmetric, accuracy_level 4: the builder's CPU int4 recipe), time and RSS added
@@ -331,12 +333,16 @@ def nbits_summary(folder: Path) -> str:
     return f"{count} MatMulNBits, " + "; ".join(f"block {b} acc_level {lvl}" for b, lvl in sorted(attrs))
 
 
+# hfx's rows, in order; the ratios compare each with the peer's row of the same first word (fp32, int4).
+HFX_ROWS = ("fp32", "int4", "int4+lm", "int4+lm+emb", "int4+lm+acc4", "int4+lm+emb+acc4")
+
+
 def hfx_flags(hfx: str) -> set[str]:
     try:
         text = subprocess.run([hfx, "export", "--help"], capture_output=True, text=True, timeout=60).stdout
     except OSError:
         return set()
-    flags = {f for f in ("--onnx-profile", "--quantize", "--quantize-lm-head") if f in text}
+    flags = {f for f in ("--onnx-profile", "--quantize", "--quantize-lm-head", "--quantize-embeddings") if f in text}
     if "accuracy=" in text:
         flags.add("accuracy")  # --quantize ...:accuracy=N (MatMulNBits accuracy_level)
     return flags
@@ -427,11 +433,19 @@ def main() -> int:
             if "--quantize-lm-head" in flags:  # like the builder's int4, which quantizes lm_head too
                 run_export("hfx", "int4+lm", hfx_base + ["--quantize", "int4", "--quantize-lm-head",
                                                          str(arts / "hfx-int4-lm")], arts / "hfx-int4-lm")
-                # The builder's own CPU recipe: lm_head in int4 and MatMulNBits accuracy_level 4 (ORT may
-                # quantize activations to int8), the like-for-like row for decode speed.
+                # The builder's layout: the tied table quantized once, read by lm_head's MatMulNBits and the
+                # embedding's GatherBlockQuantized (no f32 table written).
+                emb = ["--quantize-embeddings"] if "--quantize-embeddings" in flags else []
+                if emb:
+                    run_export("hfx", "int4+lm+emb", hfx_base + ["--quantize", "int4", "--quantize-lm-head", *emb,
+                                                                  str(arts / "hfx-int4-lm-emb")], arts / "hfx-int4-lm-emb")
+                # The builder's own CPU recipe: that layout and MatMulNBits accuracy_level 4 (ORT may quantize
+                # activations to int8), the like-for-like row for decode speed.
                 if "accuracy" in flags:
-                    run_export("hfx", "int4+lm+acc4", hfx_base + ["--quantize", "int4:accuracy=4", "--quantize-lm-head",
-                                                                   str(arts / "hfx-int4-lm-acc4")], arts / "hfx-int4-lm-acc4")
+                    label = "int4+lm+emb+acc4" if emb else "int4+lm+acc4"
+                    run_export("hfx", label, hfx_base + ["--quantize", "int4:accuracy=4", "--quantize-lm-head", *emb,
+                                                          str(arts / f"hfx-{label.replace('+', '-')}")],
+                               arts / f"hfx-{label.replace('+', '-')}")
         else:
             rows.append({"tool": "hfx", "prec": "int4", "export": {"ok": False, "error": "binary has no --quantize"}})
 
@@ -530,7 +544,7 @@ def report(args, rows, flags, largest, cfg) -> None:
     print("\nratios hfx / peer: export time (goal: <= 1/50 of OnnxExporter's, <= 1/3 of the builder's), "
           "peak RSS, prefill latency (< 1: hfx faster), decode tok/s (goal: >= 2 x OnnxExporter's, >= the builder's)")
     goals = {"onnxexporter": (50, 2.0), "builder": (3, 1.0)}
-    for prec in ("fp32", "int4", "int4+lm", "int4+lm+acc4"):
+    for prec in HFX_ROWS:
         h = by.get(("hfx", prec))
         if not h or not h["export"].get("ok"):
             continue
@@ -545,12 +559,12 @@ def report(args, rows, flags, largest, cfg) -> None:
             dec = ho["decode_tok_s"] / po["decode_tok_s"] if both else None
             pre = ho["prefill_s"] / po["prefill_s"] if both else None
             g_exp, g_dec = goals[peer]
-            print(f"  {prec:<7} hfx / {peer:<12}: export time {t:.3f} (1/{1 / t:.1f}; goal 1/{g_exp}: "
+            print(f"  {prec:<16} hfx / {peer:<12}: export time {t:.3f} (1/{1 / t:.1f}; goal 1/{g_exp}: "
                   f"{'met' if 1 / t >= g_exp else 'NOT met'}), peak RSS {rss:.2f}, prefill {fmt(pre, '.2f')}, "
                   f"decode tok/s {fmt(dec, '.2f')} (goal {g_dec:g}: "
                   f"{'—' if dec is None else 'met' if dec >= g_dec else 'NOT met'})")
     cap = (1 << 30) + 2 * largest
-    for prec in ("fp32", "int4", "int4+lm", "int4+lm+acc4"):
+    for prec in HFX_ROWS:
         h = by.get(("hfx", prec))
         if h and h["export"].get("ok"):
             print(f"  hfx {prec} peak RSS {h['export']['rss'] / MB:.0f} MiB vs goal 1 GiB + 2 x largest f32 tensor "

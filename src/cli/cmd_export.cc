@@ -49,7 +49,7 @@ void register_export(CLI::App& app, Action& action) {
     bool split = false, static_cache = false, dynamic = false, stateless = false;
     int64_t max_cache_len = 0;
     std::string dtype = "f32", quantize;
-    bool quantize_lm_head = false;
+    bool quantize_lm_head = false, quantize_embeddings = false;
     std::string onnx_profile = "portable";
     int64_t onnx_opset = 21;
   };
@@ -72,6 +72,9 @@ void register_export(CLI::App& app, Action& action) {
                   "compressed u4/i4/u8/i8 weights "
                   "(docs/quantization.md)");
   cmd->add_flag("--quantize-lm-head", s->quantize_lm_head, "Quantize lm_head too (default: kept in --dtype)");
+  cmd->add_flag("--quantize-embeddings", s->quantize_embeddings,
+                "Quantize the embedding tables too (--onnx-profile ort: GatherBlockQuantized, blockwise schemes; with "
+                "--quantize-lm-head a tied lm_head reads the same bytes; default: kept in --dtype)");
   cmd->add_option("--onnx-profile", s->onnx_profile,
                   "onnx: `ort` (ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, genai_config.json; "
                   "falls back to portable per model; no left-padded batches) or `portable` (standard ops only, every contract)")
@@ -127,8 +130,11 @@ void register_export(CLI::App& app, Action& action) {
         o.recipe.precision.dtype = quant::parse_dtype(s->dtype);
         o.recipe.precision.quant = quant::QuantSpec::parse(s->quantize);
         o.recipe.precision.quantize_lm_head = s->quantize_lm_head;
+        o.recipe.precision.quantize_embeddings = s->quantize_embeddings;
         if (s->quantize_lm_head && !o.recipe.precision.quant.enabled())
           bad_input("--quantize-lm-head needs --quantize");
+        if (s->quantize_embeddings && !o.recipe.precision.quant.enabled())
+          bad_input("--quantize-embeddings needs --quantize");
         o.recipe.openvino_stateful = !s->stateless;
         pipeline::check_onnx_profile(s->onnx_profile, "--onnx-profile");
         o.recipe.onnx_profile = s->onnx_profile;

@@ -75,6 +75,21 @@ std::vector<Value> infer_matmul_nbits(const Graph& g, const Node& n) {
   return {{"", a.dtype, out}};
 }
 
+// GatherBlockQuantized (com.microsoft), as hfx writes it: rows of a blockwise-quantized table, uint8
+// data [V, D * bits / 8] (gather_axis 0, quantize_axis 1) -> indices' shape + [D] in the scales' dtype.
+std::vector<Value> infer_gather_block_quantized(const Graph& g, const Node& n) {
+  const auto& data = in(g, n, 0);
+  const auto& idx = in(g, n, 1);
+  const int64_t bits = n.attr_int("bits", 4);
+  if (data.shape.size() != 2 || n.attr_int("gather_axis", 0) != 0 || n.attr_int("quantize_axis", 1) != 1 ||
+      (bits != 4 && bits != 8))
+    unsupported("{}: GatherBlockQuantized other than a [V, D] table, gather_axis 0, quantize_axis 1, bits 4 or 8", n.name);
+  Shape out = idx.shape;
+  const Dim& packed = data.shape[1];
+  out.push_back(packed.is_fixed() ? Dim::fixed(packed.value * (8 / bits)) : Dim::unknown());
+  return {{"", in(g, n, 2).dtype, out}};
+}
+
 // DequantizeLinear (opset 21): x's shape, the scale's dtype. Blocked (block_size > 0): the scale has x's
 // rank, ceil(D / block_size) along `axis` (quantized weights: [K/block, N] over [K, N], or OpenVINO's
 // [N, K/block, 1] over [N, K/block, block]).
@@ -417,6 +432,7 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("MatMul", 2, 2, 1, infer_matmul));
   t.push_back(make("MatMulNBits", 3, 4, 1, infer_matmul_nbits));
   t.push_back(make("DequantizeLinear", 2, 3, 1, infer_dequantize_linear));
+  t.push_back(make("GatherBlockQuantized", 3, 4, 1, infer_gather_block_quantized));
   t.push_back(make("Gather", 2, 2, 1, infer_gather));
   for (const char* op : {"ReduceMean", "ReduceMax", "ReduceSum"}) t.push_back(make(op, 1, 2, 1, infer_reduce));
   t.push_back(make("Transpose", 1, 1, 1, infer_transpose));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "ir/rewrite.h"
@@ -33,16 +34,19 @@ class Precision {
         } else if (node.op == "MatMul") {
           if (const auto* w = src_.weight(node.inputs[1]); is_checkpoint_matrix(w))
             y = linear(node, n.inputs[0], *w, src_.value(node.inputs[1]).name);
-          else if (const auto* t = transposed_weight(node.inputs[1]))  // a tied lm_head (fold-weight-transforms)
-            y = linear(node, n.inputs[0], t->transposed({1, 0}), src_.value(src_.nodes()[size_t(src_.value(node.inputs[1]).producer)].inputs[0]).name + ".T");
-        } else if ((node.op == "Embedding" || (node.op == "Gather" && node.attr_int("axis", 0) == 0)) &&
-                   spec_.dtype != DType::F32) {
+          else if (const auto table = transposed_weight(node.inputs[1]))  // a tied lm_head (fold-weight-transforms)
+            y = linear(node, n.inputs[0], src_.weight(*table)->transposed({1, 0}), src_.value(*table).name + ".T", table);
+        } else if (node.op == "Embedding" || (node.op == "Gather" && node.attr_int("axis", 0) == 0)) {
           if (const auto* w = src_.weight(node.inputs[0]); is_checkpoint_matrix(w)) {
-            auto& b = r_.builder();
-            auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
-            ir::ValueId table = b.weight(unique(src_.value(node.inputs[0]).name + "." + std::string(dtype_name(spec_.dtype))),
-                                         w->cast(spec_.dtype));
-            y = b.cast(b.add1("Gather", {table, n.inputs[1]}, {{"axis", int64_t(0)}}), DType::F32);
+            if (spec_.quantize_embeddings && spec_.quant.enabled()) {
+              y = quantized_embedding(node, n.inputs[1], *w, node.inputs[0]);
+            } else if (spec_.dtype != DType::F32) {
+              auto& b = r_.builder();
+              auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
+              ir::ValueId table = b.weight(unique(src_.value(node.inputs[0]).name + "." + std::string(dtype_name(spec_.dtype))),
+                                           w->cast(spec_.dtype));
+              y = b.cast(b.add1("Gather", {table, n.inputs[1]}, {{"axis", int64_t(0)}}), DType::F32);
+            }
           }
         }
       });
@@ -55,32 +59,40 @@ class Precision {
   }
 
  private:
-  // W when `v` is Transpose(W, perm 1,0) of a checkpoint matrix (kept in the graph for a tied weight).
-  const ir::WeightRef* transposed_weight(ir::ValueId v) const {
+  // W (a source weight) when `v` is Transpose(W, perm 1,0) of a checkpoint matrix (kept in the graph for
+  // a tied weight).
+  std::optional<ir::ValueId> transposed_weight(ir::ValueId v) const {
     const int32_t p = src_.value(v).producer;
-    if (p < 0) return nullptr;
+    if (p < 0) return std::nullopt;
     const ir::Node& t = src_.nodes()[size_t(p)];
-    if (t.op != "Transpose" || t.attr_ints("perm") != std::vector<int64_t>{1, 0}) return nullptr;
-    const ir::WeightRef* w = src_.weight(t.inputs[0]);
-    return is_checkpoint_matrix(w) ? w : nullptr;
+    if (t.op != "Transpose" || t.attr_ints("perm") != std::vector<int64_t>{1, 0}) return std::nullopt;
+    if (!is_checkpoint_matrix(src_.weight(t.inputs[0]))) return std::nullopt;
+    return t.inputs[0];
+  }
+
+  // The dtype a quantized layer's activations (and scales) are in: ONNX targets compute Linear layers in
+  // f16 when the dtype is f16; bf16, f32 and OpenVINO (whose CPU plugin decompresses weights inside its
+  // f32 FullyConnected) compute in f32.
+  DType compute_dtype() const {
+    return spec_.dtype == DType::F16 && target_ != PrecisionTarget::OpenVino ? DType::F16 : DType::F32;
   }
 
   // x[..., K] @ w[K, N] in the spec's precision; nullopt when nothing changes (f32, not quantized).
-  std::optional<ir::ValueId> linear(const ir::Node& node, ir::ValueId x, const ir::WeightRef& w, const std::string& base) {
+  // `table` names the embedding table a tied lm_head reads, whose quantized bytes the embedding shares.
+  std::optional<ir::ValueId> linear(const ir::Node& node, ir::ValueId x, const ir::WeightRef& w, const std::string& base,
+                                    std::optional<ir::ValueId> table = std::nullopt) {
     const bool lm_head = node.name.find("/lm_head/") != std::string::npos;
     const bool quantize = spec_.quant.enabled() && (!lm_head || spec_.quantize_lm_head);
     const DType dt = spec_.dtype;
     if (!quantize && dt == DType::F32) return std::nullopt;
     auto& b = r_.builder();
     auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
-    // ONNX targets compute Linear layers in f16 when the dtype is f16; bf16, f32 and OpenVINO (whose
-    // CPU plugin decompresses weights inside its f32 FullyConnected) compute in f32.
-    const DType compute = dt == DType::F16 && target_ != PrecisionTarget::OpenVino ? DType::F16 : DType::F32;
+    const DType compute = compute_dtype();
     const ir::WeightRef stored = w.cast(dt);
     ir::ValueId xin = compute == DType::F32 ? x : b.cast(x, compute);
     ir::ValueId y;
     if (quantize) {
-      y = quantized(xin, stored, base, compute);
+      y = quantized(xin, stored, base, compute, table);
     } else if (target_ == PrecisionTarget::OpenVino) {  // Constant [N, K] f16|bf16 -> Convert f32 -> MatMul(transpose_b)
       const ir::WeightRef nk = w.transposed({1, 0}).cast(dt);
       const ir::ValueId wt = b.weight(unique(fmt::format("{}.{}", base, dtype_name(dt))), nk);
@@ -93,15 +105,62 @@ class Precision {
     return compute == DType::F32 ? y : b.cast(y, DType::F32);
   }
 
+  // The block a layer of depth K is quantized in: never more than K rounded up to a block size
+  // MatMulNBits runs (16 .. 256): int8's blocks of 128 over K = 64 would be half padding.
+  int64_t block_for(int64_t K) const {
+    int64_t block = spec_.quant.block;
+    while (block > 16 && block / 2 >= K) block /= 2;
+    return block;
+  }
+
+  // The quantized tensors of stored[K, N] (data, scales[, zero points]) as weights of the new graph. A
+  // table's are made once: a tied lm_head and its embedding read the same bytes.
+  std::vector<ir::ValueId> quantized_weights(const ir::WeightRef& stored, const std::string& base,
+                                             const ir::WeightRef::QuantParams& params, std::optional<ir::ValueId> table) {
+    if (table)
+      if (auto it = shared_.find(*table); it != shared_.end()) return it->second;
+    auto& b = r_.builder();
+    auto parts = stored.quantized(params);
+    const std::string tag = fmt::format("{}.q{}", base, params.bits);
+    std::vector<ir::ValueId> ins = {b.weight(unique(tag), parts[0]), b.weight(unique(tag + ".scales"), parts[1])};
+    if (parts.size() > 2) ins.push_back(b.weight(unique(tag + ".zero_points"), parts[2]));
+    if (table) shared_[*table] = ins;
+    return ins;
+  }
+
+  // GatherBlockQuantized over the embedding table quantized as MatMulNBits quantizes a Linear layer of
+  // N = vocabulary rows and K = hidden: the same bytes a tied, quantized lm_head reads. Only the ort
+  // profile has the op; a table's quantized rows are MatMulNBits' [N, k_blocks, blob], reshaped.
+  ir::ValueId quantized_embedding(const ir::Node& node, ir::ValueId ids, const ir::WeightRef& w, ir::ValueId table) {
+    const auto& q = spec_.quant;
+    if (target_ != PrecisionTarget::OrtContrib)
+      bad_input("--quantize-embeddings: a quantized embedding table is ONNX Runtime's GatherBlockQuantized, written by "
+                "--onnx-profile ort only (the {} has no quantized lookup)",
+                target_ == PrecisionTarget::Portable ? "portable profile" : "OpenVINO backend");
+    if (q.block == 0) bad_input("--quantize-embeddings needs a blockwise scheme (int4 or int8:block=N), not {}", q.str());
+    auto& b = r_.builder();
+    auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
+    const int64_t V = w.shape()[0], H = w.shape()[1];
+    const int64_t block = block_for(H), kb = quant::k_blocks(H, block);
+    const DType compute = compute_dtype();
+    const ir::WeightRef::QuantParams params{q.bits, block, q.symmetric, compute};
+    const auto parts = quantized_weights(w.transposed({1, 0}).cast(spec_.dtype), src_.value(table).name + ".T", params, table);
+    std::vector<ir::ValueId> ins = {b.reshape(parts[0], {V, kb * quant::blob_bytes(q.bits, block)}), ids,
+                                    b.reshape(parts[1], {V, kb})};
+    if (parts.size() > 2) ins.push_back(b.reshape(parts[2], {V, quant::zero_point_bytes_per_column(q.bits, H, block)}));
+    ir::ValueId y = b.add1("GatherBlockQuantized", ins,
+                           {{"gather_axis", int64_t(0)}, {"quantize_axis", int64_t(1)}, {"block_size", block}, {"bits", int64_t(q.bits)}});
+    if (kb * block != H) y = b.slice(y, 0, H, -1);  // the padding of the last block
+    return compute == DType::F32 ? y : b.cast(y, DType::F32);
+  }
+
   // xin @ stored[K, N] with the weight quantized, in the target's form (see the header).
-  ir::ValueId quantized(ir::ValueId xin, const ir::WeightRef& stored, const std::string& base, DType compute) {
+  ir::ValueId quantized(ir::ValueId xin, const ir::WeightRef& stored, const std::string& base, DType compute,
+                        std::optional<ir::ValueId> table) {
     auto& b = r_.builder();
     const auto& q = spec_.quant;
     const int64_t K = stored.shape()[0], N = stored.shape()[1];
-    // A block never spans more than K rounded up to a block size MatMulNBits runs (16 .. 256): int8's
-    // blocks of 128 over K = 64 would be half padding.
-    int64_t block = q.block;
-    while (block > 16 && block / 2 >= K) block /= 2;
+    const int64_t block = block_for(K);
     const int64_t kb = block ? quant::k_blocks(K, block) : 1;
     if (q.accuracy_level && target_ != PrecisionTarget::OrtContrib)
       bad_input("--quantize {}: accuracy= is MatMulNBits' accuracy_level, written only by --onnx-profile ort (the "
@@ -117,10 +176,8 @@ class Precision {
                   "OpenVINO's compressed weights take whole groups (choose a block that divides K)",
                   q.str(), K, block);
     }
-    auto parts = stored.quantized(params);
-    const std::string tag = fmt::format("{}.q{}", base, q.bits);
-    std::vector<ir::ValueId> ins = {b.weight(unique(tag), parts[0]), b.weight(unique(tag + ".scales"), parts[1])};
-    if (parts.size() > 2) ins.push_back(b.weight(unique(tag + ".zero_points"), parts[2]));
+    // Only MatMulNBits' layout is shared with an embedding (quantized_embedding needs the ort profile).
+    std::vector<ir::ValueId> ins = quantized_weights(stored, base, params, table && target_ == PrecisionTarget::OrtContrib && block ? table : std::nullopt);
     switch (target_) {
       case PrecisionTarget::OrtContrib:
         if (block != 0) {
@@ -158,6 +215,7 @@ class Precision {
   const quant::PrecisionSpec& spec_;
   const PrecisionTarget target_;
   ir::Rewriter r_;
+  std::map<ir::ValueId, std::vector<ir::ValueId>> shared_;  // source table -> its quantized weights
 };
 
 }  // namespace

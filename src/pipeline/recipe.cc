@@ -86,6 +86,7 @@ void write_precision(nlohmann::ordered_json& j, const quant::PrecisionSpec& p) {
   if (p.quant.enabled()) {
     j["quantize"] = p.quant.str();
     j["quantize_lm_head"] = p.quantize_lm_head;
+    if (p.quantize_embeddings) j["quantize_embeddings"] = true;  // absent when false: older recipes keep their bytes
   }
 }
 
@@ -170,6 +171,10 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   if (auto d = get_string("dtype")) r.precision.dtype = with_context(where, [&] { return quant::parse_dtype(*d); });
   if (auto q = get_string("quantize")) r.precision.quant = with_context(where, [&] { return quant::QuantSpec::parse(*q); });
   get_bool("quantize_lm_head", r.precision.quantize_lm_head);
+  get_bool("quantize_embeddings", r.precision.quantize_embeddings);
+  if ((r.precision.quantize_lm_head || r.precision.quantize_embeddings) && !r.precision.quant.enabled())
+    bad_input("{}: recipe field {} needs \"quantize\"", where,
+              r.precision.quantize_lm_head ? "quantize_lm_head" : "quantize_embeddings");
   if (j.contains("components")) {
     if (!j["components"].is_object()) bad_input("{}: recipe field \"components\" must be an object of roles", where);
     for (const auto& [role, o] : j["components"].items()) {
@@ -179,12 +184,13 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
       if (!o.is_object()) bad_input("{}: must be an object", at);
       ComponentOverride ov;
       for (const auto& [key, v] : o.items()) {
-        if (key != "dtype" && key != "quantize" && key != "quantize_lm_head" && key != "onnx_profile")
-          bad_input("{}: unknown field \"{}\" (dtype, quantize, quantize_lm_head, onnx_profile)", at, key);
-        if (key != "quantize_lm_head" && !v.is_string()) bad_input("{}.{} must be a string", at, key);
-        if (key == "quantize_lm_head" && !v.is_boolean()) bad_input("{}.{} must be true or false", at, key);
+        const bool flag = key == "quantize_lm_head" || key == "quantize_embeddings";
+        if (key != "dtype" && key != "quantize" && !flag && key != "onnx_profile")
+          bad_input("{}: unknown field \"{}\" (dtype, quantize, quantize_lm_head, quantize_embeddings, onnx_profile)", at, key);
+        if (!flag && !v.is_string()) bad_input("{}.{} must be a string", at, key);
+        if (flag && !v.is_boolean()) bad_input("{}.{} must be true or false", at, key);
       }
-      if (o.contains("dtype") || o.contains("quantize") || o.contains("quantize_lm_head")) {
+      if (o.contains("dtype") || o.contains("quantize") || o.contains("quantize_lm_head") || o.contains("quantize_embeddings")) {
         // An override restates the component's whole precision: what it leaves out is f32, unquantized.
         quant::PrecisionSpec p;
         // (Values copied out first: clang before 16, the fuzz build's, cannot capture structured bindings.)
@@ -192,7 +198,9 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
         p.dtype = with_context(at, [&] { return quant::parse_dtype(dtype); });
         if (!quantize.empty()) p.quant = with_context(at, [&] { return quant::QuantSpec::parse(quantize); });
         if (o.contains("quantize_lm_head")) p.quantize_lm_head = o["quantize_lm_head"].get<bool>();
-        if (p.quantize_lm_head && !p.quant.enabled()) bad_input("{}: quantize_lm_head needs quantize", at);
+        if (o.contains("quantize_embeddings")) p.quantize_embeddings = o["quantize_embeddings"].get<bool>();
+        if ((p.quantize_lm_head || p.quantize_embeddings) && !p.quant.enabled())
+          bad_input("{}: {} needs quantize", at, p.quantize_lm_head ? "quantize_lm_head" : "quantize_embeddings");
         ov.precision = p;
       }
       if (o.contains("onnx_profile")) {

@@ -98,7 +98,11 @@ QuantSpec QuantSpec::parse(const std::string& text) {
 
 std::string PrecisionSpec::str() const {
   std::string s(dtype_name(dtype));
-  if (quant.enabled()) s = quant.str() + " over " + s + (quantize_lm_head ? " (lm_head too)" : "");
+  if (quant.enabled())
+    s = quant.str() + " over " + s + (quantize_lm_head && quantize_embeddings ? " (lm_head and embeddings too)"
+                                      : quantize_lm_head                      ? " (lm_head too)"
+                                      : quantize_embeddings                   ? " (embeddings too)"
+                                                                              : "");
   return s;
 }
 

@@ -58,6 +58,9 @@ struct PrecisionSpec {
   DType dtype = DType::F32;  // F32, F16 or BF16
   QuantSpec quant;
   bool quantize_lm_head = false;  // lm_head stays in `dtype` unless asked
+  // Embedding tables quantized too (blockwise, ONNX Runtime's GatherBlockQuantized: --onnx-profile ort);
+  // a tied lm_head quantized with them reads the same bytes.
+  bool quantize_embeddings = false;
 
   bool is_default() const { return dtype == DType::F32 && !quant.enabled(); }
   // "f32", "f16", "int4:block=32:sym over f16", ... for messages.

@@ -2,6 +2,7 @@
 // com.microsoft's MatMulNBits, which dequantizes B to f32 (quant/quantize.h) and runs one sgemm. The
 // reference executor holds integer values as I64 (see kernels.h), so the packed bytes arrive as I64
 // and are narrowed back to bytes here.
+#include <algorithm>
 #include <vector>
 
 #include "quant/quantize.h"
@@ -97,11 +98,51 @@ std::vector<Tensor> dequantize_linear_kernel(const ir::Node& node, const KernelI
   return {std::move(out)};
 }
 
+// Rows of a blockwise-quantized [V, D] table (GatherBlockQuantized as hfx writes it: uint8 data
+// [V, D * bits / 8], scales [V, D / block], zero points packed like MatMulNBits', 2^(bits-1) without).
+// Only the gathered rows are dequantized: a vocabulary-sized table is never expanded.
+std::vector<Tensor> gather_block_quantized_kernel(const ir::Node& node, const KernelInputs& in) {
+  const Tensor& data = arg(node, in, 0);
+  const Tensor& idx = arg(node, in, 1);
+  const Tensor& s = arg(node, in, 2);
+  expect_dtype(node, s, DType::F32, "scales");
+  const int64_t bits = node.attr_int("bits", 4), block = node.attr_int("block_size", 128);
+  if (data.dtype() != DType::I64 || data.rank() != 2) bad_input("{}: GatherBlockQuantized data must be a uint8 [V, D] table", node.name);
+  if (bits != 4 && bits != 8) unsupported("{}: GatherBlockQuantized with bits = {}", node.name, bits);
+  if (block < 16 || (block & (block - 1)) != 0) bad_input("{}: GatherBlockQuantized block_size {} is not a power of 2 >= 16", node.name, block);
+  const int64_t V = data.shape()[0], row_bytes = data.shape()[1], D = row_bytes * (8 / bits);
+  if (D % block != 0) bad_input("{}: GatherBlockQuantized row of {} values is not whole blocks of {}", node.name, D, block);
+  const int64_t kb = D / block, zp_bytes = quant::zero_point_bytes_per_column(int(bits), D, block);
+  if (s.numel() != V * kb) bad_input("{}: GatherBlockQuantized has {} scales, [{}, {}] needs {}", node.name, s.numel(), V, D, V * kb);
+  const Tensor* z = in.size() > 3 ? in[3] : nullptr;
+  if (z && (z->dtype() != DType::I64 || z->numel() != V * zp_bytes))
+    bad_input("{}: GatherBlockQuantized zero points must be {} uint8 values", node.name, V * zp_bytes);
+  const auto ids = int_values(idx);
+  std::vector<int64_t> out_shape = idx.shape();
+  out_shape.push_back(D);
+  Tensor out(DType::F32, out_shape);
+  std::vector<uint8_t> row(static_cast<size_t>(row_bytes)), zrow(static_cast<size_t>(zp_bytes));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t r = ids[i] < 0 ? ids[i] + V : ids[i];
+    if (r < 0 || r >= V) bad_input("{}: index {} is out of range for a table of {} rows", node.name, ids[i], V);
+    const int64_t* src = data.as<int64_t>() + r * row_bytes;
+    for (int64_t b = 0; b < row_bytes; ++b) row[size_t(b)] = uint8_t(src[b]);
+    if (z)
+      for (int64_t b = 0; b < zp_bytes; ++b) zrow[size_t(b)] = uint8_t(z->as<int64_t>()[r * zp_bytes + b]);
+    // One table row is one MatMulNBits column: W[D, 1].
+    const auto w = quant::dequantize_blockwise(row.data(), s.as<float>() + r * kb, z ? zrow.data() : nullptr, D, 1,
+                                               int(bits), block);
+    std::copy(w.begin(), w.end(), out.as<float>() + int64_t(i) * D);
+  }
+  return {std::move(out)};
+}
+
 }  // namespace
 
 void register_quant_kernels(KernelTable& t) {
   t["MatMulNBits"] = matmul_nbits_kernel;
   t["DequantizeLinear"] = dequantize_linear_kernel;
+  t["GatherBlockQuantized"] = gather_block_quantized_kernel;
 }
 
 }  // namespace hfx::runtime::detail

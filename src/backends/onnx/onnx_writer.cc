@@ -284,6 +284,8 @@ const std::map<std::string, OpLowering>& onnx_lowering_table() {
       l.lower = lower_passthrough;
       l.raise = raise_passthrough;
       t["MatMulNBits"] = l;
+      l.onnx_op = "GatherBlockQuantized";  // a quantized embedding table (shared with a tied lm_head)
+      t["GatherBlockQuantized"] = l;
     }
     // ONNX Runtime's fused ops (the `ort` profile): SimplifiedLayerNormalization is registered in
     // ORT's ai.onnx domain, the others in com.microsoft.

@@ -1,0 +1,148 @@
+"""Quantized embedding tables (`--quantize-embeddings`, ort profile): ONNX Runtime's GatherBlockQuantized
+over the table quantized exactly as MatMulNBits quantizes a Linear layer, so a tied lm_head quantized with
+it (`--quantize-lm-head`) reads the same bytes and the f32 table is not written at all (the builder's
+layout for tied models).
+
+The oracle is the one of test_quantization.py: Transformers, run with every quantized tensor of the export
+dequantized by independent numpy code (the table and lm_head included), gives ONNX Runtime's logits to
+fp32 summation-order noise. The precision of int4/int8 itself is measured there.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from conftest import export_once, run_hfx
+from test_quantization import EXACT, PROMPT, dequantize_nbits, initializers, ort_logits
+from tiny_models import load_reference
+
+ORT = ["--onnx-profile", "ort"]
+# qwen2-tied: lm_head = embedding (one tensor shared); llama: untied (the table alone); gpt2: tied, and a
+# position table, a second Gather.
+CASES = {
+    "qwen2-tied": ["--quantize-lm-head", "--quantize-embeddings"],
+    "llama": ["--quantize-embeddings"],
+    "gpt2": ["--quantize-lm-head", "--quantize-embeddings"],
+}
+SPECS = ["int4", "int4:asym", "int8"]
+
+
+@pytest.fixture(scope="module")
+def emb_export(tiny_checkpoint, tmp_path_factory):
+    return export_once(tmp_path_factory.mktemp("quant-emb"), lambda case, spec: (
+        "--model", tiny_checkpoint(case), "--quiet", *ORT, "--quantize", spec, *CASES[case]))
+
+
+def attrs(node):
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def table_of(model, inits, value):
+    """The initializer behind `value` (GatherBlockQuantized reads MatMulNBits' tensors through a Reshape)."""
+    if value in inits:
+        return value
+    (reshape,) = [n for n in model.graph.node if value in n.output]
+    assert reshape.op_type == "Reshape", reshape
+    return reshape.input[0]
+
+
+def dequantized_weights(model, inits, params):
+    """{checkpoint parameter: W as Transformers stores it} for every quantized tensor of the export."""
+    out = {}
+    for node in model.graph.node:
+        a = attrs(node)
+        if node.op_type == "MatMulNBits":
+            zp = inits[node.input[3]] if len(node.input) > 3 else None
+            w = dequantize_nbits(inits[node.input[1]], inits[node.input[2]], zp, a["K"], a["N"], a["bits"], a["block_size"])
+            name = node.input[1].rsplit(".q", 1)[0]
+        elif node.op_type == "GatherBlockQuantized":
+            assert (a["gather_axis"], a["quantize_axis"]) == (0, 1)
+            data = table_of(model, inits, node.input[0])
+            name = data.rsplit(".q", 1)[0]
+            V, H = params[name.removesuffix(".T")].shape
+            zp = inits[table_of(model, inits, node.input[3])] if len(node.input) > 3 else None
+            w = dequantize_nbits(inits[data], inits[table_of(model, inits, node.input[2])], zp, H, V, a["bits"], a["block_size"])
+        else:
+            continue
+        name = name.removesuffix(".T")
+        if name not in params and ".qkv_proj." in name:  # the ort profile packs q | k | v into one MatMulNBits
+            for part in ("q_proj", "k_proj", "v_proj"):
+                n = params[name.replace("qkv_proj", part)].shape[0]
+                out[name.replace("qkv_proj", part)], w = w[:, :n], w[:, n:]
+            continue
+        out[name] = w  # [K, N]: the table's [H, V]
+    return out
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_quantized_tables_equal_transformers_with_the_same_weights(case, spec, emb_export, tiny_checkpoint):
+    out = emb_export(case, spec)
+    model, inits = initializers(out)
+    gbq = [n for n in model.graph.node if n.op_type == "GatherBlockQuantized"]
+    assert len(gbq) == (2 if case == "gpt2" else 1) and all(n.domain == "com.microsoft" for n in gbq)
+    assert not any(n.op_type == "Gather" and n.input[0] in inits and inits[n.input[0]].ndim == 2 for n in model.graph.node)
+    ref = load_reference(tiny_checkpoint(case))
+    params = dict(ref.named_parameters())
+    weights = dequantized_weights(model, inits, params)
+    conv1d = case == "gpt2"  # Conv1D weights are stored [in, out]
+    with torch.no_grad():
+        for name, w in weights.items():
+            table = params[name].shape == (w.shape[1], w.shape[0]) and ("embed" in name or name.endswith(("wte.weight", "wpe.weight")))
+            params[name].copy_(torch.from_numpy(w.T.copy() if table or not conv1d else w))
+        want = ref(torch.tensor([PROMPT])).logits.numpy()
+    got, _ = ort_logits(out, EXACT)
+    diff = float(np.abs(got - want).max())
+    assert diff < 1e-4 * max(1.0, float(np.abs(want).max())), diff
+    print(f"\n{case} {spec}: {len(gbq)} GatherBlockQuantized, ORT vs Transformers on the same weights {diff:.2e}")
+
+
+@pytest.mark.parametrize("case", ["qwen2-tied", "gpt2"])
+def test_tied_lm_head_reads_the_table_bytes(case, emb_export, tiny_checkpoint):
+    """One quantized tensor for the tied table: lm_head's MatMulNBits and the GatherBlockQuantized read it
+    (no f32 table), and the export is smaller than the one quantizing lm_head alone."""
+    out = emb_export(case, "int4")
+    model, inits = initializers(out)
+    wte = "model.embed_tokens.weight" if case != "gpt2" else "transformer.wte.weight"
+    (head,) = [n for n in model.graph.node if n.op_type == "MatMulNBits" and n.input[1].startswith(wte)]
+    gathers = {table_of(model, inits, n.input[0]) for n in model.graph.node if n.op_type == "GatherBlockQuantized"}
+    assert head.input[1] in gathers
+    assert wte not in inits
+    alone = out.parent / f"{case}-lm-head-only"
+    run_hfx("export", "--model", tiny_checkpoint(case), "--quiet", *ORT, "--quantize", "int4", "--quantize-lm-head", alone)
+    a = (out / "onnx" / "model.onnx_data").stat().st_size
+    b = (alone / "onnx" / "model.onnx_data").stat().st_size
+    assert a < b, (a, b)
+
+
+def test_verify_and_genai_run_quantized_tables(emb_export):
+    """`hfx verify --runtime onnxruntime` passes (shape matrix, greedy tokens, re-export bytes), and
+    onnxruntime-genai loads the folder as written and generates the reference executor's greedy tokens."""
+    og = pytest.importorskip("onnxruntime_genai")
+    out = emb_export("qwen2-tied", "int4")
+    proc = run_hfx("verify", out, "--runtime", "onnxruntime", "--tokens", "16", check=False)
+    assert proc.returncode == 0 and "GatherBlockQuantized x1 on CPUExecutionProvider" in proc.stdout, proc.stdout + proc.stderr
+    prompt = [5, 17, 33, 8, 91]
+    ours = run_hfx("generate", out, "--prompt-ids", ",".join(map(str, prompt)), "-n", "24", "--print-ids").stdout.strip().split(",")
+    gm = og.Model(str(out / "onnx"))
+    params = og.GeneratorParams(gm)
+    params.set_search_options(do_sample=False, max_length=len(prompt) + 24, min_length=len(prompt) + 24)
+    gen = og.Generator(gm, params)
+    gen.append_tokens([prompt])
+    while not gen.is_done():
+        gen.generate_next_token()
+    theirs = [str(t) for t in list(gen.get_sequence(0))[len(prompt):]]
+    assert theirs == ours[-len(theirs):], (theirs, ours)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--quantize-embeddings"], "--quantize-embeddings needs --quantize"),
+    (["--quantize", "int4", "--quantize-embeddings"], "written by --onnx-profile ort only"),
+    (["--quantize", "int8:channel", "--quantize-embeddings", *ORT], "needs a blockwise scheme"),
+])
+def test_bad_combinations_fail_in_one_line(args, message, tiny_checkpoint, tmp_path):
+    proc = run_hfx("export", "--model", tiny_checkpoint("llama"), *args, tmp_path / "out", check=False)
+    assert proc.returncode == 1 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "out").exists()
