@@ -7,7 +7,8 @@
 //       from attention_mask (position_ids is no longer read), `softcap` from SoftcapAttention,
 //       `local_window_size` = the layer's AttentionBias sliding_window (ORT 1.31 CPU keeps key j for query
 //       i when i - j < local_window_size, Transformers' window; measured in tests/oracle/test_ort_profile.py)
-//   q/k/v Linear on one input                          -> one packed Linear (q | k | v rows)
+//   q/k/v Linear on one input                          -> one packed Linear (q | k | v rows); with q/k
+//       norms in between (Qwen3, Gemma 3, OLMo 2, StableLM 2) it is sliced back into q, k, v for the norms
 //   RMSNorm(a + b), a + b reused as the residual        -> SkipSimplifiedLayerNormalization
 //   other RMSNorm                                       -> SimplifiedLayerNormalization
 // Attention the fused op cannot express is reported by ort_profile_blockers(); the export then keeps
@@ -44,8 +45,9 @@ struct Side {
   ValueId bhsd = kNone;              // [b, h, s, d] when it is not a Transpose (GPT-NeoX's per-head split)
   ValueId heads4 = kNone;            // [b, s, h, d], the input of the Transpose to [b, h, s, d]
   ValueId flat = kNone;              // [b, s, h * d] when heads4 is a plain Reshape of it
-  const ir::Node* linear = nullptr;  // the Linear producing `flat`
+  const ir::Node* linear = nullptr;  // the Linear producing `flat`, or under the norm chain when `normed`
   const ir::Node* slice = nullptr;   // or the Slice of a fused projection producing it
+  bool normed = false;               // a q/k norm sits between `linear` and the attention
 };
 
 struct Plan {
@@ -80,6 +82,21 @@ std::optional<Side> side_of(const ir::Graph& g, ValueId transposed) {
       const ir::Node* p = producer(g, s.flat);
       if (p && p->op == "Linear" && g.weight(p->inputs[1])) s.linear = p;
       if (p && p->op == "Slice") s.slice = p;
+    }
+  }
+  if (!s.linear && !s.slice && s.heads4 != kNone) {
+    // q/k norms per head (RMSNorm(Reshape(Linear)): Qwen3, Gemma 3; LayerNorm: StableLM 2) or over the
+    // whole projection (Reshape(RMSNorm(Linear)): OLMo 2). The Linear can still be packed: its slice of
+    // the packed output feeds the same chain.
+    const ir::Node* n = producer(g, s.heads4);
+    bool norm = false;
+    while (n && (n->op == "Reshape" || n->op == "RMSNorm" || n->op == "LayerNorm")) {
+      norm = norm || n->op != "Reshape";
+      n = producer(g, n->inputs[0]);
+    }
+    if (norm && n && n->op == "Linear" && g.weight(n->inputs[1])) {
+      s.linear = n;
+      s.normed = true;
     }
   }
   return s;
@@ -392,7 +409,9 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
       return b.reshape(r.map(side.heads4), {0, 0, heads * p.d});
     };
     std::vector<ValueId> ins;
-    const bool no_norms = p.q.flat != kNone && p.k.flat != kNone && p.v.flat != kNone;
+    // Without norms GQA reads the packed projection; with them, q, k, v as the (sliced) norm chains left them.
+    const bool no_norms = p.q.flat != kNone && p.k.flat != kNone && p.v.flat != kNone && !p.q.normed &&
+                          !p.k.normed && !p.v.normed;
     if (no_norms && p.packed_source != kNone) ins = {r.map(p.packed_source), kNone, kNone};
     else if (no_norms && p.pack_linears) ins = {packed.at(it->second), kNone, kNone};
     else ins = {flat(p.q, p.hq), flat(p.k, p.hkv), flat(p.v, p.hkv)};

@@ -149,6 +149,46 @@ def test_every_node_on_cpu_with_contrib_kernels(case, ort_export, tmp_path):
     assert {"GroupQueryAttention", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization"} <= ops, ops
 
 
+def qkv_matmuls_per_attention(model_path):
+    """For each GroupQueryAttention: the MatMul / MatMulNBits nodes its q, k, v inputs come from (walking
+    back through the slices, reshapes and norms in between, stopping at the first matmul)."""
+    import onnx
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    producer = {o: n for n in graph.node for o in n.output}
+    found = []
+    for gqa in (n for n in graph.node if n.op_type == "GroupQueryAttention"):
+        matmuls, todo, seen = set(), [x for x in gqa.input[:3] if x], set()
+        while todo:
+            n = producer.get(todo.pop())
+            if n is None or n.name in seen:
+                continue
+            seen.add(n.name)
+            if n.op_type in ("MatMul", "MatMulNBits"):
+                matmuls.add(n.name)
+            else:
+                todo += [x for x in n.input if x]
+        found.append(sorted(matmuls))
+    return found
+
+
+@pytest.mark.parametrize("case", ["qwen3", "gemma3", "olmo2", "stablelm-rotary16"])
+def test_qkv_packed_with_qk_norms(case, ort_export, tiny_checkpoint, tmp_path):
+    """q/k norms between the projections and GroupQueryAttention (per head: qwen3, gemma3, stablelm;
+    whole projection: olmo2) still get one packed q | k | v MatMul per layer, sliced for the norms, as
+    genai's model builder lays it out; with --quantize int4 it is one MatMulNBits. The logits of the same
+    f32 export are checked against Transformers by test_ort_profile_matches_transformers."""
+    _, out, _ = ort_export(case)
+    per_layer = qkv_matmuls_per_attention(out / "onnx" / "model.onnx")
+    assert per_layer and all(len(m) == 1 and "qkv_proj" in m[0] for m in per_layer), per_layer
+    q4 = tmp_path / "int4"
+    run_hfx("export", "--model", tiny_checkpoint(case), "--onnx-profile", "ort", "--quantize", "int4", "--quiet", q4)
+    per_layer = qkv_matmuls_per_attention(q4 / "onnx" / "model.onnx")
+    assert per_layer and all(len(m) == 1 and m[0].endswith("MatMulNBits") for m in per_layer), per_layer
+    sess = ort.InferenceSession(str(q4 / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    feed = empty_cache_feed({i.name: i for i in sess.get_inputs()}, [[5, 6, 7]], [[1, 1, 1]])
+    assert np.isfinite(sess.run(["logits"], feed)[0]).all()
+
+
 @pytest.mark.parametrize("case", sorted(FALLBACK))
 def test_unsupported_families_fall_back(case, ort_export):
     _, out, proc = ort_export(case)
