@@ -431,10 +431,15 @@ size_t WeightRef::materialize_peak_bytes() const {
 
 namespace {
 
-// For a weight that is casts over Transpose(X, [1, 0]): X materialised with the same casts applied in
-// the same order, as f32 (the transpose of the weight's values, without making the transposed copy);
-// nullopt for any other chain.
-std::optional<Tensor> untransposed_f32(const WeightRef& w) {
+// A weight that is casts over Transpose(X, [1, 0]), seen as X with the casts to apply to its values:
+// the transpose of the weight's values, read without making the transposed copy (untransposed()
+// gives nullopt for any other chain).
+struct Untransposed {
+  WeightRef nk;              // X: the [N, K] weight under the Transpose
+  std::vector<DType> casts;  // applied to X's values, outermost last
+};
+
+std::optional<Untransposed> untransposed(const WeightRef& w) {
   std::vector<DType> casts;
   const WeightRef::Node* n = w.node();
   while (n->kind == WeightRef::Node::Cast) {
@@ -442,10 +447,34 @@ std::optional<Tensor> untransposed_f32(const WeightRef& w) {
     n = n->children[0].node();
   }
   if (n->kind != WeightRef::Node::Transpose || n->perm != std::vector<int64_t>{1, 0}) return std::nullopt;
-  Tensor t = n->children[0].materialize();
-  for (auto it = casts.rbegin(); it != casts.rend(); ++it)
-    if (t.dtype() != *it) t = t.cast(*it);
+  std::reverse(casts.begin(), casts.end());
+  return Untransposed{n->children[0], std::move(casts)};
+}
+
+Tensor with_casts_f32(Tensor t, const std::vector<DType>& casts) {
+  for (DType c : casts)
+    if (t.dtype() != c) t = t.cast(c);
   return t.dtype() == DType::F32 ? std::move(t) : t.cast(DType::F32);
+}
+
+// Blockwise quantization of W[K, N] = casts(X^T) for a streamable X [N, K], in chunks of X's rows (W's
+// columns): MatMulNBits' layout keeps each column's data, scales and zero points contiguous, so the
+// chunks' results concatenate. A vocabulary-sized lm_head or embedding table is never held in f32 whole
+// (16 MiB at a time instead of 600 MB for Qwen3's), with the same bytes.
+quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t N, const WeightRef::QuantParams& p) {
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(16) << 20) / std::max<int64_t>(1, K * 4));
+  quant::Quantized all;
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t n1 = std::min(N, n0 + chunk);
+    Tensor rows(u.nk.dtype(), {n1 - n0, K});
+    u.nk.write_rows(n0, n1, static_cast<uint8_t*>(rows.data()), u.nk.row_bytes());
+    const Tensor w = with_casts_f32(std::move(rows), u.casts);
+    auto part = quant::quantize_blockwise(w.as<float>(), K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype, true);
+    all.data.insert(all.data.end(), part.data.begin(), part.data.end());
+    all.scales.insert(all.scales.end(), part.scales.begin(), part.scales.end());
+    all.zero_points.insert(all.zero_points.end(), part.zero_points.begin(), part.zero_points.end());
+  }
+  return all;
 }
 
 }  // namespace
@@ -513,12 +542,17 @@ Tensor WeightRef::materialize() const {
         const auto& p = q.params;
         // Blockwise reads W[K, N] column by column: from a Linear layer's [N, K] checkpoint tensor
         // (the usual chain: source, transposed, cast) it reads the untransposed tensor's rows instead.
-        std::optional<Tensor> nk = p.block == 0 ? std::nullopt : untransposed_f32(n.children[0]);
-        Tensor w = nk ? std::move(*nk) : n.children[0].materialize().cast(DType::F32);
-        q.result = p.block == 0
-                       ? quant::quantize_per_channel_int8(w.as<float>(), q.K, q.N, p.symmetric, p.scale_dtype)
-                       : quant::quantize_blockwise(w.as<float>(), q.K, q.N, p.bits, p.block, p.symmetric, p.scale_dtype,
-                                                   bool(nk));
+        auto u = p.block == 0 ? std::nullopt : untransposed(n.children[0]);
+        if (u && u->nk.streamable()) {
+          q.result = quantize_nk_in_chunks(*u, q.K, q.N, p);
+        } else {
+          std::optional<Tensor> nk = u ? std::optional<Tensor>(with_casts_f32(u->nk.materialize(), u->casts)) : std::nullopt;
+          Tensor w = nk ? std::move(*nk) : n.children[0].materialize().cast(DType::F32);
+          q.result = p.block == 0
+                         ? quant::quantize_per_channel_int8(w.as<float>(), q.K, q.N, p.symmetric, p.scale_dtype)
+                         : quant::quantize_blockwise(w.as<float>(), q.K, q.N, p.bits, p.block, p.symmetric, p.scale_dtype,
+                                                     bool(nk));
+        }
         q.result = quant::relayout(*q.result, q.K, q.N, p.bits, p.block, p.symmetric, p.layout);
         q.taken = 0;
       }

@@ -194,6 +194,27 @@ TEST(Quantize, WeightRefPartsMatchTheQuantizer) {
   EXPECT_EQ(pc[1].shape(), (std::vector<int64_t>{N}));
 }
 
+// A Linear layer's or a table's [N, K] weight read through its transpose (and a bf16 -> f32 cast) is
+// quantized in chunks of rows, 16 MiB of f32 at a time: with more rows than one chunk (65536 rows of
+// K = 64) the bytes equal one quantization of the whole.
+TEST(Quantize, ChunkedQuantizationOfATallWeightEqualsTheWhole) {
+  const int64_t N = 65536 + 1000, K = 64;
+  const auto w = random_matrix(N, K, 11);  // [N, K], the checkpoint's layout
+  Tensor nk = Tensor::from_vector<float>(DType::F32, {N, K}, w).cast(DType::BF16);
+  const Tensor rounded = nk.cast(DType::F32);
+  for (bool sym : {true, false}) {
+    auto parts = ir::WeightRef::constant(nk).transposed({1, 0}).cast(DType::F32).quantized({4, 32, sym, DType::F32});
+    const auto q = quant::quantize_blockwise(rounded.as<float>(), K, N, 4, 32, sym, DType::F32, true);
+    const Tensor d = parts[0].materialize(), s = parts[1].materialize();
+    EXPECT_EQ(std::vector<uint8_t>(d.data(), d.data() + d.nbytes()), q.data);
+    EXPECT_EQ(std::vector<float>(s.as<float>(), s.as<float>() + s.numel()), q.scales);
+    if (!sym) {
+      const Tensor z = parts[2].materialize();
+      EXPECT_EQ(std::vector<uint8_t>(z.data(), z.data() + z.nbytes()), q.zero_points);
+    }
+  }
+}
+
 TEST(QuantKernels, MatMulNBitsEqualsMatMulOfTheDequantizedWeight) {
   for (bool sym : {true, false})
     for (int bits : {4, 8}) {
