@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -150,7 +151,7 @@ float round_to(DType dtype, float v) {
 Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
                              DType scale_dtype, bool w_is_nk) {
   HFX_CHECK(bits == 4 || bits == 8, "quantize_blockwise: {} bits", bits);
-  HFX_CHECK(block >= 16 && block % 8 == 0, "quantize_blockwise: block {}", block);
+  HFX_CHECK(block >= 16 && block <= 256 && block % 8 == 0, "quantize_blockwise: block {}", block);
   const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
   const int qmax = (1 << bits) - 1, mid = 1 << (bits - 1);
   const float qmax_f = float(qmax);
@@ -195,14 +196,20 @@ Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int
         out.scales[size_t(n * kb + b)] = scale;
         const float rs = scale != 0.0f ? 1.0f / scale : 0.0f;
         uint8_t* dst = out.data.data() + size_t((n * kb + b) * blob);
+        // q = clamp(roundf(y), 0, qmax) without a libm call per weight (half the quantizer's time):
+        // inside (0, qmax), y + 0.5f is exact or rounds only across a power of two, so its truncation is
+        // roundf's half-away-from-zero; NaN gives 0.
+        uint8_t q[256];
+        const float zp_f = float(zp);
         for (int64_t k = k0; k < k1; ++k) {
-          const float v = w[k * k_stride + n * n_stride];
-          const int q = int(std::clamp(std::roundf(v * rs + float(zp)), 0.0f, qmax_f));
-          const int64_t i = k - k0;
-          if (bits == 8)
-            dst[i] = uint8_t(q);
-          else
-            dst[i / 2] = uint8_t(dst[i / 2] | (q << (4 * (i % 2))));
+          const float y = w[k * k_stride + n * n_stride] * rs + zp_f;
+          q[k - k0] = !(y > 0.0f) ? 0 : y >= qmax_f ? uint8_t(qmax) : uint8_t(int(y + 0.5f));
+        }
+        if (bits == 8) {
+          std::memcpy(dst, q, size_t(k1 - k0));
+        } else {
+          for (int64_t i = 0; i + 1 < k1 - k0; i += 2) dst[i / 2] = uint8_t(q[i] | (q[i + 1] << 4));
+          if ((k1 - k0) % 2) dst[(k1 - k0) / 2] = q[k1 - k0 - 1];
         }
       }
     }
