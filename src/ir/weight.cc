@@ -319,6 +319,9 @@ bool WeightRef::streamable() const {
       if (n.shape.size() != 2 || n.perm[0] != 1) return false;
       const Node& c = *n.children[0].node_;
       if (n.children[0].raw_bytes()) return true;  // same dtype
+      if (c.kind == Node::Concat && c.axis == 0)  // packed q|k|v: the parts' transposes side by side
+        return std::all_of(c.children.begin(), c.children.end(),
+                           [](const WeightRef& part) { return part.transposed({1, 0}).streamable(); });
       return c.kind == Node::Cast && c.dtype == DType::F32 && c.children[0].raw_bytes() &&
              (c.children[0].dtype() == DType::BF16 || c.children[0].dtype() == DType::F16);
     }
@@ -352,6 +355,15 @@ void WeightRef::write_rows(int64_t r0, int64_t r1, uint8_t* dst, size_t dst_stri
     }
     case Node::Transpose: {  // output rows = source columns
       const WeightRef& c = n.children[0];
+      if (c.node_->kind == Node::Concat) {  // (A; B)^T = (A^T, B^T): each part's columns, side by side
+        size_t offset = 0;
+        for (const auto& part : c.node_->children) {
+          const WeightRef t = part.transposed({1, 0});
+          t.write_rows(r0, r1, dst + offset, dst_stride);
+          offset += t.row_bytes();
+        }
+        return;
+      }
       const WeightRef& leaf = c.raw_bytes() ? c : c.node_->children[0];
       transpose_block(leaf.dtype(), leaf.raw_bytes()->data(), c.shape()[0], c.shape()[1], n.dtype, r0, r1, dst, dst_stride);
       return;

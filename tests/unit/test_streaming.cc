@@ -191,6 +191,9 @@ TEST(WeightStreaming, CastsTransposesAndConcatsMatchANaiveComputation) {
     stacked.insert(stacked.end(), tb.begin(), tb.end());
     expect_streams_like(ir::WeightRef::concat({a, b}, 1), side);
     expect_streams_like(ir::WeightRef::concat({a, b}, 0), stacked);
+    // The ort profile's packed q|k|v as fold-weight-transforms leaves it: Transpose(Concat([N, K] parts, 0)).
+    auto v = ir::WeightRef::source(ck.file, "v", half, {R, C}, off + size_t(R * C) * 2).cast(DType::F32);
+    expect_streams_like(ir::WeightRef::concat({src.cast(DType::F32), v}, 0).transposed({1, 0}), side);
   }
   // An f32 checkpoint: the transpose alone, and a reshape of the stored bytes.
   auto f = ir::WeightRef::source(ck.file, "f", DType::F32, {R, C}, off);
