@@ -42,6 +42,9 @@ class OnnxBackend final : public Backend {
         {"--dtype f32|f16|bf16", "dtype", "weight dtype"},
         {"--quantize int4|int8[:block=N|:channel][:sym|:asym][:accuracy=N]", "quantize",
          "weight-only quantization: portable: DequantizeLinear (INT4/UINT4/INT8/UINT8, blocked) + MatMul; ort: MatMulNBits"},
+        {"--quantize-lm-head, --quantize-embeddings", "quantize_lm_head, quantize_embeddings",
+         "lm_head / embedding tables quantized too (embeddings: ort profile, GatherBlockQuantized; a tied lm_head "
+         "reads the same bytes)"},
         {"--dim NAME=MIN:MAX, --dynamic", "dims, dynamic", "the shape contract's bounds"},
     };
     i.runtimes = {"reference", "onnxruntime"};
