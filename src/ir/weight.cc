@@ -399,6 +399,12 @@ size_t WeightRef::source_bytes() const {
   return total;
 }
 
+namespace {
+// Rows of f32 a weight read through its transpose is quantized in (quantize_nk_in_chunks).
+constexpr size_t kQuantChunkBytes = size_t(16) << 20;
+bool quantized_in_chunks(const WeightRef::Node& n);
+}  // namespace
+
 size_t WeightRef::materialize_peak_bytes() const {
   if (raw_bytes()) return 0;
   if (streamable()) return nbytes();  // write_rows() into the one output tensor
@@ -424,9 +430,10 @@ size_t WeightRef::materialize_peak_bytes() const {
       return via_child(n.children[0]);
     case Node::PlusScalar: return via_child(n.children[0]) + out;  // an f32 working copy too
     case Node::Reshape: return via_child(n.children[0]);
-    case Node::Quantized: {  // the child as f32, and every part of the result
+    case Node::Quantized: {  // the child as f32 (or one chunk of it), and every part of the result
       const WeightRef& c = n.children[0];
       const size_t child_f32 = size_t(numel_of(c.shape())) * 4;
+      if (quantized_in_chunks(n)) return std::min(child_f32, kQuantChunkBytes) * 2 + child_f32 / 2;
       return std::max(c.materialize_peak_bytes(), c.nbytes() + child_f32) + child_f32 / 2;
     }
     case Node::Concat: {
@@ -473,8 +480,14 @@ Tensor with_casts_f32(Tensor t, const std::vector<DType>& casts) {
 // columns): MatMulNBits' layout keeps each column's data, scales and zero points contiguous, so the
 // chunks' results concatenate. A vocabulary-sized lm_head or embedding table is never held in f32 whole
 // (16 MiB at a time instead of 600 MB for Qwen3's), with the same bytes.
+bool quantized_in_chunks(const WeightRef::Node& n) {
+  if (n.quant->params.block == 0) return false;
+  auto u = untransposed(n.children[0]);
+  return u && u->nk.streamable();
+}
+
 quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t N, const WeightRef::QuantParams& p) {
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(16) << 20) / std::max<int64_t>(1, K * 4));
+  const int64_t chunk = std::max<int64_t>(1, int64_t(kQuantChunkBytes) / std::max<int64_t>(1, K * 4));
   quant::Quantized all;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t n1 = std::min(N, n0 + chunk);
@@ -555,7 +568,7 @@ Tensor WeightRef::materialize() const {
         // Blockwise reads W[K, N] column by column: from a Linear layer's [N, K] checkpoint tensor
         // (the usual chain: source, transposed, cast) it reads the untransposed tensor's rows instead.
         auto u = p.block == 0 ? std::nullopt : untransposed(n.children[0]);
-        if (u && u->nk.streamable()) {
+        if (quantized_in_chunks(n)) {
           q.result = quantize_nk_in_chunks(*u, q.K, q.N, p);
         } else {
           std::optional<Tensor> nk = u ? std::optional<Tensor>(with_casts_f32(u->nk.materialize(), u->casts)) : std::nullopt;
