@@ -76,9 +76,12 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
   const int64_t mask_len = cache.static_cache ? cache.max_cache_len : T;
   std::set<std::string> wanted;
   for (auto id : g.inputs()) wanted.insert(g.value(id).name);
-  // A decoder without position_ids (the onnx ort profile: GroupQueryAttention places new tokens after
-  // the cache) serves unpadded rows only.
-  const bool left_pad = wanted.count("position_ids") || !wanted.count("past_key_values.0.key");
+  bool writes_cache = false;
+  for (auto id : g.outputs()) writes_cache = writes_cache || g.value(id).name.starts_with("present.");
+  const bool decoder = wanted.count("position_ids") || wanted.count("past_key_values.0.key") || writes_cache;
+  // A decoder without position_ids (the onnx ort profile, its split prefill too: GroupQueryAttention
+  // places new tokens after the cache) serves unpadded rows only.
+  const bool left_pad = wanted.count("position_ids") || !decoder;
   std::vector<int64_t> ids(size_t(B * S)), pos(size_t(B * S)), mask(size_t(B * mask_len), 0);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t pad = left_pad ? std::min<int64_t>(2 * b, T - 1) : 0;
@@ -94,7 +97,7 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
   in["input_ids"] = i64s({B, S}, ids);
   // The reference graph reads position_ids even when the artifact does not (onnx ort profile);
   // run() hands each graph only its own inputs.
-  if (wanted.count("position_ids") || wanted.count("past_key_values.0.key")) in["position_ids"] = i64s({B, S}, pos);
+  if (decoder) in["position_ids"] = i64s({B, S}, pos);
   in["attention_mask"] = i64s({B, mask_len}, mask);
   if (wanted.count("token_type_ids")) {
     std::vector<int64_t> types(static_cast<size_t>(B * S));

@@ -17,6 +17,7 @@ import json
 import shutil
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -211,3 +212,17 @@ def test_hfx_verify_on_onnxruntime(case, ort_export):
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "GroupQueryAttention" in proc.stdout and "pass re-export reproduces bytes" in proc.stdout
+
+
+def test_split_prefill_with_the_ort_profile(tiny_checkpoint, tmp_path):
+    """`--split-prefill` with the ort profile: both graphs fused (their prefill has neither position_ids
+    nor a cache input, and serves unpadded rows like the decode graph), built-in check and
+    `hfx verify --runtime onnxruntime` pass."""
+    out = tmp_path / "out"
+    run_hfx("export", "--model", tiny_checkpoint("qwen2-tied"), "--quiet", "--onnx-profile", "ort", "--split-prefill", out)
+    for name in ("prefill", "decode"):
+        model = onnx.load(str(out / "onnx" / f"{name}.onnx"), load_external_data=False)
+        assert sum(n.op_type == "GroupQueryAttention" for n in model.graph.node) == 2, name
+        assert "position_ids" not in {i.name for i in model.graph.input}, name
+    proc = run_hfx("verify", out, "--runtime", "onnxruntime", "--tokens", "8", check=False)
+    assert proc.returncode == 0 and "prefill" in proc.stdout, proc.stdout + proc.stderr
