@@ -2,7 +2,8 @@
 // (ops.h "Target ops"), the way onnxruntime-genai's model builder lays a decoder out:
 //   Attention / SoftcapAttention + RotaryEmbedding (+ the cache Concat)
 //                                                      -> com.microsoft GroupQueryAttention, do_rotary=1,
-//       cos/sin caches precomputed from the step's RopeCosSin table (partial rotary: caches [rows, r/2],
+//       cos/sin caches precomputed from the step's RopeCosSin table (longrope: a short and a long pair,
+//       chosen per step from the total length; partial rotary: caches [rows, r/2],
 //       GQA rotates the first r dims and passes the rest), seqlens_k / total_sequence_length derived once
 //       from attention_mask (position_ids is no longer read), `softcap` from SoftcapAttention,
 //       `local_window_size` = the layer's AttentionBias sliding_window (ORT 1.31 CPU keeps key j for query
@@ -55,6 +56,10 @@ struct Plan {
   Side q, k, v;
   ValueId past_k = kNone, past_v = kNone;
   const ir::Node* rope = nullptr;  // RopeCosSin
+  // longrope (Phi-3): RopeCosSin's frequencies are Where(longest position > original - 1, long, short);
+  // GroupQueryAttention then reads the long caches from the step whose total length passes `original`.
+  std::optional<Tensor> short_inv, long_inv;
+  int64_t longrope_original = 0;
   int64_t hq = 0, hkv = 0, d = 0;
   int64_t rotary = 0;    // rotated dims (the first `rotary` of each head; d unless partial)
   double softcap = 0.0;  // SoftcapAttention's cap (GroupQueryAttention's softcap), 0 without
@@ -103,6 +108,27 @@ std::optional<Side> side_of(const ir::Graph& g, ValueId transposed) {
 }
 
 // One attention's plan, or the reason the fused op cannot express it.
+// Phi-3's longrope frequencies as models/blocks.cc builds them: Where(Greater(ReduceMax(Cast(position_ids)),
+// original - 1), long_inv_freq, short_inv_freq). Fills the plan's tables and `original`.
+bool match_longrope(const ir::Graph& g, ValueId inv_freq, Plan& p) {
+  const ir::Node* where = producer(g, inv_freq);
+  if (!where || where->op != "Where") return false;
+  const ir::Node* greater = producer(g, where->inputs[0]);
+  auto long_inv = g.constant(where->inputs[1]), short_inv = g.constant(where->inputs[2]);
+  if (!greater || greater->op != "Greater" || !long_inv || !short_inv || long_inv->numel() != short_inv->numel())
+    return false;
+  const ir::Node* longest = producer(g, greater->inputs[0]);
+  const auto threshold = g.constant(greater->inputs[1]);
+  if (!longest || longest->op != "ReduceMax" || !threshold || threshold->numel() != 1) return false;
+  const ir::Node* cast = producer(g, longest->inputs[0]);
+  const ValueId positions = cast && cast->op == "Cast" ? cast->inputs[0] : longest->inputs[0];
+  if (g.value(positions).name != "position_ids") return false;
+  p.short_inv = *short_inv;
+  p.long_inv = *long_inv;
+  p.longrope_original = int64_t(std::llround(double(threshold->cast(DType::F32).as<float>()[0]))) + 1;
+  return true;
+}
+
 std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string& why) {
   Plan p;
   p.attention = &attn;
@@ -131,8 +157,8 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
     why = "dynamic NTK rope (tables depend on the sequence length)";
     return std::nullopt;
   }
-  if (!g.constant(p.rope->inputs[1])) {
-    why = "longrope (short/long frequencies chosen per step)";
+  if (!g.constant(p.rope->inputs[1]) && !match_longrope(g, p.rope->inputs[1], p)) {
+    why = "rotary frequencies chosen per step, other than longrope's switch on the longest position";
     return std::nullopt;
   }
   const Shape qs = g.value(attn.inputs[0]).shape;
@@ -145,7 +171,7 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
   p.hkv = ks[1].value;
   p.d = qs[3].value;
   const Dim r = g.value(qrot->inputs[1]).shape.back();
-  const auto inv_freq = g.constant(p.rope->inputs[1]);
+  const auto inv_freq = p.short_inv ? p.short_inv : g.constant(p.rope->inputs[1]);
   if (!r.is_fixed() || r.value > p.d || r.value % 2 != 0 || inv_freq->numel() * 2 != r.value) {
     why = "rotary tables do not match the head";
     return std::nullopt;
@@ -234,8 +260,7 @@ std::vector<Plan> plans(const ir::Graph& g, std::vector<std::string>* blockers) 
 }
 
 // cos/sin caches [rows, r/2]: cos(pos * inv_freq) * attention_scaling in f32, as RopeCosSin computes.
-std::pair<Tensor, Tensor> rope_caches(const ir::Graph& g, const ir::Node& rope, int64_t rows) {
-  const Tensor t = *g.constant(rope.inputs[1]);
+std::pair<Tensor, Tensor> rope_caches(const Tensor& t, const ir::Node& rope, int64_t rows) {
   HFX_CHECK(t.dtype() == DType::F32, "{}: inv_freq is not f32", rope.name);
   const std::vector<float> inv(t.as<float>(), t.as<float>() + t.numel());
   const float scaling = float(rope.attr_float("attention_scaling", 1.0));
@@ -394,13 +419,33 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
       total_len = b.cast(b.squeeze(b.shape_of(mask, 1, 2), {0}), DType::I32);
     }
     if (!caches_cos.count(p.rope)) {
-      auto [c, s] = rope_caches(graph, *p.rope, opt.rope_cache_rows);
       const std::string base = p.rope->name.substr(1, p.rope->name.rfind('/'));  // "model/rotary_emb/"
       std::string stem = base;
       for (auto& ch : stem)
         if (ch == '/') ch = '.';
-      caches_cos[p.rope] = b.weight(stem + "cos_cache", ir::WeightRef::constant(std::move(c)));
-      caches_sin[p.rope] = b.weight(stem + "sin_cache", ir::WeightRef::constant(std::move(s)));
+      auto cache = [&](const Tensor& inv, const std::string& tag) {
+        auto [c, s] = rope_caches(inv, *p.rope, opt.rope_cache_rows);
+        return std::make_pair(b.weight(stem + "cos_cache" + tag, ir::WeightRef::constant(std::move(c))),
+                              b.weight(stem + "sin_cache" + tag, ir::WeightRef::constant(std::move(s))));
+      };
+      if (!p.long_inv) {
+        std::tie(caches_cos[p.rope], caches_sin[p.rope]) = cache(*graph.constant(p.rope->inputs[1]), "");
+      } else {
+        // longrope: the step's first total_sequence_length rows of the long caches once that length
+        // passes the original context (Transformers: max(position_ids) + 1 > original), else of the
+        // short ones; sliced first, so a step copies rows up to its length, not the whole context.
+        auto s = b.scope(base + "longrope");
+        const auto [short_cos, short_sin] = cache(*p.short_inv, "_short");
+        const auto [long_cos, long_sin] = cache(*p.long_inv, "_long");
+        const ValueId rows = b.shape_of(r.map(*mask_input), 1, 2);
+        const ValueId is_long = b.add1("Greater", {rows, b.i64s({p.longrope_original})});
+        auto pick = [&](ValueId long_cache, ValueId short_cache) {
+          return b.add1("Where", {is_long, b.add1("Slice", {long_cache, b.i64s({0}), rows, b.i64s({0})}),
+                                  b.add1("Slice", {short_cache, b.i64s({0}), rows, b.i64s({0})})});
+        };
+        caches_cos[p.rope] = pick(long_cos, short_cos);
+        caches_sin[p.rope] = pick(long_sin, short_sin);
+      }
     }
     auto s = b.scope(scope_of(node.name));
     auto flat = [&](const Side& side, int64_t heads) {

@@ -28,6 +28,8 @@ BASE = dict(
 
 LONGROPE = dict(rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5,
                 short_factor=[1.0, 1.3, 1.9, 2.6], long_factor=[1.5, 3.0, 7.0, 11.0])
+LONGROPE_FULL = dict(LONGROPE, partial_rotary_factor=1.0, short_factor=[1.0, 1.1, 1.3, 1.6, 1.9, 2.2, 2.6, 3.0],
+                     long_factor=[1.5, 2.2, 3.0, 4.5, 7.0, 9.0, 11.0, 14.0])
 
 CASES: dict[str, tuple[str, dict]] = {
     # llama: GQA 2, untied; then each rope type and the remaining flags
@@ -109,6 +111,12 @@ PARITY_CASES: dict[str, tuple[str, dict]] = {
     # the prompt (10 tokens) is within the original context (11), decode steps cross it: the step that
     # reaches position 11 switches from the short to the long factors, the cached keys keep theirs
     "phi3-longrope-switch": ("phi3", dict(original_max_position_embeddings=11, rope_parameters=dict(LONGROPE))),
+    # longrope over whole 16-dim heads (8 factors: cos/sin caches 8 wide, what GroupQueryAttention's
+    # rotary takes; Phi-3's own heads are whole too): the ort profile's long/short cache switch, past the
+    # original context from the prompt on, and crossing it mid-decode
+    "phi3-longrope-full": ("phi3", dict(original_max_position_embeddings=4, rope_parameters=dict(LONGROPE_FULL))),
+    "phi3-longrope-full-switch": ("phi3", dict(original_max_position_embeddings=11,
+                                               rope_parameters=dict(LONGROPE_FULL))),
 }
 
 
