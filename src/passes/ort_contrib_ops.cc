@@ -3,7 +3,8 @@
 //   Attention / SoftcapAttention + RotaryEmbedding (+ the cache Concat)
 //                                                      -> com.microsoft GroupQueryAttention, do_rotary=1,
 //       cos/sin caches precomputed from the step's RopeCosSin table (longrope: a short and a long pair,
-//       chosen per step from the total length; partial rotary: caches [rows, r/2],
+//       chosen per step from the total length; dynamic NTK: the step's rows computed in the graph;
+//       partial rotary: caches [rows, r/2],
 //       GQA rotates the first r dims and passes the rest), seqlens_k / total_sequence_length derived once
 //       from attention_mask (position_ids is no longer read), `softcap` from SoftcapAttention,
 //       `local_window_size` = the layer's AttentionBias sliding_window (ORT 1.31 CPU keeps key j for query
@@ -151,10 +152,6 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
   p.rope = producer(g, qrot->inputs[1]);
   if (!p.rope || p.rope->op != "RopeCosSin" || producer(g, qrot->inputs[2]) != p.rope) {
     why = "rotary tables are not a RopeCosSin";
-    return std::nullopt;
-  }
-  if (p.rope->attr_int("dynamic", 0)) {
-    why = "dynamic NTK rope (tables depend on the sequence length)";
     return std::nullopt;
   }
   if (!g.constant(p.rope->inputs[1]) && !match_longrope(g, p.rope->inputs[1], p)) {
@@ -428,7 +425,31 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
         return std::make_pair(b.weight(stem + "cos_cache" + tag, ir::WeightRef::constant(std::move(c))),
                               b.weight(stem + "sin_cache" + tag, ir::WeightRef::constant(std::move(s))));
       };
-      if (!p.long_inv) {
+      if (p.rope->attr_int("dynamic", 0)) {
+        // dynamic NTK: the step's T rows computed in the graph, cos(p * inv_freq) for p < T, with inv_freq
+        // recomputed once T passes max_position from base' = base * (factor * T / L0 - (factor - 1)) ^
+        // (d / (d - 2)): RopeCosSin's formula (ir/decompose.cc) with the longest position + 1 = T. No
+        // precomputed table: its rows would change with T. T * rotary/2 cos and sin per step.
+        auto s = b.scope(base + "dynamic_ntk");
+        const ValueId rows = b.shape_of(r.map(*mask_input), 1, 2);
+        const double rope_base = p.rope->attr_float("dynamic_base"), factor = p.rope->attr_float("dynamic_factor");
+        const int64_t max_pos = p.rope->attr_int("dynamic_max_position"), dim = p.rope->attr_int("rotary_dim");
+        const ValueId seq_len = b.cast(rows, DType::F32);
+        const ValueId ratio = b.minus(b.times(b.f32(float(factor / double(max_pos))), seq_len), b.f32(float(factor - 1)));
+        const ValueId scaled_base =
+            b.times(b.f32(float(rope_base)), b.add1("Pow", {ratio, b.f32(float(dim) / float(dim - 2))}));
+        std::vector<float> exponents;
+        for (int64_t i = 0; i < dim; i += 2) exponents.push_back(float(i) / float(dim));
+        const ValueId exps = b.constant(Tensor::from_vector<float>(DType::F32, {int64_t(exponents.size())}, exponents), "rope_exponents");
+        const ValueId dynamic = b.add1("Reciprocal", {b.add1("Pow", {scaled_base, exps})});
+        const ValueId inv = b.add1("Where", {b.add1("Greater", {seq_len, b.f32(float(max_pos))}), dynamic, r.map(p.rope->inputs[1])});
+        const ValueId pos = b.cast(b.add1("Range", {b.i64(0), b.squeeze(rows, {0}), b.i64(1)}), DType::F32);
+        const ValueId freqs = b.times(b.unsqueeze(pos, {1}), inv);  // [T, r/2]
+        const double scaling = p.rope->attr_float("attention_scaling", 1.0);
+        auto scaled = [&](ValueId v) { return scaling == 1.0 ? v : b.times(v, b.f32(float(scaling))); };
+        caches_cos[p.rope] = scaled(b.add1("Cos", {freqs}));
+        caches_sin[p.rope] = scaled(b.add1("Sin", {freqs}));
+      } else if (!p.long_inv) {
         std::tie(caches_cos[p.rope], caches_sin[p.rope]) = cache(*graph.constant(p.rope->inputs[1]), "");
       } else {
         // longrope: the step's first total_sequence_length rows of the long caches once that length

@@ -64,11 +64,11 @@ BUDGETS = {
 # DequantizeLinear + MatMul, numerically the same quantization as MatMulNBits), so the figures are those
 # of the weights and Linear layers alone; the ort profile's fused attention is measured in its own tests.
 PORTABLE = ["--onnx-profile", "portable"]
-# MatMulNBits (its bytes, accuracy_level) is the ort profile's; llama-rope-dynamic keeps portable attention
-# there (dynamic NTK rope blocks GroupQueryAttention) with llama's seven Linear layers per layer unpacked,
-# so each MatMulNBits weight is one checkpoint tensor.
+# MatMulNBits (its bytes, accuracy_level) is the ort profile's; llama-headdim-bias keeps portable attention
+# there (head_dim 24: GroupQueryAttention's rotary needs a multiple of 16) with llama's seven Linear layers
+# per layer unpacked, so each MatMulNBits weight is one checkpoint tensor.
 ORT = ["--onnx-profile", "ort"]
-NBITS_CASE = "llama-rope-dynamic"
+NBITS_CASE = "llama-headdim-bias"
 PROMPT = [5, 17, 33, 8, 91, 4, 60, 12, 77, 3, 45, 101, 6, 23, 64, 30]
 NEW_TOKENS = 64
 RESULTS: dict = {}

@@ -11,6 +11,11 @@ int64_t ort_context_length(const io::Checkpoint& ckpt, const ir::Graph& graph) {
   const io::JsonFile& f = ckpt.config();
   std::optional<int64_t> n = io::optional_int(f, f.json, "max_position_embeddings", 1);
   if (!n) n = io::optional_int(f, f.json, "n_positions", 1);
+  // Dynamic NTK scaling extends the context past max_position_embeddings by its factor (the caches are
+  // computed per step, so only genai's max length reads this).
+  for (const auto& node : graph.nodes())
+    if (node.op == "RopeCosSin" && node.attr_int("dynamic", 0))
+      n = std::max(n.value_or(0), int64_t(double(node.attr_int("dynamic_max_position")) * node.attr_float("dynamic_factor")));
   if (graph.symbols().has("total_sequence_length")) {
     const auto& b = graph.symbols().bounds("total_sequence_length");
     if (b.max && (!n || *b.max < *n)) n = *b.max;
