@@ -6,7 +6,8 @@
 //       chosen per step from the total length; dynamic NTK: the step's rows computed in the graph;
 //       partial rotary: caches [rows, r/2],
 //       GQA rotates the first r dims and passes the rest), seqlens_k / total_sequence_length derived once
-//       from attention_mask (position_ids is no longer read), `softcap` from SoftcapAttention,
+//       from attention_mask (position_ids is no longer read; learned positions, GPT-2's, run without
+//       rotary and read Range(past, past + S) instead), `softcap` from SoftcapAttention,
 //       `local_window_size` = the layer's AttentionBias sliding_window (ORT 1.31 CPU keeps key j for query
 //       i when i - j < local_window_size, Transformers' window; measured in tests/oracle/test_ort_profile.py)
 //   q/k/v Linear on one input                          -> one packed Linear (q | k | v rows); with q/k
@@ -17,6 +18,7 @@
 // the portable lowering for that model.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -145,16 +147,13 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
   }
   p.window = mask->attr_int("sliding_window", 0);
   const ir::Node* qrot = producer(g, attn.inputs[0]);
-  if (!qrot || qrot->op != "RotaryEmbedding") {
-    why = "no rotary embedding on the queries (learned positions)";
-    return std::nullopt;
-  }
-  p.rope = producer(g, qrot->inputs[1]);
-  if (!p.rope || p.rope->op != "RopeCosSin" || producer(g, qrot->inputs[2]) != p.rope) {
+  if (!qrot || qrot->op != "RotaryEmbedding") qrot = nullptr;  // learned positions (GPT-2): do_rotary=0
+  p.rope = qrot ? producer(g, qrot->inputs[1]) : nullptr;
+  if (qrot && (!p.rope || p.rope->op != "RopeCosSin" || producer(g, qrot->inputs[2]) != p.rope)) {
     why = "rotary tables are not a RopeCosSin";
     return std::nullopt;
   }
-  if (!g.constant(p.rope->inputs[1]) && !match_longrope(g, p.rope->inputs[1], p)) {
+  if (p.rope && !g.constant(p.rope->inputs[1]) && !match_longrope(g, p.rope->inputs[1], p)) {
     why = "rotary frequencies chosen per step, other than longrope's switch on the longest position";
     return std::nullopt;
   }
@@ -167,19 +166,19 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
   p.hq = qs[1].value;
   p.hkv = ks[1].value;
   p.d = qs[3].value;
-  const Dim r = g.value(qrot->inputs[1]).shape.back();
-  const auto inv_freq = p.short_inv ? p.short_inv : g.constant(p.rope->inputs[1]);
-  if (!r.is_fixed() || r.value > p.d || r.value % 2 != 0 || inv_freq->numel() * 2 != r.value) {
+  const Dim r = qrot ? g.value(qrot->inputs[1]).shape.back() : Dim::fixed(0);
+  const auto inv_freq = p.short_inv ? p.short_inv : qrot ? g.constant(p.rope->inputs[1]) : std::nullopt;
+  if (qrot && (!r.is_fixed() || r.value > p.d || r.value % 2 != 0 || inv_freq->numel() * 2 != r.value)) {
     why = "rotary tables do not match the head";
     return std::nullopt;
   }
   p.rotary = r.value;
   // ORT's kernel: cos_cache width (rotary / 2) <= head_size / 2 and a multiple of 8.
-  if (p.rotary == p.d && p.d % 16 != 0) {
+  if (qrot && p.rotary == p.d && p.d % 16 != 0) {
     why = fmt::format("head_dim {} is not a multiple of 16 (GroupQueryAttention's rotary needs it)", p.d);
     return std::nullopt;
   }
-  if (p.rotary < p.d && (p.rotary / 2) % 8 != 0) {
+  if (qrot && p.rotary < p.d && (p.rotary / 2) % 8 != 0) {
     why = fmt::format("partial rotary over {} of {} dims (GroupQueryAttention's cos/sin caches need rotary_dim / 2 "
                       "a multiple of 8)",
                       p.rotary, p.d);
@@ -201,11 +200,13 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
     return std::nullopt;
   }
   const ir::Node* krot = producer(g, kx);
-  if (!krot || krot->op != "RotaryEmbedding" || krot->inputs[1] != qrot->inputs[1] || krot->inputs[2] != qrot->inputs[2]) {
+  const bool k_rotated = krot && krot->op == "RotaryEmbedding";
+  if (qrot ? !k_rotated || krot->inputs[1] != qrot->inputs[1] || krot->inputs[2] != qrot->inputs[2] : k_rotated) {
     why = "keys are not rotated with the queries' tables";
     return std::nullopt;
   }
-  auto q = side_of(g, qrot->inputs[0]), k = side_of(g, krot->inputs[0]), v = side_of(g, vx);
+  auto q = side_of(g, qrot ? qrot->inputs[0] : attn.inputs[0]), k = side_of(g, k_rotated ? krot->inputs[0] : kx),
+       v = side_of(g, vx);
   if (!q || !k || !v) {
     why = "q/k/v are not [b, s, h, d] transposed to [b, h, s, d]";
     return std::nullopt;
@@ -355,6 +356,23 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     if (graph.value(id).name == "attention_mask") mask_input = id;
   if (!found.empty() && !mask_input) unsupported("ort profile: the graph has no attention_mask input");
 
+  // Learned positions (GPT-2's wpe) read position_ids; GroupQueryAttention serves unpadded rows, whose
+  // positions are past + i: computed from the mask's and input_ids' lengths, so the input goes as it
+  // does for rotary models (GQA places rotary positions itself).
+  const bool learned_positions = std::any_of(found.begin(), found.end(), [](const Plan& p) { return !p.rope; });
+  for (auto id : graph.inputs())
+    if (learned_positions && graph.value(id).name == "position_ids" && mask_input) {
+      auto s = b.scope("model/positions_from_mask");
+      ValueId ids = kNone;
+      for (auto in : graph.inputs())
+        if (graph.value(in).name == "input_ids") ids = r.map(in);
+      HFX_CHECK(ids != kNone, "ort profile: learned positions without input_ids");
+      const ValueId total = b.squeeze(b.shape_of(r.map(*mask_input), 1, 2), {0});
+      const ValueId step = b.squeeze(b.shape_of(ids, 1, 2), {0});
+      const ValueId pos = b.unsqueeze(b.add1("Range", {b.minus(total, step), total, b.i64(1)}), {0});  // [1, S]
+      r.set_weight(id, b.add1("Expand", {pos, b.add1("Shape", {ids})}));
+    }
+
   for (const auto& node : graph.nodes()) {
     if (deferred.count(&node)) continue;  // replaced at its attention
     if (auto it = by_linear.find(&node); it != by_linear.end()) {
@@ -415,7 +433,7 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
       seqlens_k = b.cast(b.minus(sum, b.i64(1)), DType::I32);
       total_len = b.cast(b.squeeze(b.shape_of(mask, 1, 2), {0}), DType::I32);
     }
-    if (!caches_cos.count(p.rope)) {
+    if (p.rope && !caches_cos.count(p.rope)) {
       const std::string base = p.rope->name.substr(1, p.rope->name.rfind('/'));  // "model/rotary_emb/"
       std::string stem = base;
       for (auto& ch : stem)
@@ -483,12 +501,13 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     else ins = {flat(p.q, p.hq), flat(p.k, p.hkv), flat(p.v, p.hkv)};
     ins.push_back(r.map(p.past_k));
     ins.push_back(r.map(p.past_v));
-    ins.insert(ins.end(), {seqlens_k, total_len, caches_cos[p.rope], caches_sin[p.rope]});
-    ir::Attrs attrs = {{"num_heads", p.hq},
-                       {"kv_num_heads", p.hkv},
-                       {"scale", node.attr_float("scale")},
-                       {"do_rotary", int64_t(1)},
-                       {"rotary_interleaved", int64_t(0)}};
+    ins.insert(ins.end(), {seqlens_k, total_len});
+    if (p.rope) ins.insert(ins.end(), {caches_cos[p.rope], caches_sin[p.rope]});
+    ir::Attrs attrs = {{"num_heads", p.hq}, {"kv_num_heads", p.hkv}, {"scale", node.attr_float("scale")}};
+    if (p.rope) {
+      attrs["do_rotary"] = int64_t(1);
+      attrs["rotary_interleaved"] = int64_t(0);
+    }
     if (p.softcap > 0) attrs["softcap"] = p.softcap;
     if (p.window > 0) attrs["local_window_size"] = p.window;
     auto outs = b.add("GroupQueryAttention", ins, attrs);

@@ -32,8 +32,9 @@ NEW_TOKENS = 64
 # than the prompts and the 64 generated tokens.
 SUPPORTED = ["llama", "llama-mha-tied", "llama-rope-llama3", "llama-rope-yarn", "qwen2-tied", "qwen3", "olmo2",
              "granite", "gemma2", "gemma3", "mistral-window", "qwen2-window", "phi3", "starcoder2",
-             "gpt-neox-rotary16", "stablelm-rotary16", "phi3-longrope-full", "llama-rope-dynamic"]
-FALLBACK = {"gpt2": "no rotary", "phi3-longrope": "partial rotary over 8 of 16 dims",
+             "gpt-neox-rotary16", "stablelm-rotary16", "phi3-longrope-full", "llama-rope-dynamic", "gpt2",
+             "gpt2-untied-scaled"]
+FALLBACK = {"phi3-longrope": "partial rotary over 8 of 16 dims",
             "gpt-neox": "partial rotary over 4 of 16 dims", "stablelm-parallel": "partial rotary over 8 of 16 dims",
             "gemma": "head_dim 24 is not a multiple of 16"}
 
