@@ -77,7 +77,7 @@ void register_export(CLI::App& app, Action& action) {
                 "--quantize-lm-head a tied lm_head reads the same bytes; default: kept in --dtype)");
   cmd->add_option("--onnx-profile", s->onnx_profile,
                   "onnx: `ort` (ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, genai_config.json; "
-                  "falls back to portable per model; no left-padded batches) or `portable` (standard ops only, every contract)")
+                  "falls back to portable per model; left-padded rows rolled in the graph) or `portable` (standard ops only)")
       ->capture_default_str();
   cmd->add_option("--onnx-opset", s->onnx_opset,
                   "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are exact; "

@@ -221,10 +221,13 @@ std::vector<ValueId> skip_simplified_layer_norm(Builder& b, const Node& n) {
   return {b.add1("RMSNorm", {sum, n.inputs[2]}, {{"epsilon", n.attr_float("epsilon", 1e-5)}}), sum};
 }
 
-// ORT's GroupQueryAttention for a growing cache without left padding (see ops.h): split the packed
-// query, rotate q and k at positions p + i with rows of the cos/sin caches, append k and v to the
-// past, and attend causally over keys 0..seqlens_k[b] (with local_window_size > 0 only the keys j with
-// p + i - j < local_window_size; softcap > 0 caps the scaled scores before the mask).
+// ORT's GroupQueryAttention for a growing cache (see ops.h), row by row as ORT's CPU kernel runs it:
+// row b's past holds past_b = seqlens_k[b] + 1 - s valid keys from position 0 (fewer than the buffer's
+// when the ort profile rolled a left-padded row); its queries sit at positions past_b + i (rotated with
+// those rows of the cos/sin caches), its new keys and values are written at past_b.. of the present,
+// and it attends causally over keys 0..past_b + i (local_window_size > 0: only keys j with past_b + i -
+// j < local_window_size; softcap > 0 caps the scaled scores before the mask). Rows with past_b equal to
+// the buffer's length (every unpadded batch) reduce to appending the new keys.
 std::vector<ValueId> group_query_attention(Builder& b, const Node& n) {
   const Graph& g = b.graph();
   const int64_t hq = n.attr_int("num_heads"), hkv = n.attr_int("kv_num_heads");
@@ -246,28 +249,44 @@ std::vector<ValueId> group_query_attention(Builder& b, const Node& n) {
   k = heads(k, hkv);
   v = heads(v, hkv);
   const bool has_past = n.input(3) != kNone;
-  ValueId past_len = has_past ? b.squeeze(b.shape_of(n.inputs[3], 2, 3), {0}) : b.i64(0);
-  ValueId total = b.plus(past_len, b.squeeze(b.shape_of(n.inputs[0], 1, 2), {0}));
-  ValueId pos = b.add1("Range", {past_len, total, b.i64(1)});  // [s]
+  const ValueId step = b.squeeze(b.shape_of(n.inputs[0], 1, 2), {0});
+  const ValueId buffer = has_past ? b.squeeze(b.shape_of(n.inputs[3], 2, 3), {0}) : b.i64(0);
+  const ValueId width_t = b.plus(buffer, step);  // keys in the present
+  const ValueId i = b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0});  // [1, s]
+  // past_b = seqlens_k + 1 - s, and 0 on a first prompt, whose rows may end in padding (ORT: is_first_prompt).
+  const ValueId last = b.unsqueeze(b.cast(n.inputs[5], DType::I64), {1});  // [b, 1]: the row's last valid key
+  ValueId past_b = b.minus(b.plus(last, b.i64(1)), step);
+  past_b = b.add1("Where", {b.add1("Less", {past_b, b.i64(0)}), b.i64(0), past_b});  // [b, 1]
+  const ValueId pos = b.plus(past_b, i);  // [b, s]
   if (n.attr_int("do_rotary", 0)) {
     HFX_CHECK(n.input(7) != kNone && n.input(8) != kNone, "{}: do_rotary without cos/sin caches", n.name);
     auto table = [&](ValueId cache) {
-      ValueId rows = b.add1("Gather", {cache, pos}, {{"axis", int64_t(0)}});  // [s, r/2]
-      return b.unsqueeze(b.concat({rows, rows}, -1), {0});                     // [1, s, r]
+      ValueId rows = b.add1("Gather", {cache, pos}, {{"axis", int64_t(0)}});  // [b, s, r/2]
+      return b.concat({rows, rows}, -1);                                        // [b, s, r]
     };
     ValueId cos = table(n.inputs[7]), sin = table(n.inputs[8]);
     q = b.add1("RotaryEmbedding", {q, cos, sin});
     k = b.add1("RotaryEmbedding", {k, cos, sin});
   }
-  ValueId pk = has_past ? b.concat({n.inputs[3], k}, 2) : k;
-  ValueId pv = has_past ? b.concat({n.inputs[4], v}, 2) : v;
-  ValueId kv_idx = b.unsqueeze(b.add1("Range", {b.i64(0), total, b.i64(1)}), {0});  // [1, t]
-  ValueId causal = b.add1("LessOrEqual", {kv_idx, b.unsqueeze(pos, {1})});           // [s, t]
+  const ValueId t = b.unsqueeze(b.add1("Range", {b.i64(0), width_t, b.i64(1)}), {0});  // [1, t]
+  // present[b, :, t] = past[b, :, t] for t < past_b, new[b, :, t - past_b] up to past_b + s, else as
+  // appended (never read: past the row's keys): one gather of rows from Concat(past, new).
+  auto present = [&](ValueId past, ValueId fresh) {
+    if (!has_past) return fresh;
+    const ValueId cat = b.concat({past, fresh}, 2);  // [b, h, t, d]
+    const ValueId in_new = b.add1("And", {b.add1("GreaterOrEqual", {t, past_b}), b.add1("Less", {t, b.plus(past_b, step)})});
+    const ValueId src = b.add1("Where", {in_new, b.plus(buffer, b.minus(t, past_b)), t});  // [b, t]
+    const ValueId rows = b.plus(src, b.unsqueeze(b.times(b.add1("Range", {b.i64(0), b.squeeze(b.shape_of(cat, 0, 1), {0}), b.i64(1)}), width_t), {1}));
+    const ValueId flat = b.reshape(b.transpose(cat, {0, 2, 1, 3}), {-1, hkv * d});  // [b * t, h * d]
+    const ValueId picked = b.add1("Gather", {flat, rows}, {{"axis", int64_t(0)}});  // [b, t, h * d]
+    return b.transpose(b.reshape(picked, {0, 0, hkv, d}), {0, 2, 1, 3});
+  };
+  ValueId pk = present(n.input(3), k), pv = present(n.input(4), v);
+  ValueId allowed = b.add1("And", {b.add1("LessOrEqual", {b.unsqueeze(t, {1}), b.unsqueeze(pos, {2})}),
+                                   b.unsqueeze(b.add1("LessOrEqual", {t, last}), {1})});  // [b, s, t]: causal, the row's keys
   if (window > 0)  // key j visible to query i at p + i when p + i - j < window (Transformers' sliding window)
-    causal = b.add1("And", {causal, b.add1("Greater", {kv_idx, b.unsqueeze(b.minus(pos, b.i64(window)), {1})})});
-  ValueId last = b.unsqueeze(b.cast(n.inputs[5], DType::I64), {1});                   // [b, 1]
-  ValueId valid = b.unsqueeze(b.add1("LessOrEqual", {kv_idx, last}), {1, 2});         // [b, 1, 1, t]
-  ValueId allowed = b.add1("And", {causal, valid});                                   // [b, 1, s, t]
+    allowed = b.add1("And", {allowed, b.add1("Greater", {b.unsqueeze(t, {1}), b.unsqueeze(b.minus(pos, b.i64(window)), {2})})});
+  allowed = b.unsqueeze(allowed, {1});  // [b, 1, s, t]
   ValueId bias = b.add1("Where", {allowed, b.f32(0.0f), b.f32(std::numeric_limits<float>::lowest())});
   const double scale = n.attr_float("scale", 1.0 / std::sqrt(double(d)));
   const double cap = n.attr_float("softcap", 0.0);

@@ -356,21 +356,46 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     if (graph.value(id).name == "attention_mask") mask_input = id;
   if (!found.empty() && !mask_input) unsupported("ort profile: the graph has no attention_mask input");
 
-  // Learned positions (GPT-2's wpe) read position_ids; GroupQueryAttention serves unpadded rows, whose
-  // positions are past + i: computed from the mask's and input_ids' lengths, so the input goes as it
-  // does for rotary models (GQA places rotary positions itself).
+  // Left-padded rows: GroupQueryAttention counts each row's valid keys (seqlens_k) from position 0, so a
+  // row's new tokens are rolled left by its leading pads (its real tokens first, the pads after them)
+  // and the logits rolled back. The cache then holds each row's keys from position 0, which the next
+  // step reads back by the same count. Unpadded rows roll by 0.
+  ValueId ids_src = kNone, logits_src = kNone;
+  for (auto in : graph.inputs())
+    if (graph.value(in).name == "input_ids") ids_src = in;
+  for (auto out : graph.outputs())
+    if (graph.value(out).name == "logits") logits_src = out;
+  ValueId roll_back = kNone;  // flat row index of each output position, [B * S]
+  ValueId past_real = kNone;  // each row's real past tokens, [B, 1]
+  if (!found.empty() && ids_src != kNone && mask_input) {
+    auto s = b.scope("model/left_padding");
+    const ValueId ids = r.map(ids_src), mask = r.map(*mask_input);
+    const ValueId total = b.squeeze(b.shape_of(mask, 1, 2), {0}), step = b.squeeze(b.shape_of(ids, 1, 2), {0});
+    const ValueId batch = b.squeeze(b.shape_of(ids, 0, 1), {0});
+    const ValueId fresh = b.add1("Slice", {mask, b.unsqueeze(b.minus(total, step), {0}), b.unsqueeze(total, {0}), b.i64s({1})});
+    const ValueId leading = b.add1("ReduceSum", {b.cast(b.add1("Equal", {b.add1("CumSum", {fresh, b.i64(1)}), b.i64(0)}), DType::I64),
+                                                 b.i64s({1})});  // [B, 1]
+    past_real = b.minus(b.add1("ReduceSum", {mask, b.i64s({1})}), b.add1("ReduceSum", {fresh, b.i64s({1})}));
+    const ValueId i = b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0});  // [1, S]
+    const ValueId row_base = b.unsqueeze(b.times(b.add1("Range", {b.i64(0), batch, b.i64(1)}), step), {1});  // [B, 1]
+    auto wrap = [&](ValueId j) {  // j mod S for j in [-S, 2S)
+      j = b.add1("Where", {b.add1("GreaterOrEqual", {j, step}), b.minus(j, step), j});
+      return b.add1("Where", {b.add1("Less", {j, b.i64(0)}), b.plus(j, step), j});
+    };
+    const ValueId forward = b.reshape(b.plus(wrap(b.plus(i, leading)), row_base), {-1});
+    roll_back = b.reshape(b.plus(wrap(b.minus(i, leading)), row_base), {-1});
+    const ValueId rolled = b.add1("Gather", {b.reshape(ids, {-1}), forward}, {{"axis", int64_t(0)}});
+    r.set_weight(ids_src, b.add1("Reshape", {rolled, b.add1("Shape", {ids})}));
+  }
+  // Learned positions (GPT-2's wpe) read position_ids; GroupQueryAttention's rows start at position 0
+  // and continue from each row's real past: past_real + i, so the input goes as for rotary models (GQA
+  // places rotary positions itself).
   const bool learned_positions = std::any_of(found.begin(), found.end(), [](const Plan& p) { return !p.rope; });
   for (auto id : graph.inputs())
-    if (learned_positions && graph.value(id).name == "position_ids" && mask_input) {
+    if (learned_positions && graph.value(id).name == "position_ids" && past_real != kNone) {
       auto s = b.scope("model/positions_from_mask");
-      ValueId ids = kNone;
-      for (auto in : graph.inputs())
-        if (graph.value(in).name == "input_ids") ids = r.map(in);
-      HFX_CHECK(ids != kNone, "ort profile: learned positions without input_ids");
-      const ValueId total = b.squeeze(b.shape_of(r.map(*mask_input), 1, 2), {0});
-      const ValueId step = b.squeeze(b.shape_of(ids, 1, 2), {0});
-      const ValueId pos = b.unsqueeze(b.add1("Range", {b.minus(total, step), total, b.i64(1)}), {0});  // [1, S]
-      r.set_weight(id, b.add1("Expand", {pos, b.add1("Shape", {ids})}));
+      const ValueId step = b.squeeze(b.shape_of(r.map(ids_src), 1, 2), {0});
+      r.set_weight(id, b.plus(past_real, b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0})));
     }
 
   for (const auto& node : graph.nodes()) {
@@ -516,6 +541,17 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     r.replace(node, {b.transpose(b.reshape(outs[0], {0, 0, p.hq, p.d}), {0, 2, 1, 3})});
     r.replace(*producer(graph, node.inputs[1]), {outs[1]});
     r.replace(*producer(graph, node.inputs[2]), {outs[2]});
+  }
+  if (roll_back != kNone && logits_src != kNone) {
+    auto s = b.scope("model/left_padding");
+    const ValueId logits = r.map(logits_src);
+    const Dim vocab = r.target().value(logits).shape.back();
+    HFX_CHECK(vocab.is_fixed(), "ort profile: logits without a fixed vocabulary size");
+    const ValueId flat = b.add1("Gather", {b.reshape(logits, {-1, vocab.value}), roll_back}, {{"axis", int64_t(0)}});
+    const ValueId back = b.add1("Reshape", {flat, b.add1("Shape", {logits})});
+    r.target().rename(logits, "logits_rows_rolled");
+    r.target().rename(back, "logits");
+    r.set_weight(logits_src, back);
   }
   return drop_unused_input(r.finish(), "position_ids");
 }

@@ -313,8 +313,11 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   for (const auto& x : manifest["components"])
     if (x["format"] == format && x["role"] == art.components[0].role)
       for (const auto& in : x["inputs"]) positions_input = positions_input || in["name"] == "position_ids";
-  // Batch 2 needs a padded row; a graph without position_ids (onnx ort profile) serves unpadded rows only.
-  if (causal && positions_input && bound(g0, "batch_size", true).value_or(2) >= 2) {
+  // Batch 2 needs a padded row: graphs with position_ids, and the onnx ort profile's GroupQueryAttention
+  // graphs, which roll left-padded rows to position 0 themselves (their own cache format).
+  bool rolls_padding = false;
+  for (const auto& n : g0.nodes()) rolls_padding = rolls_padding || n.op == "GroupQueryAttention";
+  if (causal && (positions_input || rolls_padding) && bound(g0, "batch_size", true).value_or(2) >= 2) {
     prompts.push_back({});
     for (int64_t i = 0; i < std::max<int64_t>(1, prompt_len - 3); ++i)
       prompts[1].push_back(3 + (i * 53 + 11) % std::max<int64_t>(1, vocab - 3));
