@@ -112,7 +112,7 @@ void register_export(CLI::App& app, Action& action) {
       if (!s->recipe.empty()) {
         // A recipe fixes every option that shapes the output; flags on top would make it lie.
         for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic", "--stateless",
-                                 "--dtype", "--quantize", "--quantize-lm-head", "--onnx-opset"})
+                                 "--dtype", "--quantize", "--quantize-lm-head", "--quantize-embeddings", "--onnx-opset"})
           if (cmd->count(flag)) bad_input("{} cannot be combined with --recipe (the recipe fixes it)", flag);
         const std::string text = read_text_file(s->recipe);
         io::check_json_depth(text, s->recipe.string());  // printing a 100000-deep value would overflow the stack
