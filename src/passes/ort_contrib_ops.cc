@@ -469,29 +469,17 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
                               b.weight(stem + "sin_cache" + tag, ir::WeightRef::constant(std::move(s))));
       };
       if (p.rope->attr_int("dynamic", 0)) {
-        // dynamic NTK: the step's T rows computed in the graph, cos(p * inv_freq) for p < T, with inv_freq
-        // recomputed once T passes max_position from base' = base * (factor * T / L0 - (factor - 1)) ^
-        // (d / (d - 2)): RopeCosSin's formula (ir/decompose.cc) with the longest position + 1 = T. No
-        // precomputed table: its rows would change with T. T * rotary/2 cos and sin per step.
+        // dynamic NTK: the step's T rows computed in the graph by the model's own RopeCosSin over positions
+        // 0..T-1 (its longest position + 1 = T rescales the frequencies past max_position, as Transformers'
+        // dynamic_rope_update), halved to GQA's [T, r/2]. No precomputed table: its rows change with T.
         auto s = b.scope(base + "dynamic_ntk");
-        const ValueId rows = b.shape_of(r.map(*mask_input), 1, 2);
-        const double rope_base = p.rope->attr_float("dynamic_base"), factor = p.rope->attr_float("dynamic_factor");
-        const int64_t max_pos = p.rope->attr_int("dynamic_max_position"), dim = p.rope->attr_int("rotary_dim");
-        const ValueId seq_len = b.cast(rows, DType::F32);
-        const ValueId ratio = b.minus(b.times(b.f32(float(factor / double(max_pos))), seq_len), b.f32(float(factor - 1)));
-        const ValueId scaled_base =
-            b.times(b.f32(float(rope_base)), b.add1("Pow", {ratio, b.f32(float(dim) / float(dim - 2))}));
-        std::vector<float> exponents;
-        for (int64_t i = 0; i < dim; i += 2) exponents.push_back(float(i) / float(dim));
-        const ValueId exps = b.constant(Tensor::from_vector<float>(DType::F32, {int64_t(exponents.size())}, exponents), "rope_exponents");
-        const ValueId dynamic = b.add1("Reciprocal", {b.add1("Pow", {scaled_base, exps})});
-        const ValueId inv = b.add1("Where", {b.add1("Greater", {seq_len, b.f32(float(max_pos))}), dynamic, r.map(p.rope->inputs[1])});
-        const ValueId pos = b.cast(b.add1("Range", {b.i64(0), b.squeeze(rows, {0}), b.i64(1)}), DType::F32);
-        const ValueId freqs = b.times(b.unsqueeze(pos, {1}), inv);  // [T, r/2]
-        const double scaling = p.rope->attr_float("attention_scaling", 1.0);
-        auto scaled = [&](ValueId v) { return scaling == 1.0 ? v : b.times(v, b.f32(float(scaling))); };
-        caches_cos[p.rope] = scaled(b.add1("Cos", {freqs}));
-        caches_sin[p.rope] = scaled(b.add1("Sin", {freqs}));
+        const ValueId rows = b.squeeze(b.shape_of(r.map(*mask_input), 1, 2), {0});
+        const ValueId positions = b.unsqueeze(b.add1("Range", {b.i64(0), rows, b.i64(1)}), {0});  // [1, T]
+        ir::Node rope = r.mapped(*p.rope);
+        const auto tables = b.add("RopeCosSin", {positions, rope.inputs[1]}, p.rope->attrs);  // [1, T, r]
+        auto half = [&](ValueId t) { return b.squeeze(b.slice(t, 0, p.rotary / 2, -1), {0}); };
+        caches_cos[p.rope] = half(tables[0]);
+        caches_sin[p.rope] = half(tables[1]);
       } else if (!p.long_inv) {
         std::tie(caches_cos[p.rope], caches_sin[p.rope]) = cache(*graph.constant(p.rope->inputs[1]), "");
       } else {
