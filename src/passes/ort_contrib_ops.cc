@@ -318,6 +318,100 @@ std::vector<std::string> ort_profile_blockers(const ir::Graph& graph) {
   return blockers;
 }
 
+// GroupQueryAttention's cos/sin caches [rows, r/2] for the plan's RopeCosSin, in the target graph:
+// precomputed weights for a static table; for longrope the first T rows (T = the mask's length) of the
+// long pair once T passes the original context (Transformers: max(position_ids) + 1 > original), else of
+// the short pair, sliced first so a step copies T rows, not the context; for dynamic NTK the step's T
+// rows computed by the model's own RopeCosSin over positions 0..T-1 (its longest position + 1 = T
+// rescales the frequencies past max_position, as Transformers' dynamic_rope_update), halved to [T, r/2]:
+// no precomputed table, its rows change with T.
+std::pair<ValueId, ValueId> step_rope_caches(const ir::Graph& graph, ir::Rewriter& r, const Plan& p, ValueId mask,
+                                             int64_t rows) {
+  ir::Builder& b = r.builder();
+  const std::string base = p.rope->name.substr(1, p.rope->name.rfind('/'));  // "model/rotary_emb/"
+  std::string stem = base;
+  for (auto& ch : stem)
+    if (ch == '/') ch = '.';
+  auto cache = [&](const Tensor& inv, const std::string& tag) {
+    auto [c, s] = rope_caches(inv, *p.rope, rows);
+    return std::make_pair(b.weight(stem + "cos_cache" + tag, ir::WeightRef::constant(std::move(c))),
+                          b.weight(stem + "sin_cache" + tag, ir::WeightRef::constant(std::move(s))));
+  };
+  if (p.rope->attr_int("dynamic", 0)) {
+    auto s = b.scope(base + "dynamic_ntk");
+    const ValueId total = b.squeeze(b.shape_of(mask, 1, 2), {0});
+    const ValueId positions = b.unsqueeze(b.add1("Range", {b.i64(0), total, b.i64(1)}), {0});  // [1, T]
+    const auto tables = b.add("RopeCosSin", {positions, r.mapped(*p.rope).inputs[1]}, p.rope->attrs);  // [1, T, r]
+    auto half = [&](ValueId t) { return b.squeeze(b.slice(t, 0, p.rotary / 2, -1), {0}); };
+    return {half(tables[0]), half(tables[1])};
+  }
+  if (!p.long_inv) return cache(*graph.constant(p.rope->inputs[1]), "");
+  auto s = b.scope(base + "longrope");
+  const auto [short_cos, short_sin] = cache(*p.short_inv, "_short");
+  const auto [long_cos, long_sin] = cache(*p.long_inv, "_long");
+  const ValueId total = b.shape_of(mask, 1, 2);
+  const ValueId is_long = b.add1("Greater", {total, b.i64s({p.longrope_original})});
+  auto pick = [&](ValueId long_cache, ValueId short_cache) {
+    return b.add1("Where", {is_long, b.add1("Slice", {long_cache, b.i64s({0}), total, b.i64s({0})}),
+                            b.add1("Slice", {short_cache, b.i64s({0}), total, b.i64s({0})})});
+  };
+  return {pick(long_cos, short_cos), pick(long_sin, short_sin)};
+}
+
+// Left-padded rows: GroupQueryAttention counts each row's valid keys (seqlens_k) from position 0, so a
+// row's new tokens are rolled left by its leading pads (its real tokens first, the pads after them)
+// and the logits rolled back (finish_left_padding). The cache then holds each row's keys from position
+// 0, which the next step reads back by the same count. Unpadded rows roll by 0.
+struct LeftPadding {
+  ValueId ids_src = kNone, logits_src = kNone;  // source graph
+  ValueId roll_back = kNone;                    // flat row index of each output position, [B * S]
+  ValueId past_real = kNone;                    // each row's real past tokens, [B, 1]
+};
+
+LeftPadding roll_left_padding(const ir::Graph& graph, ir::Rewriter& r, std::optional<ValueId> mask_input) {
+  LeftPadding out;
+  for (auto in : graph.inputs())
+    if (graph.value(in).name == "input_ids") out.ids_src = in;
+  for (auto o : graph.outputs())
+    if (graph.value(o).name == "logits") out.logits_src = o;
+  if (out.ids_src == kNone || !mask_input) return out;
+  ir::Builder& b = r.builder();
+  auto s = b.scope("model/left_padding");
+  const ValueId ids = r.map(out.ids_src), mask = r.map(*mask_input);
+  const ValueId total = b.squeeze(b.shape_of(mask, 1, 2), {0}), step = b.squeeze(b.shape_of(ids, 1, 2), {0});
+  const ValueId batch = b.squeeze(b.shape_of(ids, 0, 1), {0});
+  const ValueId fresh = b.add1("Slice", {mask, b.unsqueeze(b.minus(total, step), {0}), b.unsqueeze(total, {0}), b.i64s({1})});
+  const ValueId leading = b.add1("ReduceSum", {b.cast(b.add1("Equal", {b.add1("CumSum", {fresh, b.i64(1)}), b.i64(0)}), DType::I64),
+                                               b.i64s({1})});  // [B, 1]
+  out.past_real = b.minus(b.add1("ReduceSum", {mask, b.i64s({1})}), b.add1("ReduceSum", {fresh, b.i64s({1})}));
+  const ValueId i = b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0});  // [1, S]
+  const ValueId row_base = b.unsqueeze(b.times(b.add1("Range", {b.i64(0), batch, b.i64(1)}), step), {1});  // [B, 1]
+  auto wrap = [&](ValueId j) {  // j mod S for j in [-S, 2S)
+    j = b.add1("Where", {b.add1("GreaterOrEqual", {j, step}), b.minus(j, step), j});
+    return b.add1("Where", {b.add1("Less", {j, b.i64(0)}), b.plus(j, step), j});
+  };
+  const ValueId forward = b.reshape(b.plus(wrap(b.plus(i, leading)), row_base), {-1});
+  out.roll_back = b.reshape(b.plus(wrap(b.minus(i, leading)), row_base), {-1});
+  const ValueId rolled = b.add1("Gather", {b.reshape(ids, {-1}), forward}, {{"axis", int64_t(0)}});
+  r.set_weight(out.ids_src, b.add1("Reshape", {rolled, b.add1("Shape", {ids})}));
+  return out;
+}
+
+// The logits rolled back to the rows' own (left-padded) positions, under the output's name.
+void finish_left_padding(ir::Rewriter& r, const LeftPadding& pad) {
+  if (pad.roll_back == kNone || pad.logits_src == kNone) return;
+  ir::Builder& b = r.builder();
+  auto s = b.scope("model/left_padding");
+  const ValueId logits = r.map(pad.logits_src);
+  const Dim vocab = r.target().value(logits).shape.back();
+  HFX_CHECK(vocab.is_fixed(), "ort profile: logits without a fixed vocabulary size");
+  const ValueId flat = b.add1("Gather", {b.reshape(logits, {-1, vocab.value}), pad.roll_back}, {{"axis", int64_t(0)}});
+  const ValueId back = b.add1("Reshape", {flat, b.add1("Shape", {logits})});
+  r.target().rename(logits, "logits_rows_rolled");
+  r.target().rename(back, "logits");
+  r.set_weight(pad.logits_src, back);
+}
+
 ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) {
   std::vector<std::string> blockers;
   const std::vector<Plan> found = plans(graph, &blockers);
@@ -356,46 +450,16 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     if (graph.value(id).name == "attention_mask") mask_input = id;
   if (!found.empty() && !mask_input) unsupported("ort profile: the graph has no attention_mask input");
 
-  // Left-padded rows: GroupQueryAttention counts each row's valid keys (seqlens_k) from position 0, so a
-  // row's new tokens are rolled left by its leading pads (its real tokens first, the pads after them)
-  // and the logits rolled back. The cache then holds each row's keys from position 0, which the next
-  // step reads back by the same count. Unpadded rows roll by 0.
-  ValueId ids_src = kNone, logits_src = kNone;
-  for (auto in : graph.inputs())
-    if (graph.value(in).name == "input_ids") ids_src = in;
-  for (auto out : graph.outputs())
-    if (graph.value(out).name == "logits") logits_src = out;
-  ValueId roll_back = kNone;  // flat row index of each output position, [B * S]
-  ValueId past_real = kNone;  // each row's real past tokens, [B, 1]
-  if (!found.empty() && ids_src != kNone && mask_input) {
-    auto s = b.scope("model/left_padding");
-    const ValueId ids = r.map(ids_src), mask = r.map(*mask_input);
-    const ValueId total = b.squeeze(b.shape_of(mask, 1, 2), {0}), step = b.squeeze(b.shape_of(ids, 1, 2), {0});
-    const ValueId batch = b.squeeze(b.shape_of(ids, 0, 1), {0});
-    const ValueId fresh = b.add1("Slice", {mask, b.unsqueeze(b.minus(total, step), {0}), b.unsqueeze(total, {0}), b.i64s({1})});
-    const ValueId leading = b.add1("ReduceSum", {b.cast(b.add1("Equal", {b.add1("CumSum", {fresh, b.i64(1)}), b.i64(0)}), DType::I64),
-                                                 b.i64s({1})});  // [B, 1]
-    past_real = b.minus(b.add1("ReduceSum", {mask, b.i64s({1})}), b.add1("ReduceSum", {fresh, b.i64s({1})}));
-    const ValueId i = b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0});  // [1, S]
-    const ValueId row_base = b.unsqueeze(b.times(b.add1("Range", {b.i64(0), batch, b.i64(1)}), step), {1});  // [B, 1]
-    auto wrap = [&](ValueId j) {  // j mod S for j in [-S, 2S)
-      j = b.add1("Where", {b.add1("GreaterOrEqual", {j, step}), b.minus(j, step), j});
-      return b.add1("Where", {b.add1("Less", {j, b.i64(0)}), b.plus(j, step), j});
-    };
-    const ValueId forward = b.reshape(b.plus(wrap(b.plus(i, leading)), row_base), {-1});
-    roll_back = b.reshape(b.plus(wrap(b.minus(i, leading)), row_base), {-1});
-    const ValueId rolled = b.add1("Gather", {b.reshape(ids, {-1}), forward}, {{"axis", int64_t(0)}});
-    r.set_weight(ids_src, b.add1("Reshape", {rolled, b.add1("Shape", {ids})}));
-  }
+  const LeftPadding pad = roll_left_padding(graph, r, found.empty() ? std::nullopt : mask_input);
   // Learned positions (GPT-2's wpe) read position_ids; GroupQueryAttention's rows start at position 0
   // and continue from each row's real past: past_real + i, so the input goes as for rotary models (GQA
   // places rotary positions itself).
   const bool learned_positions = std::any_of(found.begin(), found.end(), [](const Plan& p) { return !p.rope; });
   for (auto id : graph.inputs())
-    if (learned_positions && graph.value(id).name == "position_ids" && past_real != kNone) {
+    if (learned_positions && graph.value(id).name == "position_ids" && pad.past_real != kNone) {
       auto s = b.scope("model/positions_from_mask");
-      const ValueId step = b.squeeze(b.shape_of(r.map(ids_src), 1, 2), {0});
-      r.set_weight(id, b.plus(past_real, b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0})));
+      const ValueId step = b.squeeze(b.shape_of(r.map(pad.ids_src), 1, 2), {0});
+      r.set_weight(id, b.plus(pad.past_real, b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0})));
     }
 
   for (const auto& node : graph.nodes()) {
@@ -458,47 +522,8 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
       seqlens_k = b.cast(b.minus(sum, b.i64(1)), DType::I32);
       total_len = b.cast(b.squeeze(b.shape_of(mask, 1, 2), {0}), DType::I32);
     }
-    if (p.rope && !caches_cos.count(p.rope)) {
-      const std::string base = p.rope->name.substr(1, p.rope->name.rfind('/'));  // "model/rotary_emb/"
-      std::string stem = base;
-      for (auto& ch : stem)
-        if (ch == '/') ch = '.';
-      auto cache = [&](const Tensor& inv, const std::string& tag) {
-        auto [c, s] = rope_caches(inv, *p.rope, opt.rope_cache_rows);
-        return std::make_pair(b.weight(stem + "cos_cache" + tag, ir::WeightRef::constant(std::move(c))),
-                              b.weight(stem + "sin_cache" + tag, ir::WeightRef::constant(std::move(s))));
-      };
-      if (p.rope->attr_int("dynamic", 0)) {
-        // dynamic NTK: the step's T rows computed in the graph by the model's own RopeCosSin over positions
-        // 0..T-1 (its longest position + 1 = T rescales the frequencies past max_position, as Transformers'
-        // dynamic_rope_update), halved to GQA's [T, r/2]. No precomputed table: its rows change with T.
-        auto s = b.scope(base + "dynamic_ntk");
-        const ValueId rows = b.squeeze(b.shape_of(r.map(*mask_input), 1, 2), {0});
-        const ValueId positions = b.unsqueeze(b.add1("Range", {b.i64(0), rows, b.i64(1)}), {0});  // [1, T]
-        ir::Node rope = r.mapped(*p.rope);
-        const auto tables = b.add("RopeCosSin", {positions, rope.inputs[1]}, p.rope->attrs);  // [1, T, r]
-        auto half = [&](ValueId t) { return b.squeeze(b.slice(t, 0, p.rotary / 2, -1), {0}); };
-        caches_cos[p.rope] = half(tables[0]);
-        caches_sin[p.rope] = half(tables[1]);
-      } else if (!p.long_inv) {
-        std::tie(caches_cos[p.rope], caches_sin[p.rope]) = cache(*graph.constant(p.rope->inputs[1]), "");
-      } else {
-        // longrope: the step's first total_sequence_length rows of the long caches once that length
-        // passes the original context (Transformers: max(position_ids) + 1 > original), else of the
-        // short ones; sliced first, so a step copies rows up to its length, not the whole context.
-        auto s = b.scope(base + "longrope");
-        const auto [short_cos, short_sin] = cache(*p.short_inv, "_short");
-        const auto [long_cos, long_sin] = cache(*p.long_inv, "_long");
-        const ValueId rows = b.shape_of(r.map(*mask_input), 1, 2);
-        const ValueId is_long = b.add1("Greater", {rows, b.i64s({p.longrope_original})});
-        auto pick = [&](ValueId long_cache, ValueId short_cache) {
-          return b.add1("Where", {is_long, b.add1("Slice", {long_cache, b.i64s({0}), rows, b.i64s({0})}),
-                                  b.add1("Slice", {short_cache, b.i64s({0}), rows, b.i64s({0})})});
-        };
-        caches_cos[p.rope] = pick(long_cos, short_cos);
-        caches_sin[p.rope] = pick(long_sin, short_sin);
-      }
-    }
+    if (p.rope && !caches_cos.count(p.rope))
+      std::tie(caches_cos[p.rope], caches_sin[p.rope]) = step_rope_caches(graph, r, p, r.map(*mask_input), opt.rope_cache_rows);
     auto s = b.scope(scope_of(node.name));
     auto flat = [&](const Side& side, int64_t heads) {
       if (side.flat != kNone) return r.map(side.flat);
@@ -530,17 +555,7 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     r.replace(*producer(graph, node.inputs[1]), {outs[1]});
     r.replace(*producer(graph, node.inputs[2]), {outs[2]});
   }
-  if (roll_back != kNone && logits_src != kNone) {
-    auto s = b.scope("model/left_padding");
-    const ValueId logits = r.map(logits_src);
-    const Dim vocab = r.target().value(logits).shape.back();
-    HFX_CHECK(vocab.is_fixed(), "ort profile: logits without a fixed vocabulary size");
-    const ValueId flat = b.add1("Gather", {b.reshape(logits, {-1, vocab.value}), roll_back}, {{"axis", int64_t(0)}});
-    const ValueId back = b.add1("Reshape", {flat, b.add1("Shape", {logits})});
-    r.target().rename(logits, "logits_rows_rolled");
-    r.target().rename(back, "logits");
-    r.set_weight(logits_src, back);
-  }
+  finish_left_padding(r, pad);
   return drop_unused_input(r.finish(), "position_ids");
 }
 
