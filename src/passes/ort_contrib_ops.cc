@@ -7,7 +7,7 @@
 //       partial rotary: caches [rows, r/2],
 //       GQA rotates the first r dims and passes the rest), seqlens_k / total_sequence_length derived once
 //       from attention_mask (position_ids is no longer read; learned positions, GPT-2's, run without
-//       rotary and read Range(past, past + S) instead), `softcap` from SoftcapAttention,
+//       rotary and read each row's real past + Range(S) instead), `softcap` from SoftcapAttention,
 //       `local_window_size` = the layer's AttentionBias sliding_window (ORT 1.31 CPU keeps key j for query
 //       i when i - j < local_window_size, Transformers' window; measured in tests/oracle/test_ort_profile.py)
 //   q/k/v Linear on one input                          -> one packed Linear (q | k | v rows); with q/k
