@@ -27,8 +27,9 @@ class Rewriter {
   void copy(const Node& src_node, const Node& mapped_node);
   // Records that `src_node`'s outputs are now `values`; they take the source outputs' names.
   void replace(const Node& src_node, const std::vector<ValueId>& values);
-  // Declares how a source weight is copied (e.g. with a folded transform); default is as is.
-  void set_weight(ValueId src_id, ValueId dst_id) { map_[size_t(src_id)] = dst_id; }
+  // Declares what a source value becomes in the target (a weight with a folded transform, an input
+  // computed in the graph instead, a graph output rebuilt); readers mapped afterwards read `dst_id`.
+  void remap(ValueId src_id, ValueId dst_id) { map_[size_t(src_id)] = dst_id; }
 
   // Finishes: graph outputs mapped, unused nodes pruned.
   Graph finish();

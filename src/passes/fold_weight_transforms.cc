@@ -29,7 +29,7 @@ ir::Graph fold_weight_transforms(const ir::Graph& graph) {
     std::string name = sole_use ? base : base + (node.op == "Transpose" ? ".T" : "." + node.attr_str("to"));
     ir::ValueId id = r.target().add_weight(name, folded);
     // Map the node's output straight to the weight: no Identity, the weight is the value.
-    r.set_weight(node.outputs[0], id);
+    r.remap(node.outputs[0], id);
   }
   return r.finish();
 }

@@ -393,7 +393,7 @@ LeftPadding roll_left_padding(const ir::Graph& graph, ir::Rewriter& r, std::opti
   const ValueId forward = b.reshape(b.plus(wrap(b.plus(i, leading)), row_base), {-1});
   out.roll_back = b.reshape(b.plus(wrap(b.minus(i, leading)), row_base), {-1});
   const ValueId rolled = b.add1("Gather", {b.reshape(ids, {-1}), forward}, {{"axis", int64_t(0)}});
-  r.set_weight(out.ids_src, b.add1("Reshape", {rolled, b.add1("Shape", {ids})}));
+  r.remap(out.ids_src, b.add1("Reshape", {rolled, b.add1("Shape", {ids})}));
   return out;
 }
 
@@ -409,7 +409,7 @@ void finish_left_padding(ir::Rewriter& r, const LeftPadding& pad) {
   const ValueId back = b.add1("Reshape", {flat, b.add1("Shape", {logits})});
   r.target().rename(logits, "logits_rows_rolled");
   r.target().rename(back, "logits");
-  r.set_weight(pad.logits_src, back);
+  r.remap(pad.logits_src, back);
 }
 
 ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) {
@@ -459,7 +459,7 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     if (learned_positions && graph.value(id).name == "position_ids" && pad.past_real != kNone) {
       auto s = b.scope("model/positions_from_mask");
       const ValueId step = b.squeeze(b.shape_of(r.map(pad.ids_src), 1, 2), {0});
-      r.set_weight(id, b.plus(pad.past_real, b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0})));
+      r.remap(id, b.plus(pad.past_real, b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0})));
     }
 
   for (const auto& node : graph.nodes()) {

@@ -309,15 +309,9 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   const int64_t tokens = std::max<int64_t>(1, std::min<int64_t>(opt.tokens, total_max - prompt_len));
   std::vector<std::vector<int64_t>> prompts = {{}};
   for (int64_t i = 0; i < prompt_len; ++i) prompts[0].push_back(3 + (i * 37) % std::max<int64_t>(1, vocab - 3));
-  bool positions_input = false;  // from the contract as written (files of other formats are not read back)
-  for (const auto& x : manifest["components"])
-    if (x["format"] == format && x["role"] == art.components[0].role)
-      for (const auto& in : x["inputs"]) positions_input = positions_input || in["name"] == "position_ids";
-  // Batch 2 needs a padded row: graphs with position_ids, and the onnx ort profile's GroupQueryAttention
-  // graphs, which roll left-padded rows to position 0 themselves (their own cache format).
-  bool rolls_padding = false;
-  for (const auto& n : g0.nodes()) rolls_padding = rolls_padding || n.op == "GroupQueryAttention";
-  if (causal && (positions_input || rolls_padding) && bound(g0, "batch_size", true).value_or(2) >= 2) {
+  // Batch 2 has a left-padded row: every causal decoder serves one (graphs with position_ids take the
+  // padding from it; the onnx ort profile's GroupQueryAttention graphs roll padded rows themselves).
+  if (causal && bound(g0, "batch_size", true).value_or(2) >= 2) {
     prompts.push_back({});
     for (int64_t i = 0; i < std::max<int64_t>(1, prompt_len - 3); ++i)
       prompts[1].push_back(3 + (i * 53 + 11) % std::max<int64_t>(1, vocab - 3));

@@ -79,8 +79,9 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
   bool writes_cache = false;
   for (auto id : g.outputs()) writes_cache = writes_cache || g.value(id).name.starts_with("present.");
   const bool decoder = wanted.count("position_ids") || wanted.count("past_key_values.0.key") || writes_cache;
-  // A decoder without position_ids (the onnx ort profile, its split prefill too: GroupQueryAttention
-  // places new tokens after the cache) serves unpadded rows only.
+  // A decoder without position_ids (the onnx ort profile, its split prefill too) keeps each row's keys
+  // from position 0 in its cache (GroupQueryAttention's own format), so the cases fed a cache the
+  // reference made use unpadded rows; its padded rows are checked by the greedy generation.
   const bool left_pad = wanted.count("position_ids") || !decoder;
   std::vector<int64_t> ids(size_t(B * S)), pos(size_t(B * S)), mask(size_t(B * mask_len), 0);
   for (int64_t b = 0; b < B; ++b) {

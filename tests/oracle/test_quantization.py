@@ -181,6 +181,57 @@ def dequantize_nbits(B, scales, zp, K, N, bits, block):
     return w.reshape(N, kb * block)[:, :K].T
 
 
+def table_of(model, inits, value):
+    """The initializer behind `value` (GatherBlockQuantized reads MatMulNBits' tensors through a Reshape)."""
+    if value in inits:
+        return value
+    (reshape,) = [n for n in model.graph.node if value in n.output]
+    assert reshape.op_type == "Reshape", reshape
+    return reshape.input[0]
+
+
+def dequantized_weights(model, inits, params):
+    """{checkpoint parameter: W[K, N]} (a table: [H, V]) for every quantized tensor of an export: MatMulNBits,
+    the portable profile's blocked DequantizeLinear, GatherBlockQuantized tables, and the ort profile's
+    packed q | k | v split back; dequantized by the independent numpy code above."""
+    out = {}
+    for node in model.graph.node:
+        a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+        if node.op_type == "MatMulNBits":
+            zp = inits[node.input[3]] if len(node.input) > 3 else None
+            w = dequantize_nbits(inits[node.input[1]], inits[node.input[2]], zp, a["K"], a["N"], a["bits"], a["block_size"])
+            name = node.input[1].rsplit(".q", 1)[0]
+        elif node.op_type == "DequantizeLinear":  # the portable profile's blocked DequantizeLinear over W[K, N]
+            zp = inits[node.input[2]] if len(node.input) > 2 and node.input[2] else None
+            w = dequantize_blocked(inits[node.input[0]], inits[node.input[1]], zp, a["block_size"])
+            name = node.input[0].rsplit(".q", 1)[0]
+        elif node.op_type == "GatherBlockQuantized":
+            assert (a["gather_axis"], a["quantize_axis"]) == (0, 1)
+            data = table_of(model, inits, node.input[0])
+            name = data.rsplit(".q", 1)[0]
+            V, H = params[name.removesuffix(".T")].shape
+            zp = inits[table_of(model, inits, node.input[3])] if len(node.input) > 3 else None
+            w = dequantize_nbits(inits[data], inits[table_of(model, inits, node.input[2])], zp, H, V, a["bits"], a["block_size"])
+        else:
+            continue
+        name = name.removesuffix(".T")
+        if name not in params and ".qkv_proj." in name:  # the ort profile packs q | k | v into one MatMulNBits
+            for part in ("q_proj", "k_proj", "v_proj"):
+                n = params[name.replace("qkv_proj", part)].shape[0]
+                out[name.replace("qkv_proj", part)], w = w[:, :n], w[:, n:]
+            continue
+        out[name] = w
+    return out
+
+
+def load_dequantized(params, weights, conv1d: bool):
+    """Copies dequantized_weights() into Transformers' parameters: Linear weights and tables transposed,
+    GPT-2's Conv1D weights (stored [in, out] = [K, N]) as they are."""
+    for name, w in weights.items():
+        table = "embed" in name or name.endswith(("wte.weight", "wpe.weight"))
+        params[name].copy_(torch.from_numpy(w.T.copy() if table or not conv1d else w))
+
+
 @pytest.mark.parametrize("mode", ["int4-sym", "int4-asym", "int8"])
 @pytest.mark.parametrize("case", ["llama", "qwen2-tied", "gpt2"])
 def test_quantized_export_equals_transformers_with_the_same_weights(case, mode, mode_export, tiny_checkpoint):
@@ -190,23 +241,10 @@ def test_quantized_export_equals_transformers_with_the_same_weights(case, mode, 
     model, inits = initializers(out)
     ref = load_reference(tiny_checkpoint(case))
     params = dict(ref.named_parameters())
-    replaced = 0
+    weights = dequantized_weights(model, inits, params)
+    replaced = len(weights)
     with torch.no_grad():
-        for node in model.graph.node:
-            if node.op_type not in ("MatMulNBits", "DequantizeLinear"):
-                continue
-            a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
-            if node.op_type == "MatMulNBits":
-                zp = inits[node.input[3]] if len(node.input) > 3 else None
-                w = dequantize_nbits(inits[node.input[1]], inits[node.input[2]], zp, a["K"], a["N"], a["bits"], a["block_size"])
-                name = node.input[1].rsplit(".q", 1)[0]
-            else:  # the portable profile's blocked DequantizeLinear over W[K, N]
-                zp = inits[node.input[2]] if len(node.input) > 2 and node.input[2] else None
-                w = dequantize_blocked(inits[node.input[0]], inits[node.input[1]], zp, a["block_size"])
-                name = node.input[0].rsplit(".q", 1)[0]
-            conv1d = tiny_checkpoint(case).name.startswith("gpt2")  # Conv1D weights are stored [in, out]
-            params[name].copy_(torch.from_numpy(w if conv1d else w.T.copy()))
-            replaced += 1
+        load_dequantized(params, weights, conv1d=tiny_checkpoint(case).name.startswith("gpt2"))
         assert replaced >= 2 * 4
         want = ref(torch.tensor([PROMPT])).logits.numpy()
     got, _ = ort_logits(out, EXACT)

@@ -10,13 +10,12 @@ fp32 summation-order noise. The precision of int4/int8 itself is measured there.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 import torch
 
 from conftest import export_once, run_hfx
-from test_quantization import (EXACT, PROMPT, agreement, dequantize_nbits, initializers, ort_logits,
-                               transformers_outputs)
+from test_quantization import (EXACT, PROMPT, agreement, dequantized_weights, initializers, load_dequantized,
+                               ort_logits, table_of, transformers_outputs)
 from tiny_models import load_reference
 
 ORT = ["--onnx-profile", "ort"]
@@ -36,47 +35,6 @@ def emb_export(tiny_checkpoint, tmp_path_factory):
         "--model", tiny_checkpoint(case), "--quiet", *ORT, "--quantize", spec, *CASES[case]))
 
 
-def attrs(node):
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-
-
-def table_of(model, inits, value):
-    """The initializer behind `value` (GatherBlockQuantized reads MatMulNBits' tensors through a Reshape)."""
-    if value in inits:
-        return value
-    (reshape,) = [n for n in model.graph.node if value in n.output]
-    assert reshape.op_type == "Reshape", reshape
-    return reshape.input[0]
-
-
-def dequantized_weights(model, inits, params):
-    """{checkpoint parameter: W as Transformers stores it} for every quantized tensor of the export."""
-    out = {}
-    for node in model.graph.node:
-        a = attrs(node)
-        if node.op_type == "MatMulNBits":
-            zp = inits[node.input[3]] if len(node.input) > 3 else None
-            w = dequantize_nbits(inits[node.input[1]], inits[node.input[2]], zp, a["K"], a["N"], a["bits"], a["block_size"])
-            name = node.input[1].rsplit(".q", 1)[0]
-        elif node.op_type == "GatherBlockQuantized":
-            assert (a["gather_axis"], a["quantize_axis"]) == (0, 1)
-            data = table_of(model, inits, node.input[0])
-            name = data.rsplit(".q", 1)[0]
-            V, H = params[name.removesuffix(".T")].shape
-            zp = inits[table_of(model, inits, node.input[3])] if len(node.input) > 3 else None
-            w = dequantize_nbits(inits[data], inits[table_of(model, inits, node.input[2])], zp, H, V, a["bits"], a["block_size"])
-        else:
-            continue
-        name = name.removesuffix(".T")
-        if name not in params and ".qkv_proj." in name:  # the ort profile packs q | k | v into one MatMulNBits
-            for part in ("q_proj", "k_proj", "v_proj"):
-                n = params[name.replace("qkv_proj", part)].shape[0]
-                out[name.replace("qkv_proj", part)], w = w[:, :n], w[:, n:]
-            continue
-        out[name] = w  # [K, N]: the table's [H, V]
-    return out
-
-
 @pytest.mark.parametrize("spec", SPECS)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_quantized_tables_equal_transformers_with_the_same_weights(case, spec, emb_export, tiny_checkpoint):
@@ -88,11 +46,8 @@ def test_quantized_tables_equal_transformers_with_the_same_weights(case, spec, e
     ref = load_reference(tiny_checkpoint(case))
     params = dict(ref.named_parameters())
     weights = dequantized_weights(model, inits, params)
-    conv1d = case == "gpt2"  # Conv1D weights are stored [in, out]
     with torch.no_grad():
-        for name, w in weights.items():
-            table = params[name].shape == (w.shape[1], w.shape[0]) and ("embed" in name or name.endswith(("wte.weight", "wpe.weight")))
-            params[name].copy_(torch.from_numpy(w.T.copy() if table or not conv1d else w))
+        load_dequantized(params, weights, conv1d=case == "gpt2")
         want = ref(torch.tensor([PROMPT])).logits.numpy()
     got, _ = ort_logits(out, EXACT)
     diff = float(np.abs(got - want).max())
