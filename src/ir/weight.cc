@@ -208,6 +208,45 @@ std::string WeightRef::describe() const {
   return "?";
 }
 
+std::vector<WeightBlock> WeightRef::blocks() const {
+  // Walk down the transforms that move whole parts without mixing them, to a Concat.
+  std::vector<const Node*> chain;  // top first
+  const Node* n = node_.get();
+  while (n->kind == Node::Cast || n->kind == Node::PlusScalar ||
+         (n->kind == Node::Transpose && n->perm == std::vector<int64_t>{1, 0})) {
+    chain.push_back(n);
+    n = n->children[0].node();
+  }
+  const size_t elem = dtype_nbytes(dtype(), 2) / 2;
+  if (n->kind != Node::Concat || elem == 0) return {};  // sub-byte elements do not split at part bounds
+  // The concatenation axis in this weight's coordinates: a transpose puts input axis perm[i] at i.
+  int64_t axis = n->axis;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it)
+    if ((*it)->kind == Node::Transpose) axis = 1 - axis;
+  const auto& shape = this->shape();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < int64_t(shape.size()); ++i) {
+    if (i < axis) outer *= shape[size_t(i)];
+    if (i > axis) inner *= shape[size_t(i)];
+  }
+  std::vector<WeightBlock> out;
+  int64_t at = 0;
+  for (const WeightRef& part : n->children) {
+    WeightRef view = part;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const Node& t = **it;
+      if (t.kind == Node::Transpose) view = view.transposed(t.perm);
+      else if (t.kind == Node::Cast) view = view.cast(t.dtype);
+      else view = view.plus_scalar(t.scalar);
+    }
+    const int64_t extent = part.shape()[size_t(n->axis)];
+    out.push_back({view, size_t(at * inner) * elem, size_t(extent * inner) * elem,
+                   size_t(shape[size_t(axis)] * inner) * elem, outer});
+    at += extent;
+  }
+  return out;
+}
+
 std::vector<std::string> WeightRef::source_names() const {
   if (node_->kind == Node::Source) return {node_->name};
   std::vector<std::string> out;

@@ -80,12 +80,27 @@ class WeightRef {
   // Rows [r0, r1) into dst, row i at dst + (i - r0) * dst_stride. streamable() weights only.
   void write_rows(int64_t r0, int64_t r1, uint8_t* dst, size_t dst_stride) const;
 
+  // Where other weights sit inside this one (WeightBlock); empty unless this is a concatenation.
+  std::vector<struct WeightBlock> blocks() const;
+
   struct Node;
   const Node* node() const { return node_.get(); }  // for the transforms in weight.cc
 
  private:
   explicit WeightRef(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
   std::shared_ptr<const Node> node_;
+};
+
+// A weight inside another: for a concatenation, seen through 2-D transposes and element-wise
+// transforms (casts, plus-scalar), each part with those transforms applied to it, and the bytes it
+// takes in the whole's row-major layout: `runs` runs of `run_bytes`, `stride` apart, from `offset`
+// (one run when the parts are stacked on the first axis; the packed q|k|v's Transpose(Concat(q, k, v))
+// gives each part's transpose as a block of columns). So a writer that finds q^T in an earlier
+// format's packed tensor reads it from there.
+struct WeightBlock {
+  WeightRef part;
+  size_t offset = 0, run_bytes = 0, stride = 0;
+  int64_t runs = 1;
 };
 
 }  // namespace hfx::ir

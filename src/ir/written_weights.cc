@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace hfx::ir {
@@ -14,6 +16,9 @@ std::string WrittenWeights::key(const WeightRef& w) {
 
 void WrittenWeights::add(const WeightRef& w, std::filesystem::path file, size_t offset) {
   if (w.is_constant()) return;  // constants are small and held in memory anyway
+  for (const WeightBlock& b : w.blocks())
+    if (!b.part.is_constant())  // a whole weight of its own, when there is one, stays the better source
+      locations_.try_emplace(key(b.part), Location{file, offset + b.offset, b.part.nbytes(), b.run_bytes, b.stride, b.runs});
   locations_.insert_or_assign(key(w), Location{std::move(file), offset, w.nbytes()});
 }
 
@@ -36,9 +41,16 @@ std::optional<WrittenWeights::Bytes> WrittenWeights::bytes(const WeightRef& w) {
   if (!loc) return std::nullopt;
   auto& map = maps_[loc->file];
   if (!map) map = MappedFile::open(loc->file);
-  HFX_CHECK(loc->offset + loc->nbytes <= map->size(), "{}: weight {} at {}+{} is past the end of the file ({} bytes)",
-            loc->file.string(), w.describe(), loc->offset, loc->nbytes, map->size());
-  return Bytes{{map->data() + loc->offset, loc->nbytes}, map, map};
+  const size_t extent = loc->contiguous() ? loc->nbytes : size_t(loc->runs - 1) * loc->stride + loc->run_bytes;
+  HFX_CHECK(loc->offset + extent <= map->size(), "{}: weight {} at {}+{} is past the end of the file ({} bytes)",
+            loc->file.string(), w.describe(), loc->offset, extent, map->size());
+  if (loc->contiguous()) return Bytes{{map->data() + loc->offset, loc->nbytes}, map, map};
+  HFX_CHECK(size_t(loc->runs) * loc->run_bytes == loc->nbytes, "weight {}: {} runs of {} bytes for {} bytes", w.describe(),
+            loc->runs, loc->run_bytes, loc->nbytes);
+  auto copy = std::make_shared<std::vector<uint8_t>>(loc->nbytes);
+  for (int64_t r = 0; r < loc->runs; ++r)
+    std::memcpy(copy->data() + size_t(r) * loc->run_bytes, map->data() + loc->offset + size_t(r) * loc->stride, loc->run_bytes);
+  return Bytes{{copy->data(), copy->size()}, copy, nullptr};
 }
 
 }  // namespace hfx::ir

@@ -22,17 +22,25 @@ namespace hfx::ir {
 
 class WrittenWeights {
  public:
+  // `nbytes` at `offset`, or, for a part of a packed weight (WeightRef::blocks), `runs` runs of
+  // `run_bytes` each, `stride` apart.
   struct Location {
     std::filesystem::path file;
     size_t offset = 0, nbytes = 0;
+    size_t run_bytes = 0, stride = 0;
+    int64_t runs = 1;
+    bool contiguous() const { return runs == 1 || run_bytes == stride; }
   };
-  // Records that `w`'s bytes are at `file`[offset, offset + w.nbytes()) once the writer closes it.
+  // Records that `w`'s bytes are at `file`[offset, offset + w.nbytes()) once the writer closes it,
+  // and where each part of a packed `w` is (q^T, k^T and v^T in Transpose(Concat(q, k, v))), so a
+  // writer of another format that keeps them apart finds them too.
   void add(const WeightRef& w, std::filesystem::path file, size_t offset);
   // Keeps a copy of a small weight the writer stored inline (ONNX: at most 1 KiB, in the protobuf).
   void add_inline(const WeightRef& w, std::span<const uint8_t> bytes);
   std::optional<Location> find(const WeightRef& w) const;
   // The bytes of an earlier-written weight, mapped read-only (each file mapped once), with the map
-  // that keeps them valid; nullopt when no earlier writer wrote `w`.
+  // that keeps them valid; a part stored in runs is gathered into a copy (`map` is then nullptr);
+  // nullopt when no earlier writer wrote `w`.
   struct Bytes {
     std::span<const uint8_t> bytes;
     std::shared_ptr<const void> owner;        // keeps `bytes` valid: the map, or the inline copy

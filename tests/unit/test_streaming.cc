@@ -14,6 +14,7 @@
 #include "core/pipelined_file.h"
 #include "core/sha256.h"
 #include "ir/weight.h"
+#include "ir/written_weights.h"
 
 namespace fs = std::filesystem;
 using namespace hfx;
@@ -201,5 +202,45 @@ TEST(WeightStreaming, CastsTransposesAndConcatsMatchANaiveComputation) {
   expect_streams_like(f.transposed({1, 0}), transposed(raw, R, C, 4));
   expect_streams_like(f.reshaped({R * C}), raw);
   EXPECT_FALSE(f.plus_scalar(1.0).streamable());  // materialised whole
+  fs::remove(ck.path);
+}
+
+// `--format onnx,openvino` under the ort profile: ONNX writes the packed Transpose(Concat(q, k, v)); the
+// OpenVINO writer asks for q^T, k^T and v^T (and the stacked biases' parts) and gets the same bytes
+// their materialisation gives, gathered out of the written file.
+TEST(WrittenWeights, PartsOfAPackedWeightAreFoundWhereItWasWritten) {
+  const int64_t K = 37, Nq = 20, Nk = 8, Nv = 8;
+  Checkpoint ck = make_checkpoint(size_t((Nq + Nk + Nv) * K) * 2 + 1);
+  std::vector<ir::WeightRef> parts;
+  size_t at = 1;
+  for (auto [name, n] : {std::pair{"q", Nq}, {"k", Nk}, {"v", Nv}}) {
+    parts.push_back(ir::WeightRef::source(ck.file, name, DType::BF16, {n, K}, at).cast(DType::F32));
+    at += size_t(n * K) * 2;
+  }
+  const auto packed = ir::WeightRef::concat(parts, 0).transposed({1, 0});  // [K, Nq + Nk + Nv]
+  const auto stacked = ir::WeightRef::concat(parts, 0).cast(DType::F16);     // one run per part
+  const fs::path out = temp_path("written");
+  {
+    std::ofstream f(out, std::ios::binary);
+    f.write("xyz", 3);  // the weights sit at an offset in the data file
+    for (const auto* w : {&packed, &stacked}) {
+      Tensor t = w->materialize();
+      f.write(reinterpret_cast<const char*>(t.data()), std::streamsize(t.nbytes()));
+    }
+  }
+  ir::WrittenWeights written;
+  written.add(packed, out, 3);
+  written.add(stacked, out, 3 + packed.nbytes());
+  for (const ir::WeightRef& p : parts)
+    for (const ir::WeightRef& view : {p.transposed({1, 0}), p.cast(DType::F16)}) {
+      auto got = written.bytes(view);
+      ASSERT_TRUE(got) << view.describe();
+      Tensor want = view.materialize();
+      EXPECT_EQ(std::vector<uint8_t>(got->bytes.begin(), got->bytes.end()),
+                std::vector<uint8_t>(want.data(), want.data() + want.nbytes()))
+          << view.describe();
+    }
+  EXPECT_FALSE(written.bytes(parts[0])) << "an untransposed part is not stored anywhere";
+  fs::remove(out);
   fs::remove(ck.path);
 }

@@ -209,6 +209,10 @@ OvWriteResult write_openvino(const ir::Graph& graph, const fs::path& out_dir, co
         // by the constant), or a copy of a small tensor it stored inline.
         if (w->nbytes() <= kInMemoryLimit) {
           c = std::make_shared<ov::op::v0::Constant>(et, shape, reused->bytes.data());
+        } else if (!reused->map) {
+          // Gathered from a part of a packed tensor (q^T out of the ort profile's q|k|v): through the
+          // scratch file, so the copies are not all held until serialisation.
+          deferred.push_back({id, scratch.append(reused->bytes.data(), reused->bytes.size())});
         } else {
           c = std::make_shared<ov::op::v0::Constant>(et, shape, reused->bytes.data(), std::const_pointer_cast<void>(reused->owner));
           if (reused->map) reused_maps.insert(reused->map);
