@@ -50,7 +50,7 @@ void register_export(CLI::App& app, Action& action) {
     int64_t max_cache_len = 0;
     std::string dtype = "f32", quantize;
     bool quantize_lm_head = false, quantize_embeddings = false;
-    std::string onnx_profile = "portable";
+    std::string onnx_profile;  // empty: pipeline::default_onnx_profile
     int64_t onnx_opset = 21;
   };
   auto s = std::make_shared<State>();
@@ -76,9 +76,9 @@ void register_export(CLI::App& app, Action& action) {
                 "Quantize the embedding tables too (--onnx-profile ort: GatherBlockQuantized, blockwise schemes; with "
                 "--quantize-lm-head a tied lm_head reads the same bytes; default: kept in --dtype)");
   cmd->add_option("--onnx-profile", s->onnx_profile,
-                  "onnx: `ort` (ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, genai_config.json; "
-                  "falls back to portable per model; left-padded rows rolled in the graph) or `portable` (standard ops only)")
-      ->capture_default_str();
+                  "onnx: `ort` (default: ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, packed "
+                  "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache) or "
+                  "`portable` (standard ops only, for other ONNX runtimes; the default with --onnx-opset 23)");
   cmd->add_option("--onnx-opset", s->onnx_opset,
                   "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are exact; "
                   "the rest decomposed)")
@@ -136,10 +136,10 @@ void register_export(CLI::App& app, Action& action) {
         if (s->quantize_embeddings && !o.recipe.precision.quant.enabled())
           bad_input("--quantize-embeddings needs --quantize");
         o.recipe.openvino_stateful = !s->stateless;
-        pipeline::check_onnx_profile(s->onnx_profile, "--onnx-profile");
-        o.recipe.onnx_profile = s->onnx_profile;
         pipeline::check_onnx_opset(s->onnx_opset, "--onnx-opset");
         o.recipe.onnx_opset = s->onnx_opset;
+        o.recipe.onnx_profile = s->onnx_profile.empty() ? pipeline::default_onnx_profile(s->onnx_opset) : s->onnx_profile;
+        pipeline::check_onnx_profile(o.recipe.onnx_profile, "--onnx-profile");
         for (const auto& d : s->dims) {
           auto [name, b] = parse_dim(d);
           o.recipe.task.dims[name] = b;

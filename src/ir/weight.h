@@ -80,13 +80,24 @@ class WeightRef {
   // Rows [r0, r1) into dst, row i at dst + (i - r0) * dst_stride. streamable() weights only.
   void write_rows(int64_t r0, int64_t r1, uint8_t* dst, size_t dst_stride) const;
 
-  // Where other weights sit inside this one (WeightBlock); empty unless this is a concatenation.
+  // Where other weights sit inside this one (WeightBlock); empty unless this is a concatenation (or the
+  // MatMulNBits quantization of one, whose parts stack the concatenated columns' rows).
   std::vector<struct WeightBlock> blocks() const;
+  // A part of a quantized weight in a standard layout (portable DequantizeLinear, OpenVINO) holds the
+  // same numbers as the weight quantized with the same parameters in layout `from`: those parts
+  // (data, scales[, zero points]); empty when this is not such a part. relaid_from() computes this part
+  // from their bytes, so a second format need not read and quantize the checkpoint tensor again.
+  std::vector<WeightRef> quantized_in(quant::Layout from) const;
+  // A 2-D weight's transpose with the transpose under its casts ("q^T(1,0) as f16" for "q as f16"): the
+  // name ONNX gives a [K, N] weight that OpenVINO stores [N, K]; nullopt unless 2-D.
+  std::optional<WeightRef> transposed_under_casts() const;
+  Tensor relaid_from(quant::Layout from, const std::vector<std::span<const uint8_t>>& parts) const;
 
   struct Node;
   const Node* node() const { return node_.get(); }  // for the transforms in weight.cc
 
  private:
+  std::vector<struct WeightBlock> quantized_blocks() const;
   explicit WeightRef(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
   std::shared_ptr<const Node> node_;
 };

@@ -24,6 +24,15 @@ void WrittenWeights::add(const WeightRef& w, std::filesystem::path file, size_t 
 
 void WrittenWeights::add_inline(const WeightRef& w, std::span<const uint8_t> bytes) {
   if (w.is_constant()) return;
+  for (const WeightBlock& b : w.blocks()) {
+    if (b.part.is_constant() || inline_.count(key(b.part))) continue;
+    auto part = std::make_shared<std::vector<uint8_t>>();
+    for (int64_t r = 0; r < b.runs; ++r) {
+      const uint8_t* run = bytes.data() + b.offset + size_t(r) * b.stride;
+      part->insert(part->end(), run, run + b.run_bytes);
+    }
+    inline_.emplace(key(b.part), std::move(part));
+  }
   inline_.insert_or_assign(key(w), std::make_shared<const std::vector<uint8_t>>(bytes.begin(), bytes.end()));
 }
 
@@ -35,10 +44,42 @@ std::optional<WrittenWeights::Location> WrittenWeights::find(const WeightRef& w)
 }
 
 std::optional<WrittenWeights::Bytes> WrittenWeights::bytes(const WeightRef& w) {
+  if (auto b = stored(w)) return b;
+  // A [N, K] weight whose [K, N] transpose an earlier format wrote (OpenVINO's f16 weights, ONNX's).
+  if (auto t = w.transposed_under_casts(); t && !t->is_constant()) {
+    if (auto b = stored(*t)) {
+      const int64_t rows = w.shape()[0], cols = w.shape()[1];
+      const size_t es = w.nbytes() / size_t(rows * cols);
+      auto copy = std::make_shared<std::vector<uint8_t>>(w.nbytes());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          std::memcpy(copy->data() + size_t(r * cols + c) * es, b->bytes.data() + size_t(c * rows + r) * es, es);
+      return Bytes{{copy->data(), copy->size()}, copy, nullptr};
+    }
+  }
+  // A quantized part in another layout: relaid from the parts an earlier format wrote (ONNX's MatMulNBits
+  // or DequantizeLinear bytes become OpenVINO's compressed weights).
+  for (quant::Layout from : {quant::Layout::MatMulNBits, quant::Layout::BlockedKN}) {
+    const std::vector<WeightRef> siblings = w.quantized_in(from);
+    std::vector<Bytes> found;
+    for (const WeightRef& s : siblings)
+      if (auto b = stored(s)) found.push_back(std::move(*b));
+    if (siblings.empty() || found.size() != siblings.size()) continue;
+    std::vector<std::span<const uint8_t>> spans;
+    for (const Bytes& b : found) spans.push_back(b.bytes);
+    auto copy = std::make_shared<std::vector<uint8_t>>();
+    const Tensor t = w.relaid_from(from, spans);
+    copy->assign(t.data(), t.data() + t.nbytes());
+    return Bytes{{copy->data(), copy->size()}, copy, nullptr};
+  }
+  return std::nullopt;
+}
+
+std::optional<WrittenWeights::Bytes> WrittenWeights::stored(const WeightRef& w) {
   if (w.is_constant()) return std::nullopt;
   if (auto it = inline_.find(key(w)); it != inline_.end()) return Bytes{{it->second->data(), it->second->size()}, it->second, nullptr};
   auto loc = find(w);
-  if (!loc) return std::nullopt;
+  if (!loc || !closed_.count(loc->file)) return std::nullopt;
   auto& map = maps_[loc->file];
   if (!map) map = MappedFile::open(loc->file);
   const size_t extent = loc->contiguous() ? loc->nbytes : size_t(loc->runs - 1) * loc->stride + loc->run_bytes;

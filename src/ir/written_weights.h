@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,10 +38,14 @@ class WrittenWeights {
   void add(const WeightRef& w, std::filesystem::path file, size_t offset);
   // Keeps a copy of a small weight the writer stored inline (ONNX: at most 1 KiB, in the protobuf).
   void add_inline(const WeightRef& w, std::span<const uint8_t> bytes);
+  // The writer finished `file`: its weights may be read back from now on (not while it is written, so a
+  // writer never reads its own unfinished file).
+  void close(const std::filesystem::path& file) { closed_.insert(file); }
   std::optional<Location> find(const WeightRef& w) const;
   // The bytes of an earlier-written weight, mapped read-only (each file mapped once), with the map
-  // that keeps them valid; a part stored in runs is gathered into a copy (`map` is then nullptr);
-  // nullopt when no earlier writer wrote `w`.
+  // that keeps them valid; a part stored in runs is gathered into a copy (`map` is then nullptr), and
+  // a quantized part whose numbers an earlier writer stored in another layout is relaid into one
+  // (WeightRef::quantized_in); nullopt when no earlier writer wrote `w`.
   struct Bytes {
     std::span<const uint8_t> bytes;
     std::shared_ptr<const void> owner;        // keeps `bytes` valid: the map, or the inline copy
@@ -51,9 +56,11 @@ class WrittenWeights {
 
  private:
   static std::string key(const WeightRef& w);
+  std::optional<Bytes> stored(const WeightRef& w);  // `w` itself, or a part of a packed weight
   std::map<std::string, Location> locations_;
   std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>> inline_;
   std::map<std::filesystem::path, std::shared_ptr<const MappedFile>> maps_;
+  std::set<std::filesystem::path> closed_;
 };
 
 }  // namespace hfx::ir

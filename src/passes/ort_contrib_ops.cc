@@ -556,7 +556,20 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     r.replace(*producer(graph, node.inputs[2]), {outs[2]});
   }
   finish_left_padding(r, pad);
-  return drop_unused_input(r.finish(), "position_ids");
+  ir::Graph out = drop_unused_input(r.finish(), "position_ids");
+  // Precomputed cos/sin caches serve the positions they have rows for. The contract says so, so `hfx
+  // run`, `hfx generate` and verify stop at a named bound, not at an out-of-range Gather inside GQA.
+  const bool precomputed = std::any_of(found.begin(), found.end(),
+                                       [](const Plan& p) { return p.rope && !p.rope->attr_int("dynamic", 0); });
+  const std::string total = "total_sequence_length";
+  if (precomputed && out.symbols().has(total)) {
+    SymbolBounds bounds = out.symbols().bounds(total);
+    if (!bounds.max || *bounds.max > opt.rope_cache_rows) {
+      bounds.max = opt.rope_cache_rows;
+      out.symbols().set_bounds(total, bounds);
+    }
+  }
+  return out;
 }
 
 }  // namespace hfx::passes

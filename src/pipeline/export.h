@@ -29,12 +29,10 @@ struct Recipe {
   // openvino: the KV cache as model state (ReadValue/Assign + beam_idx, OpenVINO GenAI's layout) for a
   // decoder with a growing cache; false writes the same explicit past/present I/O as the ONNX graph.
   bool openvino_stateful = true;
-  // onnx: `ort` lowers decoder attention and norms to ONNX Runtime's fused ops (GroupQueryAttention,
-  // SkipSimplifiedLayerNormalization; docs/onnx_profiles.md), falling back to `portable` (standard
-  // ops only) per model when the fused ops cannot express it. The default is `portable`: exact for
-  // every contract, left-padded batches included, which GroupQueryAttention cannot serve (its keys
-  // run 0..seqlens_k per row); `ort` is the choice for batch-1 or right-aligned serving.
-  std::string onnx_profile = "portable";
+  // onnx: `ort` (the default, default_onnx_profile) lowers decoder attention and norms to ONNX
+  // Runtime's fused ops (GroupQueryAttention, SkipSimplifiedLayerNormalization; docs/onnx_profiles.md),
+  // falling back to `portable` (standard ops only) per model when the fused ops cannot express it.
+  std::string onnx_profile = "ort";
   // onnx: the ai.onnx opset written (`--onnx-opset 21|23`). 23 writes RMSNormalization, RotaryEmbedding
   // and Attention where they compute the model exactly (portable profile and its fallbacks). Recorded
   // only when not 21, so older recipes keep their bytes.
@@ -98,6 +96,9 @@ struct LoadedModel {
 };
 LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::CausalLmOptions& task = {});
 
+// The ONNX lowering when none is named: `ort` (ONNX Runtime is the ONNX target hfx verifies against),
+// `portable` when opset 23 is asked for, whose point is the standard fused ops.
+std::string default_onnx_profile(int64_t opset);
 // BadInput unless `profile` is ort or portable (`where` names the flag or file).
 void check_onnx_profile(const std::string& profile, const std::string& where);
 // BadInput unless `opset` is 21 or 23.

@@ -11,6 +11,8 @@ namespace {
 void write_precision(nlohmann::ordered_json& j, const quant::PrecisionSpec& p);
 }  // namespace
 
+std::string default_onnx_profile(int64_t opset) { return opset == 23 ? "portable" : "ort"; }
+
 void check_onnx_profile(const std::string& profile, const std::string& where) {
   if (profile != "ort" && profile != "portable")
     bad_input("{}: onnx profile `{}` (supported: ort, portable)", where, profile);
@@ -135,18 +137,19 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   get_bool("static_cache", r.task.static_cache);
   get_bool("dynamic", r.task.dynamic);
   get_bool("openvino_stateful", r.openvino_stateful);
-  // A recipe without the field predates `--onnx-profile` and was written with the portable lowering.
-  r.onnx_profile = "portable";
-  if (j.contains("onnx_profile")) {
-    if (!j["onnx_profile"].is_string()) bad_input("{}: recipe field \"onnx_profile\" must be a string", where);
-    r.onnx_profile = j["onnx_profile"].get<std::string>();
-  }
-  check_onnx_profile(r.onnx_profile, where);
   if (j.contains("onnx_opset")) {
     if (!j["onnx_opset"].is_number_integer()) bad_input("{}: recipe field \"onnx_opset\" must be an integer", where);
     r.onnx_opset = j["onnx_opset"].get<int64_t>();
     check_onnx_opset(r.onnx_opset, where);
   }
+  // hfx writes the field whenever the formats include onnx; a hand-written recipe may leave it out
+  // and gets the command line's default.
+  r.onnx_profile = default_onnx_profile(r.onnx_opset);
+  if (j.contains("onnx_profile")) {
+    if (!j["onnx_profile"].is_string()) bad_input("{}: recipe field \"onnx_profile\" must be a string", where);
+    r.onnx_profile = j["onnx_profile"].get<std::string>();
+  }
+  check_onnx_profile(r.onnx_profile, where);
   if (j.contains("max_cache_len")) {
     if (!j["max_cache_len"].is_number_integer()) bad_input("{}: recipe field \"max_cache_len\" must be an integer", where);
     r.task.max_cache_len = j["max_cache_len"].get<int64_t>();

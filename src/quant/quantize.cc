@@ -300,6 +300,42 @@ Quantized relayout(const Quantized& q, int64_t K, int64_t N, int bits, int64_t b
   return out;
 }
 
+Quantized relayout_between(const Quantized& q, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
+                           Layout from, Layout to) {
+  HFX_CHECK(to != Layout::MatMulNBits, "relayout_between: MatMulNBits is computed from the checkpoint");
+  if (from == Layout::MatMulNBits) return relayout(q, K, N, bits, block, symmetric, to);
+  // Back to MatMulNBits' arrangement: relayout()'s loop with source and destination swapped.
+  Quantized mnb;
+  if (block == 0) {  // per channel: [K, N] in MatMulNBits' and BlockedKN's layouts, [N, K] in BlockedNK's
+    HFX_CHECK(bits == 8, "relayout_between: per channel with {} bits", bits);
+    mnb = q;
+    if (from == Layout::BlockedNK)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) mnb.data[size_t(k * N + n)] = q.data[size_t(n * K + k)];
+    return relayout(mnb, K, N, bits, block, symmetric, to);
+  }
+  const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
+  const int mid = 1 << (bits - 1), mask = (1 << bits) - 1;
+  auto at = [&](int64_t k, int64_t n) { return from == Layout::BlockedKN ? k * N + n : n * K + k; };
+  auto at_block = [&](int64_t b, int64_t n) { return from == Layout::BlockedKN ? b * N + n : n * kb + b; };
+  mnb.data.assign(size_t(N * kb * blob), 0);
+  mnb.scales.assign(size_t(N * kb), 0.f);
+  if (!symmetric) mnb.zero_points.assign(size_t(N * zb), 0);
+  const size_t per_byte = bits == 8 ? 1 : 2;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < kb; ++b) {
+      mnb.scales[size_t(n * kb + b)] = q.scales[size_t(at_block(b, n))];
+      if (!symmetric)
+        put_value(mnb.zero_points, size_t(n * zb) * per_byte + size_t(b), bits, get_value(q.zero_points, size_t(at_block(b, n)), bits));
+      const size_t dst = size_t((n * kb + b) * blob) * per_byte;
+      for (int64_t k = b * block; k < std::min(K, (b + 1) * block); ++k) {
+        const int v = get_value(q.data, size_t(at(k, n)), bits);
+        put_value(mnb.data, dst + size_t(k - b * block), bits, symmetric ? (v + mid) & mask : v);
+      }
+    }
+  return relayout(mnb, K, N, bits, block, symmetric, to);
+}
+
 Quantized quantize_per_channel_int8(const float* w, int64_t K, int64_t N, bool symmetric, DType scale_dtype) {
   Quantized out;
   out.data.assign(size_t(K * N), 0);

@@ -107,6 +107,13 @@ std::vector<float> dequantize_blockwise(const uint8_t* data, const float* scales
 // with several blocks needs K to be a multiple of the block (BadInput otherwise).
 Quantized relayout(const Quantized& q, int64_t K, int64_t N, int bits, int64_t block, bool symmetric, Layout to);
 
+// `q` in layout `from` to layout `to` (through the blockwise arrangement relayout() starts from): how one
+// format's quantized weights are made from the bytes another format of the same export wrote
+// (ir/written_weights.h). `to` is not MatMulNBits: the padding of a partial last block, which the
+// standard layouts do not store, is not recovered.
+Quantized relayout_between(const Quantized& q, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
+                           Layout from, Layout to);
+
 Quantized quantize_per_channel_int8(const float* w, int64_t K, int64_t N, bool symmetric, DType scale_dtype);
 
 // Rounds `v` to `dtype` (F16, BF16: nearest even) and back; F32 as is.

@@ -17,7 +17,8 @@ BOUNDS = ["--dim", "batch_size=1:2", "--dim", "sequence_length=1:8", "--dim", "t
 @pytest.fixture(scope="module")
 def bounded(tiny_checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("bounded") / "out"
-    run_hfx("export", "--model", tiny_checkpoint("llama"), "--quiet", *BOUNDS, out)
+    # The portable contract: position_ids is an input (the ort profile computes it in the graph).
+    run_hfx("export", "--model", tiny_checkpoint("llama"), "--quiet", "--onnx-profile", "portable", *BOUNDS, out)
     return out
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -203,6 +204,27 @@ def test_two_formats_read_each_weight_once(case, tiny_checkpoint, tmp_path):
     proc = run_hfx("export", "--model", tiny_checkpoint(case), "--format", "onnx,openvino", "--split-prefill",
                    "--stateless", "--no-verify", tmp_path / "split")
     assert _bytes_read(proc.stdout)[0] == reads["onnx"][0]
+
+
+@pytest.mark.parametrize("profile", ["ort", "portable"])
+@pytest.mark.parametrize("mode", [[], ["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int4"],
+                                  ["--quantize", "int8:channel:asym"], ["--quantize", "int4:asym", "--quantize-lm-head"]],
+                         ids=["f32", "f16", "bf16", "int4", "int8-channel-asym", "int4-asym-lm"])
+def test_two_formats_read_once_in_every_precision(mode, profile, tiny_checkpoint, tmp_path):
+    """With either ONNX profile and any precision, `--format onnx,openvino` reads the checkpoint bytes one
+    format alone reads, and OpenVINO's weights are byte for byte those of an OpenVINO-only export: the ort
+    profile's packed q|k|v gathered by part, f16/bf16 weights transposed back to OpenVINO's [N, K], and
+    quantized weights relaid from ONNX's MatMulNBits or DequantizeLinear bytes (ir/written_weights.h).
+    The export's built-in check runs the OpenVINO model too."""
+    ckpt = tiny_checkpoint("qwen2-tied")  # biases (packed inline), a tied table
+    alone = run_hfx("export", "--model", ckpt, "--format", "openvino", *mode, "--no-verify", tmp_path / "ov")
+    both = run_hfx("export", "--model", ckpt, "--format", "onnx,openvino", "--onnx-profile", profile, *mode,
+                   tmp_path / "both")
+    read_alone, read_both = _bytes_read(alone.stdout)[0], _bytes_read(both.stdout)[0]
+    print(f"{profile} {' '.join(mode) or 'f32'}: openvino alone {read_alone}, onnx+openvino {read_both} bytes read")
+    assert read_both == read_alone
+    bin_name = Path("openvino") / "openvino_model.bin"
+    assert (tmp_path / "both" / bin_name).read_bytes() == (tmp_path / "ov" / bin_name).read_bytes()
 
 
 @pytest.mark.parametrize("layout", ["stateful", "split", "static"])

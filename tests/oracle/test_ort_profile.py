@@ -283,3 +283,50 @@ def test_left_padded_batch_matches_transformers(case, ort_export):
         feed_ids = r.logits[:, -1].argmax(-1).numpy()[:, None].astype(np.int64)
         mask = np.concatenate([mask, np.ones((len(lengths), 1), np.int64)], 1)
     print(f"\n{case}: left-padded batch of 3 (ort profile) vs Transformers max abs diff {worst:.3g}, prompt + 3 steps")
+
+
+def test_ort_is_the_default_for_onnx(tiny_checkpoint, tmp_path):
+    """No `--onnx-profile`: `hfx export` writes the ort profile (ONNX Runtime is the ONNX target hfx
+    verifies on) and genai_config.json; `--onnx-opset 23` alone means portable (its point is the standard
+    fused ops); a recipe without the field gets the same defaults; encoders fall back, saying so."""
+    ckpt = tiny_checkpoint("qwen3")
+
+    def export(name, *args):
+        out = tmp_path / name
+        proc = run_hfx("export", "--model", ckpt, "--no-verify", *args, out)
+        ops = {n.op_type for n in onnx.load(str(out / "onnx" / "model.onnx"), load_external_data=False).graph.node}
+        return out, proc, ops
+
+    out, _, ops = export("default")
+    entry, manifest = profile_of(out)
+    assert entry["profile"] == "ort" and manifest["recipe"]["onnx_profile"] == "ort"
+    assert {"GroupQueryAttention", "SkipSimplifiedLayerNormalization"} <= ops
+    assert (out / "onnx" / "genai_config.json").exists()
+    out, _, ops = export("opset23", "--onnx-opset", "23")
+    assert profile_of(out)[0]["profile"] == "portable" and "Attention" in ops and "GroupQueryAttention" not in ops
+    for recipe, want in (({"formats": ["onnx"]}, "ort"), ({"formats": ["onnx"], "onnx_opset": 23}, "portable")):
+        path = tmp_path / f"recipe-{want}.json"
+        path.write_text(json.dumps(recipe))
+        out, _, _ = export(f"from-recipe-{want}", "--recipe", path)
+        assert profile_of(out)[0]["profile"] == want, recipe
+
+
+def test_rope_cache_rows_bound_the_contract(tiny_checkpoint, tmp_path):
+    """The ort profile's precomputed cos/sin caches have max_position_embeddings rows (64 in the tiny
+    llama): the manifest's total_sequence_length says so, `hfx verify` keeps its greedy run and shape
+    matrix inside it, and `hfx run` past it fails naming the dim, not inside GroupQueryAttention."""
+    out = tmp_path / "out"
+    run_hfx("export", "--model", tiny_checkpoint("llama"), "--quiet", out)
+    manifest = json.loads((out / "hfx.json").read_text())
+    assert manifest["components"][0]["dims"]["total_sequence_length"]["max"] == 64
+    proc = run_hfx("verify", out, "--no-reexport", check=False)
+    assert proc.returncode == 0 and "cache near full" in proc.stdout, proc.stdout + proc.stderr
+    from safetensors.numpy import save_file
+    feed = {"input_ids": np.full((1, 1), 5, np.int64), "attention_mask": np.ones((1, 65), np.int64)}
+    for i in range(2):
+        for kv in ("key", "value"):
+            feed[f"past_key_values.{i}.{kv}"] = np.zeros((1, 2, 64, 16), np.float32)
+    save_file(feed, str(tmp_path / "in.safetensors"))
+    proc = run_hfx("run", "--artifact", out, "--inputs", tmp_path / "in.safetensors", "--output",
+                   tmp_path / "o.safetensors", check=False)
+    assert proc.returncode == 1 and "total_sequence_length" in proc.stderr and "[1, 64]" in proc.stderr, proc.stderr

@@ -247,7 +247,7 @@ def test_portable_bytes_equal_onnxruntime_quantizer(spec, bits, sym, tiny_checkp
 
     ckpt = tiny_checkpoint("llama")
     out = tmp_path / "out"
-    run_hfx("export", "--model", ckpt, "--quiet", "--quantize", spec, out)
+    run_hfx("export", "--model", ckpt, "--quiet", "--onnx-profile", "portable", "--quantize", spec, out)
     weights = load_file(str(ckpt / "model.safetensors"))
     model = onnx.load(str(out / "onnx" / "model.onnx"), load_external_data=True)
     inits = {t.name: t for t in model.graph.initializer}

@@ -95,7 +95,7 @@ def test_verify_and_genai_run_quantized_tables(emb_export):
 
 @pytest.mark.parametrize("args,message", [
     (["--quantize-embeddings"], "--quantize-embeddings needs --quantize"),
-    (["--quantize", "int4", "--quantize-embeddings"], "written by --onnx-profile ort only"),
+    (["--quantize", "int4", "--quantize-embeddings", "--onnx-profile", "portable"], "written by --onnx-profile ort only"),
     (["--quantize", "int8:channel", "--quantize-embeddings", *ORT], "needs a blockwise scheme"),
 ])
 def test_bad_combinations_fail_in_one_line(args, message, tiny_checkpoint, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import run_hfx
 
-RECIPE = {"formats": ["onnx", "openvino"], "split_prefill": True, "openvino_stateful": False,
+RECIPE = {"formats": ["onnx", "openvino"], "onnx_profile": "portable", "split_prefill": True, "openvino_stateful": False,
           "components": {"prefill": {"dtype": "f16"}, "decode": {"quantize": "int4:block=32"}}}
 
 

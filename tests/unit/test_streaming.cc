@@ -231,6 +231,8 @@ TEST(WrittenWeights, PartsOfAPackedWeightAreFoundWhereItWasWritten) {
   ir::WrittenWeights written;
   written.add(packed, out, 3);
   written.add(stacked, out, 3 + packed.nbytes());
+  EXPECT_FALSE(written.bytes(parts[0].transposed({1, 0}))) << "read back before its writer closed the file";
+  written.close(out);
   for (const ir::WeightRef& p : parts)
     for (const ir::WeightRef& view : {p.transposed({1, 0}), p.cast(DType::F16)}) {
       auto got = written.bytes(view);
@@ -241,6 +243,17 @@ TEST(WrittenWeights, PartsOfAPackedWeightAreFoundWhereItWasWritten) {
           << view.describe();
     }
   EXPECT_FALSE(written.bytes(parts[0])) << "an untransposed part is not stored anywhere";
+  // A small packed tensor the ONNX writer keeps inline in the protobuf (packed q|k|v biases).
+  ir::WrittenWeights inline_written;
+  Tensor whole = packed.materialize();
+  inline_written.add_inline(packed, {whole.data(), whole.nbytes()});
+  for (const ir::WeightRef& p : parts) {
+    auto got = inline_written.bytes(p.transposed({1, 0}));
+    ASSERT_TRUE(got) << p.describe();
+    Tensor want = p.transposed({1, 0}).materialize();
+    EXPECT_EQ(std::vector<uint8_t>(got->bytes.begin(), got->bytes.end()),
+              std::vector<uint8_t>(want.data(), want.data() + want.nbytes()));
+  }
   fs::remove(out);
   fs::remove(ck.path);
 }

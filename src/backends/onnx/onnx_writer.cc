@@ -434,6 +434,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   if (data) {
     result.data_bytes = int64_t(data->size());
     result.data_sha256 = data->finish();
+    if (opts.written) opts.written->close(result.data_path);
   }
 
   // Deterministic serialization (map fields and unknown fields in a fixed order).

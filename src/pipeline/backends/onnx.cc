@@ -122,8 +122,10 @@ class OnnxBackend final : public Backend {
     if (!written.data_path.empty())
       job.manifest.add_file_digest(fs::path("onnx") / wo.data_file, written.data_sha256, uintmax_t(written.data_bytes));
     job.result.source_bytes_read += written.source_bytes_read;
-    // The contract as written: the ort profile derives positions in the graph (no position_ids input).
+    // The contract as written: the ort profile derives positions in the graph (no position_ids input)
+    // and bounds the total length by its rotary caches' rows.
     tasks::Component contract{c.role, c.file_stem, c.graph, {}, c.outputs, c.shared_buffers};
+    contract.graph.symbols() = g.symbols();
     for (const auto& in : c.inputs)
       if (g.find(in.name) && std::find(g.inputs().begin(), g.inputs().end(), *g.find(in.name)) != g.inputs().end())
         contract.inputs.push_back(in);
