@@ -29,11 +29,12 @@ class OnnxBackend final : public Backend {
     BackendInfo i;
     i.name = "onnx";
     i.status = "available (ai.onnx opset 21, IR 10; --onnx-opset 23: IR 11)";
-    i.files = "onnx/model.onnx + model.onnx_data (or prefill.onnx + decode.onnx), genai_config.json with --onnx-profile ort";
+    i.files = "onnx/model.onnx + model.onnx_data (or prefill.onnx + decode.onnx), genai_config.json (ort profile)";
     i.options = {
         {"--onnx-profile ort|portable", "onnx_profile",
-         "portable (default): standard ops only; ort: com.microsoft GroupQueryAttention, packed QKV, "
-         "SkipSimplifiedLayerNormalization and genai_config.json for onnxruntime-genai"},
+         "ort (default): com.microsoft GroupQueryAttention, packed QKV, SkipSimplifiedLayerNormalization and "
+         "genai_config.json for onnxruntime-genai, falling back to portable per model; portable (the default with "
+         "--onnx-opset 23): standard ops only"},
         {"--onnx-opset 21|23", "onnx_opset",
          "21 (default): every composite decomposed; 23: RMSNormalization, RotaryEmbedding and Attention where they "
          "compute the model exactly, per node (portable profile and its fallbacks; docs/onnx_profiles.md)"},
