@@ -1,0 +1,47 @@
+// The inside of a WeightRef, shared by the files that implement it (weight.cc: building, describing,
+// materialising and streaming; weight_views.cc: finding one weight's bytes inside another's). Not for
+// other code: WeightRef's interface is weight.h.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/weight.h"
+#include "quant/quantize.h"
+
+namespace hfx::ir {
+
+// The shared state of the parts of one quantized weight: the result of the last quantization, each
+// part handed out once, then dropped.
+struct QuantState {
+  std::mutex mutex;  // parts may be materialised from different threads
+  WeightRef::QuantParams params;
+  int64_t K = 0, N = 0;
+  std::optional<quant::Quantized> result;
+  int taken = 0;  // bit per part handed out from `result`
+};
+
+struct WeightRef::Node {
+  enum Kind { Source, Constant, Transpose, Cast, Concat, PlusScalar, Reshape, Quantized } kind;
+  DType dtype;
+  std::vector<int64_t> shape;
+  // Source
+  std::shared_ptr<const MappedFile> file;
+  std::string name;
+  size_t offset = 0;
+  // Constant
+  Tensor value;
+  // Transforms
+  std::vector<WeightRef> children;
+  std::vector<int64_t> perm;
+  int64_t axis = 0;
+  double scalar = 0;
+  // Quantized: which part (0 data, 1 scales, 2 zero points) of the shared quantization
+  std::shared_ptr<QuantState> quant;
+  int part = 0;
+};
+
+}  // namespace hfx::ir
