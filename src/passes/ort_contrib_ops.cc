@@ -360,13 +360,34 @@ std::pair<ValueId, ValueId> step_rope_caches(const ir::Graph& graph, ir::Rewrite
 
 // Left-padded rows: GroupQueryAttention counts each row's valid keys (seqlens_k) from position 0, so a
 // row's new tokens are rolled left by its leading pads (its real tokens first, the pads after them)
-// and the logits rolled back (finish_left_padding). The cache then holds each row's keys from position
-// 0, which the next step reads back by the same count. Unpadded rows roll by 0.
+// and rolled back before lm_head (roll_back_rows; the logits when no lm_head is found: V floats a
+// position instead of H). The cache then holds each row's keys from position 0, which the next step
+// reads back by the same count. Unpadded rows roll by 0.
 struct LeftPadding {
   ValueId ids_src = kNone, logits_src = kNone;  // source graph
+  const ir::Node* lm_head = nullptr;            // the MatMul / Linear the logits come from, per position
   ValueId roll_back = kNone;                    // flat row index of each output position, [B * S]
   ValueId past_real = kNone;                    // each row's real past tokens, [B, 1]
 };
+
+// The projection that makes the logits: back from the output through per-position element-wise ops
+// (Gemma 2's final soft-cap: Div, Tanh, Mul) to a MatMul or Linear.
+const ir::Node* lm_head_of(const ir::Graph& g, ValueId logits) {
+  const ir::Node* p = producer(g, logits);
+  while (p && (p->op == "Mul" || p->op == "Div" || p->op == "Tanh" || p->op == "Cast"))
+    p = producer(g, p->inputs[0]);
+  return p && (p->op == "MatMul" || p->op == "Linear") ? p : nullptr;
+}
+
+// x[B, S, F] with each row's positions put back where the step's rows had them (pad.roll_back).
+ValueId roll_back_rows(ir::Rewriter& r, const LeftPadding& pad, ValueId x) {
+  ir::Builder& b = r.builder();
+  auto s = b.scope("model/left_padding");
+  const Dim features = r.target().value(x).shape.back();
+  HFX_CHECK(features.is_fixed(), "ort profile: rolling rows of {} without a fixed last dim", r.target().value(x).name);
+  const ValueId flat = b.add1("Gather", {b.reshape(x, {-1, features.value}), pad.roll_back}, {{"axis", int64_t(0)}});
+  return b.add1("Reshape", {flat, b.add1("Shape", {x})});
+}
 
 LeftPadding roll_left_padding(const ir::Graph& graph, ir::Rewriter& r, std::optional<ValueId> mask_input) {
   LeftPadding out;
@@ -374,6 +395,7 @@ LeftPadding roll_left_padding(const ir::Graph& graph, ir::Rewriter& r, std::opti
     if (graph.value(in).name == "input_ids") out.ids_src = in;
   for (auto o : graph.outputs())
     if (graph.value(o).name == "logits") out.logits_src = o;
+  if (out.logits_src != kNone) out.lm_head = lm_head_of(graph, out.logits_src);
   if (out.ids_src == kNone || !mask_input) return out;
   ir::Builder& b = r.builder();
   auto s = b.scope("model/left_padding");
@@ -398,15 +420,11 @@ LeftPadding roll_left_padding(const ir::Graph& graph, ir::Rewriter& r, std::opti
 }
 
 // The logits rolled back to the rows' own (left-padded) positions, under the output's name.
+// The logits rolled back, for a graph whose lm_head was not found (rolled before it otherwise).
 void finish_left_padding(ir::Rewriter& r, const LeftPadding& pad) {
-  if (pad.roll_back == kNone || pad.logits_src == kNone) return;
-  ir::Builder& b = r.builder();
-  auto s = b.scope("model/left_padding");
+  if (pad.roll_back == kNone || pad.logits_src == kNone || pad.lm_head) return;
   const ValueId logits = r.map(pad.logits_src);
-  const Dim vocab = r.target().value(logits).shape.back();
-  HFX_CHECK(vocab.is_fixed(), "ort profile: logits without a fixed vocabulary size");
-  const ValueId flat = b.add1("Gather", {b.reshape(logits, {-1, vocab.value}), pad.roll_back}, {{"axis", int64_t(0)}});
-  const ValueId back = b.add1("Reshape", {flat, b.add1("Shape", {logits})});
+  const ValueId back = roll_back_rows(r, pad, logits);
   r.target().rename(logits, "logits_rows_rolled");
   r.target().rename(back, "logits");
   r.remap(pad.logits_src, back);
@@ -464,6 +482,12 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
 
   for (const auto& node : graph.nodes()) {
     if (deferred.count(&node)) continue;  // replaced at its attention
+    if (&node == pad.lm_head && pad.roll_back != kNone) {
+      ir::Node n = r.mapped(node);
+      n.inputs[0] = roll_back_rows(r, pad, n.inputs[0]);
+      r.copy(node, n);
+      continue;
+    }
     if (auto it = by_linear.find(&node); it != by_linear.end()) {
       const Plan& p = found[it->second];
       if (!packed.count(it->second)) {
