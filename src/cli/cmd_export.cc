@@ -73,8 +73,9 @@ void register_export(CLI::App& app, Action& action) {
                   "(docs/quantization.md)");
   cmd->add_flag("--quantize-lm-head", s->quantize_lm_head, "Quantize lm_head too (default: kept in --dtype)");
   cmd->add_flag("--quantize-embeddings", s->quantize_embeddings,
-                "Quantize the embedding tables too (--onnx-profile ort: GatherBlockQuantized, blockwise schemes; with "
-                "--quantize-lm-head a tied lm_head reads the same bytes; default: kept in --dtype)");
+                "Quantize the embedding tables too (blockwise schemes; onnx ort profile: GatherBlockQuantized; openvino: "
+                "a Gather over compressed weights; with --quantize-lm-head a tied lm_head reads the same bytes; default: "
+                "kept in --dtype)");
   cmd->add_option("--onnx-profile", s->onnx_profile,
                   "onnx: `ort` (default: ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, packed "
                   "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache) or "

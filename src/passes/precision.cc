@@ -128,23 +128,37 @@ class Precision {
     return ins;
   }
 
-  // GatherBlockQuantized over the embedding table quantized as MatMulNBits quantizes a Linear layer of
-  // N = vocabulary rows and K = hidden: the same bytes a tied, quantized lm_head reads. Only the ort
-  // profile has the op; a table's quantized rows are MatMulNBits' [N, k_blocks, blob], reshaped.
+  // The embedding table quantized as a Linear layer of N = vocabulary rows and K = hidden is quantized:
+  // the same bytes a tied, quantized lm_head reads. ort profile: GatherBlockQuantized over MatMulNBits'
+  // [N, k_blocks, blob], reshaped. OpenVINO: Gather over the decompressed table (its compressed
+  // [N, k_blocks, block] constant, Convert, Subtract, Multiply: the form its CPU plugin gathers from
+  // without decompressing the table). The portable profile has no quantized lookup.
   ir::ValueId quantized_embedding(const ir::Node& node, ir::ValueId ids, const ir::WeightRef& w, ir::ValueId table) {
     const auto& q = spec_.quant;
-    if (target_ != PrecisionTarget::OrtContrib)
+    if (target_ == PrecisionTarget::Portable)
       bad_input("--quantize-embeddings: a quantized embedding table is ONNX Runtime's GatherBlockQuantized, written by "
-                "--onnx-profile ort only (the {} has no quantized lookup)",
-                target_ == PrecisionTarget::Portable ? "portable profile" : "OpenVINO backend");
+                "--onnx-profile ort only (the portable profile has no quantized lookup)");
     if (q.block == 0) bad_input("--quantize-embeddings needs a blockwise scheme (int4 or int8:block=N), not {}", q.str());
     auto& b = r_.builder();
     auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
     const int64_t V = w.shape()[0], H = w.shape()[1];
     const int64_t block = block_for(H), kb = quant::k_blocks(H, block);
     const DType compute = compute_dtype();
-    const ir::WeightRef::QuantParams params{q.bits, block, q.symmetric, compute};
+    ir::WeightRef::QuantParams params{q.bits, block, q.symmetric, compute};
+    if (target_ == PrecisionTarget::OpenVino) {
+      params.layout = quant::Layout::BlockedNK;
+      if (kb > 1 && H % block != 0)
+        bad_input("--quantize {} --quantize-embeddings with --format openvino: hidden size {} is not a multiple of the "
+                  "block size {}, and OpenVINO's compressed weights take whole groups (choose a block that divides it)",
+                  q.str(), H, block);
+    }
     const auto parts = quantized_weights(w.transposed({1, 0}).cast(spec_.dtype), src_.value(table).name + ".T", params, table);
+    if (target_ == PrecisionTarget::OpenVino) {
+      ir::ValueId deq = kb > 1 ? b.add1("DequantizeLinear", parts, {{"axis", int64_t(2)}, {"block_size", block}})
+                               : b.add1("DequantizeLinear", parts, {{"axis", int64_t(1)}, {"block_size", H}});
+      if (kb > 1) deq = b.reshape(deq, {V, H});
+      return b.add1("Gather", {deq, ids}, {{"axis", int64_t(0)}});
+    }
     std::vector<ir::ValueId> ins = {b.reshape(parts[0], {V, kb * quant::blob_bytes(q.bits, block)}), ids,
                                     b.reshape(parts[1], {V, kb})};
     if (parts.size() > 2) ins.push_back(b.reshape(parts[2], {V, quant::zero_point_bytes_per_column(q.bits, H, block)}));
@@ -177,7 +191,7 @@ class Precision {
                   q.str(), K, block);
     }
     // Only MatMulNBits' layout is shared with an embedding (quantized_embedding needs the ort profile).
-    std::vector<ir::ValueId> ins = quantized_weights(stored, base, params, table && target_ == PrecisionTarget::OrtContrib && block ? table : std::nullopt);
+    std::vector<ir::ValueId> ins = quantized_weights(stored, base, params, table && target_ != PrecisionTarget::Portable && block ? table : std::nullopt);
     switch (target_) {
       case PrecisionTarget::OrtContrib:
         if (block != 0) {

@@ -206,17 +206,22 @@ def test_two_formats_read_each_weight_once(case, tiny_checkpoint, tmp_path):
     assert _bytes_read(proc.stdout)[0] == reads["onnx"][0]
 
 
-@pytest.mark.parametrize("profile", ["ort", "portable"])
-@pytest.mark.parametrize("mode", [[], ["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int4"],
-                                  ["--quantize", "int8:channel:asym"], ["--quantize", "int4:asym", "--quantize-lm-head"]],
-                         ids=["f32", "f16", "bf16", "int4", "int8-channel-asym", "int4-asym-lm"])
-def test_two_formats_read_once_in_every_precision(mode, profile, tiny_checkpoint, tmp_path):
+READ_ONCE_MODES = {"f32": [], "f16": ["--dtype", "f16"], "bf16": ["--dtype", "bf16"], "int4": ["--quantize", "int4"],
+                   "int8-channel-asym": ["--quantize", "int8:channel:asym"],
+                   "int4-asym-lm": ["--quantize", "int4:asym", "--quantize-lm-head"]}
+READ_ONCE_CASES = [(p, m) for p in ("ort", "portable") for m in READ_ONCE_MODES] + [("ort", "int4-lm-emb")]
+READ_ONCE_MODES["int4-lm-emb"] = ["--quantize", "int4", "--quantize-lm-head", "--quantize-embeddings"]  # ort only
+
+
+@pytest.mark.parametrize("profile,mode_id", READ_ONCE_CASES)
+def test_two_formats_read_once_in_every_precision(profile, mode_id, tiny_checkpoint, tmp_path):
     """With either ONNX profile and any precision, `--format onnx,openvino` reads the checkpoint bytes one
     format alone reads, and OpenVINO's weights are byte for byte those of an OpenVINO-only export: the ort
     profile's packed q|k|v gathered by part, f16/bf16 weights transposed back to OpenVINO's [N, K], and
     quantized weights relaid from ONNX's MatMulNBits or DequantizeLinear bytes (ir/written_weights.h).
     The export's built-in check runs the OpenVINO model too."""
     ckpt = tiny_checkpoint("qwen2-tied")  # biases (packed inline), a tied table
+    mode = READ_ONCE_MODES[mode_id]
     alone = run_hfx("export", "--model", ckpt, "--format", "openvino", *mode, "--no-verify", tmp_path / "ov")
     both = run_hfx("export", "--model", ckpt, "--format", "onnx,openvino", "--onnx-profile", profile, *mode,
                    tmp_path / "both")

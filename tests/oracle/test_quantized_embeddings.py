@@ -1,7 +1,7 @@
-"""Quantized embedding tables (`--quantize-embeddings`, ort profile): ONNX Runtime's GatherBlockQuantized
+"""Quantized embedding tables (`--quantize-embeddings`): ONNX Runtime's GatherBlockQuantized (ort profile)
 over the table quantized exactly as MatMulNBits quantizes a Linear layer, so a tied lm_head quantized with
 it (`--quantize-lm-head`) reads the same bytes and the f32 table is not written at all (the builder's
-layout for tied models).
+layout for tied models); OpenVINO's Gather over the same numbers in its compressed layout.
 
 The oracle is the one of test_quantization.py: Transformers, run with every quantized tensor of the export
 dequantized by independent numpy code (the table and lm_head included), gives ONNX Runtime's logits to
@@ -71,6 +71,48 @@ def test_tied_lm_head_reads_the_table_bytes(case, emb_export, tiny_checkpoint):
     a = (out / "onnx" / "model.onnx_data").stat().st_size
     b = (alone / "onnx" / "model.onnx_data").stat().st_size
     assert a < b, (a, b)
+
+
+@pytest.mark.parametrize("spec", ["int4", "int4:asym", "int8"])
+@pytest.mark.parametrize("case", ["qwen2-tied", "llama"])
+def test_openvino_quantized_tables_equal_transformers_with_the_same_weights(case, spec, emb_export, tiny_checkpoint,
+                                                                            tmp_path):
+    """OpenVINO: the table quantized with the same numbers in its compressed [V, H/block, block] layout (int8's
+    one block over H: [V, H]), read by a Gather over its decompression and, tied, by lm_head's MatMul. The IR's
+    logits equal Transformers run with the ort export's dequantized weights (the same quantization in
+    MatMulNBits' layout, dequantized by numpy), the .bin holds no f32 table, and a tied table is stored once."""
+    from conftest import hfx_has_openvino
+    if not hfx_has_openvino():
+        pytest.skip("hfx built without OpenVINO")
+    import xml.etree.ElementTree as ET
+    from hfx_ov import compile_model
+    out = tmp_path / "ov"
+    run_hfx("export", "--model", tiny_checkpoint(case), "--quiet", "--format", "openvino", "--quantize", spec,
+            *CASES[case], out)
+    xml = out / "openvino" / "openvino_model.xml"
+    consts = [(l.get("name"), l.find("data").attrib) for l in ET.parse(xml).getroot().iter("layer") if l.get("type") == "Const"]
+    tables = [(name, a) for name, a in consts if name.startswith("model.embed_tokens.weight")]
+    assert not any(a["element_type"] == "f32" and a["shape"].count(",") == 1 and not n.endswith(".scales")
+                   for n, a in tables), tables  # no f32 table
+    assert len([n for n, _ in tables if n.endswith((".q4", ".q8"))]) == 1, tables  # one data tensor, tied or not
+    compiled = compile_model(xml)
+    # The CPU plugin gathers rows from the compressed table: its runtime Gather reads the i4/u4/i8 constant.
+    gathers = [[i.get_element_type().get_type_name() for i in op.inputs()][0] for op in compiled.get_runtime_model().get_ordered_ops()
+               if op.get_rt_info()["layerType"].astype(str) == "Gather"]
+    assert {"i4", "u4", "i8", "u8"} & set(gathers), gathers
+    req = compiled.create_infer_request()
+    req.reset_state()
+    got = req.infer({"input_ids": np.array([PROMPT], np.int64), "attention_mask": np.ones((1, len(PROMPT)), np.int64),
+                     "position_ids": np.arange(len(PROMPT), dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)})["logits"]
+    model, inits = initializers(emb_export(case, spec))
+    ref = load_reference(tiny_checkpoint(case))
+    params = dict(ref.named_parameters())
+    with torch.no_grad():
+        load_dequantized(params, dequantized_weights(model, inits, params), conv1d=False)
+        want = ref(torch.tensor([PROMPT])).logits.numpy()
+    diff = float(np.abs(got - want).max())
+    print(f"\n{case} {spec}: OpenVINO vs Transformers on the same quantized weights {diff:.2e}")
+    assert diff < 1e-4 * max(1.0, float(np.abs(want).max())), diff
 
 
 def test_verify_and_genai_run_quantized_tables(emb_export):

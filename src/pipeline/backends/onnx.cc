@@ -44,7 +44,7 @@ class OnnxBackend final : public Backend {
         {"--quantize int4|int8[:block=N|:channel][:sym|:asym][:accuracy=N]", "quantize",
          "weight-only quantization: portable: DequantizeLinear (INT4/UINT4/INT8/UINT8, blocked) + MatMul; ort: MatMulNBits"},
         {"--quantize-lm-head, --quantize-embeddings", "quantize_lm_head, quantize_embeddings",
-         "lm_head / embedding tables quantized too (embeddings: ort profile, GatherBlockQuantized; a tied lm_head "
+         "lm_head / embedding tables quantized too (embeddings: ort profile only, GatherBlockQuantized; a tied lm_head "
          "reads the same bytes)"},
         {"--dim NAME=MIN:MAX, --dynamic", "dims, dynamic", "the shape contract's bounds"},
     };

@@ -64,6 +64,9 @@ class OpenVinoBackend final : public Backend {
         {"--dtype f16|bf16", "dtype", "Linear weights stored f16/bf16 (Constant -> Convert), computed in f32"},
         {"--quantize int4|int8[:block=N|:channel][:sym|:asym]", "quantize",
          "compressed weights (u4/i4/u8/i8 Constant -> Convert -> [Subtract zp] -> Multiply scale, groups of N)"},
+        {"--quantize-lm-head, --quantize-embeddings", "quantize_lm_head, quantize_embeddings",
+         "lm_head / embedding tables compressed too (a Gather over the table's decompression; a tied lm_head reads the "
+         "same constants)"},
     };
     i.runtimes = {"openvino"};
     i.tested = fmt::format("openvino {0} (CPU, INFERENCE_PRECISION_HINT=f32, KV_CACHE_PRECISION=f32), openvino-genai {0} "
