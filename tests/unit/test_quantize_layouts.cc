@@ -89,6 +89,33 @@ TEST(QuantLayouts, BlockedLayoutsHoldTheMatMulNBitsNumbers) {
       }
 }
 
+// `--format onnx,openvino` makes OpenVINO's compressed weights out of ONNX's MatMulNBits or DequantizeLinear
+// bytes: relayout_between(from, to) gives what relayout(to) gives from the MatMulNBits numbers.
+TEST(QuantLayouts, RelayoutBetweenLayoutsEqualsRelayoutFromMatMulNBits) {
+  using quant::Layout;
+  for (int bits : {4, 8})
+    for (bool sym : {true, false})
+      for (auto [K, N, block] : {std::tuple<int64_t, int64_t, int64_t>{96, 5, 32}, {64, 7, 128}, {64, 3, 16}, {48, 4, 0}}) {
+        if (block == 0 && bits == 4) continue;  // per channel is int8 only
+        const auto w = random_matrix(K, N, uint64_t(3 * K + N + bits));
+        const auto q = block ? quant::quantize_blockwise(w.data(), K, N, bits, block, sym, DType::F32)
+                             : quant::quantize_per_channel_int8(w.data(), K, N, sym, DType::F32);
+        const auto want = quant::relayout(q, K, N, bits, block, sym, Layout::BlockedNK);
+        for (Layout from : {Layout::MatMulNBits, Layout::BlockedKN}) {
+          const auto got = quant::relayout_between(quant::relayout(q, K, N, bits, block, sym, from), K, N, bits, block, sym,
+                                                   from, Layout::BlockedNK);
+          EXPECT_EQ(got.data, want.data) << bits << " bits, sym " << sym << ", K " << K << ", block " << block;
+          EXPECT_EQ(got.scales, want.scales);
+          EXPECT_EQ(got.zero_points, want.zero_points);
+        }
+        const auto kn = quant::relayout(q, K, N, bits, block, sym, Layout::BlockedKN);
+        const auto back = quant::relayout_between(want, K, N, bits, block, sym, Layout::BlockedNK, Layout::BlockedKN);
+        EXPECT_EQ(back.data, kn.data) << "NK -> KN, " << bits << " bits, sym " << sym << ", K " << K;
+        EXPECT_EQ(back.scales, kn.scales);
+        EXPECT_EQ(back.zero_points, kn.zero_points);
+      }
+}
+
 TEST(QuantLayouts, WeightRefPartShapesAndTypes) {
   const int64_t K = 64, N = 6;
   auto ref = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, random_matrix(K, N, 3)));
