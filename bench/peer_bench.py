@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -407,6 +408,9 @@ def main() -> int:
         def run_export(tool, prec, cmd, out, after=None):
             """Measure one export command; `after`: the result of the step it follows (a two-step pipeline:
             the times add, the peak RSS is the larger)."""
+            # Every tool starts with the previous export's pages on disk (it would otherwise pay for their
+            # write-back: the second of two hfx rows took 1.5-3 s longer) and the checkpoint in the cache.
+            os.sync()
             drop_caches_hint(ckpt)
             print(f"export {tool} {prec} ...", flush=True)
             r = timed_export(cmd, logs / f"export-{tool}-{prec}.log")
