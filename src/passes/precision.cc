@@ -113,6 +113,30 @@ class Precision {
     return block;
   }
 
+  // How a [K, N] weight is quantized for the target: MatMulNBits' layout (ort), DequantizeLinear's [K, N]
+  // (portable) or OpenVINO's [N, K/block, block], which takes whole groups only (`what` names the flag).
+  ir::WeightRef::QuantParams quant_params(int64_t K, int64_t block, DType compute, const std::string& what) const {
+    const auto& q = spec_.quant;
+    ir::WeightRef::QuantParams params{q.bits, block, q.symmetric, compute};
+    if (target_ == PrecisionTarget::Portable) params.layout = quant::Layout::BlockedKN;
+    if (target_ == PrecisionTarget::OpenVino) {
+      params.layout = quant::Layout::BlockedNK;
+      if (block && quant::k_blocks(K, block) > 1 && K % block != 0)
+        bad_input("--quantize {}{} with --format openvino: K = {} is not a multiple of the block size {}, and "
+                  "OpenVINO's compressed weights take whole groups (choose a block that divides K)",
+                  q.str(), what.empty() ? "" : " " + what, K, block);
+    }
+    return params;
+  }
+
+  // OpenVINO's decompressed [N, K] weight from its quantized tensors: [N, K/block, block] groups (axis 2),
+  // or [N, K] with one scale per row (axis 1; per channel, or one block over K).
+  ir::ValueId openvino_decompressed(const std::vector<ir::ValueId>& parts, int64_t N, int64_t K, int64_t block) {
+    auto& b = r_.builder();
+    if (!block || quant::k_blocks(K, block) == 1) return b.add1("DequantizeLinear", parts, {{"axis", int64_t(1)}, {"block_size", K}});
+    return b.reshape(b.add1("DequantizeLinear", parts, {{"axis", int64_t(2)}, {"block_size", block}}), {N, K});
+  }
+
   // The quantized tensors of stored[K, N] (data, scales[, zero points]) as weights of the new graph. A
   // table's are made once: a tied lm_head and its embedding read the same bytes.
   std::vector<ir::ValueId> quantized_weights(const ir::WeightRef& stored, const std::string& base,
@@ -144,21 +168,9 @@ class Precision {
     const int64_t V = w.shape()[0], H = w.shape()[1];
     const int64_t block = block_for(H), kb = quant::k_blocks(H, block);
     const DType compute = compute_dtype();
-    ir::WeightRef::QuantParams params{q.bits, block, q.symmetric, compute};
-    if (target_ == PrecisionTarget::OpenVino) {
-      params.layout = quant::Layout::BlockedNK;
-      if (kb > 1 && H % block != 0)
-        bad_input("--quantize {} --quantize-embeddings with --format openvino: hidden size {} is not a multiple of the "
-                  "block size {}, and OpenVINO's compressed weights take whole groups (choose a block that divides it)",
-                  q.str(), H, block);
-    }
+    const auto params = quant_params(H, block, compute, "--quantize-embeddings");
     const auto parts = quantized_weights(w.transposed({1, 0}).cast(spec_.dtype), src_.value(table).name + ".T", params, table);
-    if (target_ == PrecisionTarget::OpenVino) {
-      ir::ValueId deq = kb > 1 ? b.add1("DequantizeLinear", parts, {{"axis", int64_t(2)}, {"block_size", block}})
-                               : b.add1("DequantizeLinear", parts, {{"axis", int64_t(1)}, {"block_size", H}});
-      if (kb > 1) deq = b.reshape(deq, {V, H});
-      return b.add1("Gather", {deq, ids}, {{"axis", int64_t(0)}});
-    }
+    if (target_ == PrecisionTarget::OpenVino) return b.add1("Gather", {openvino_decompressed(parts, V, H, block), ids}, {{"axis", int64_t(0)}});
     std::vector<ir::ValueId> ins = {b.reshape(parts[0], {V, kb * quant::blob_bytes(q.bits, block)}), ids,
                                     b.reshape(parts[1], {V, kb})};
     if (parts.size() > 2) ins.push_back(b.reshape(parts[2], {V, quant::zero_point_bytes_per_column(q.bits, H, block)}));
@@ -175,22 +187,13 @@ class Precision {
     const auto& q = spec_.quant;
     const int64_t K = stored.shape()[0], N = stored.shape()[1];
     const int64_t block = block_for(K);
-    const int64_t kb = block ? quant::k_blocks(K, block) : 1;
     if (q.accuracy_level && target_ != PrecisionTarget::OrtContrib)
       bad_input("--quantize {}: accuracy= is MatMulNBits' accuracy_level, written only by --onnx-profile ort (the "
                 "{} form has no such attribute; ONNX Runtime's session option session.qdq_matmulnbits_accuracy_level "
                 "plays its part for DequantizeLinear + MatMul)",
                 q.str(), target_ == PrecisionTarget::Portable ? "portable profile's DequantizeLinear" : "OpenVINO");
-    ir::WeightRef::QuantParams params{q.bits, block, q.symmetric, compute};
-    if (target_ == PrecisionTarget::Portable) params.layout = quant::Layout::BlockedKN;
-    if (target_ == PrecisionTarget::OpenVino) {
-      params.layout = quant::Layout::BlockedNK;
-      if (kb > 1 && K % block != 0)
-        bad_input("--quantize {} with --format openvino: K = {} is not a multiple of the block size {}, and "
-                  "OpenVINO's compressed weights take whole groups (choose a block that divides K)",
-                  q.str(), K, block);
-    }
-    // Only MatMulNBits' layout is shared with an embedding (quantized_embedding needs the ort profile).
+    const auto params = quant_params(K, block, compute, "");
+    // A tied table's quantized tensors are shared with its embedding (blockwise; not in the portable profile).
     std::vector<ir::ValueId> ins = quantized_weights(stored, base, params, table && target_ != PrecisionTarget::Portable && block ? table : std::nullopt);
     switch (target_) {
       case PrecisionTarget::OrtContrib:
@@ -207,13 +210,8 @@ class Precision {
         if (block) attrs["block_size"] = std::min(block, K);
         return b.matmul(xin, b.add1("DequantizeLinear", ins, attrs));
       }
-      case PrecisionTarget::OpenVino: {
-        // [N, K/block, block] groups (axis 2), or [N, K] with one scale per row (axis 1).
-        ir::ValueId deq = kb > 1 ? b.add1("DequantizeLinear", ins, {{"axis", int64_t(2)}, {"block_size", block}})
-                                 : b.add1("DequantizeLinear", ins, {{"axis", int64_t(1)}, {"block_size", K}});
-        if (kb > 1) deq = b.reshape(deq, {N, K});
-        return b.matmul(xin, b.transpose(deq, {1, 0}));
-      }
+      case PrecisionTarget::OpenVino:
+        return b.matmul(xin, b.transpose(openvino_decompressed(ins, N, K, block), {1, 0}));
     }
     HFX_CHECK(false, "unreachable");
   }
