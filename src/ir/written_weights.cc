@@ -46,7 +46,8 @@ std::optional<WrittenWeights::Location> WrittenWeights::find(const WeightRef& w)
 std::optional<WrittenWeights::Bytes> WrittenWeights::bytes(const WeightRef& w) {
   if (auto b = stored(w)) return b;
   // A [N, K] weight whose [K, N] transpose an earlier format wrote (OpenVINO's f16 weights, ONNX's).
-  if (auto t = w.transposed_under_casts(); t && !t->is_constant()) {
+  // (Whole-byte elements only: a 4-bit tensor's transpose is not a byte shuffle.)
+  if (auto t = w.transposed_under_casts(); t && !t->is_constant() && dtype_bits(w.dtype()) >= 8 && w.nbytes() > 0) {
     if (auto b = stored(*t)) {
       const int64_t rows = w.shape()[0], cols = w.shape()[1];
       const size_t es = w.nbytes() / size_t(rows * cols);
