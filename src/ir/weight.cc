@@ -12,6 +12,20 @@
 
 namespace hfx::ir {
 
+Tensor take_quantized_part(const WeightRef::Node& n, QuantState& q) {
+  Tensor t(n.dtype, n.shape);
+  if (n.part == 1) {
+    convert_elements(DType::F32, q.result->scales.data(), n.dtype, t.data(), q.result->scales.size());
+  } else {
+    const auto& bytes = n.part == 0 ? q.result->data : q.result->zero_points;
+    HFX_CHECK(bytes.size() == t.nbytes(), "quantized part of {} bytes for {}", bytes.size(), t.nbytes());
+    std::memcpy(t.data(), bytes.data(), bytes.size());
+  }
+  q.taken |= 1 << n.part;
+  if (q.taken == (q.params.symmetric ? 3 : 7)) q.result.reset();  // every part handed out
+  return t;
+}
+
 WeightRef WeightRef::source(std::shared_ptr<const MappedFile> file, std::string name, DType dtype,
                             std::vector<int64_t> shape, size_t offset) {
   auto n = std::make_shared<Node>();
@@ -555,17 +569,7 @@ Tensor WeightRef::materialize() const {
         q.result = quant::relayout(*q.result, q.K, q.N, p.bits, p.block, p.symmetric, p.layout);
         q.taken = 0;
       }
-      Tensor t(n.dtype, n.shape);
-      if (n.part == 1) {
-        convert_elements(DType::F32, q.result->scales.data(), n.dtype, t.data(), q.result->scales.size());
-      } else {
-        const auto& bytes = n.part == 0 ? q.result->data : q.result->zero_points;
-        HFX_CHECK(bytes.size() == t.nbytes(), "quantized part of {} bytes for {}", bytes.size(), t.nbytes());
-        std::memcpy(t.data(), bytes.data(), bytes.size());
-      }
-      q.taken |= 1 << n.part;
-      if (q.taken == (q.params.symmetric ? 3 : 7)) q.result.reset();  // every part handed out
-      return t;
+      return take_quantized_part(n, q);
     }
     case Node::Reshape: {
       Tensor src = n.children[0].materialize();

@@ -44,4 +44,8 @@ struct WeightRef::Node {
   int part = 0;
 };
 
+// Part `n.part` of the quantization `q.result` (the caller holds q.mutex and has filled it), as the
+// part's tensor; the result is dropped once every part was handed out.
+Tensor take_quantized_part(const WeightRef::Node& n, QuantState& q);
+
 }  // namespace hfx::ir

@@ -32,28 +32,25 @@ std::vector<WeightRef> WeightRef::quantized_in(quant::Layout from) const {
 
 Tensor WeightRef::relaid_from(quant::Layout from, const std::vector<std::span<const uint8_t>>& parts) const {
   const Node& n = *node_;
-  const QuantState& s = *n.quant;
+  QuantState& s = *n.quant;
   const QuantParams& p = s.params;
-  const std::vector<WeightRef> siblings = quantized_in(from);
-  HFX_CHECK(!siblings.empty() && parts.size() == siblings.size(), "{}: relaid from {} parts", describe(), parts.size());
-  for (size_t i = 0; i < parts.size(); ++i)
-    HFX_CHECK(parts[i].size() == siblings[i].nbytes(), "{}: part {} of {} bytes, expected {}", describe(), i,
-              parts[i].size(), siblings[i].nbytes());
-  quant::Quantized q;
-  q.data.assign(parts[0].begin(), parts[0].end());
-  q.scales.resize(size_t(numel_of(siblings[1].shape())));
-  convert_elements(siblings[1].dtype(), parts[1].data(), DType::F32, q.scales.data(), q.scales.size());
-  if (parts.size() > 2) q.zero_points.assign(parts[2].begin(), parts[2].end());
-  q = quant::relayout_between(q, s.K, s.N, p.bits, p.block, p.symmetric, from, p.layout);
-  Tensor t(n.dtype, n.shape);
-  if (n.part == 1) {
-    convert_elements(DType::F32, q.scales.data(), n.dtype, t.data(), q.scales.size());
-  } else {
-    const auto& bytes = n.part == 0 ? q.data : q.zero_points;
-    HFX_CHECK(bytes.size() == t.nbytes(), "relaid part of {} bytes for {}", bytes.size(), t.nbytes());
-    std::memcpy(t.data(), bytes.data(), bytes.size());
+  std::lock_guard<std::mutex> lock(s.mutex);
+  // The parts share one result, as when they quantize the checkpoint: relaid once, handed out part by part.
+  if (!s.result) {
+    const std::vector<WeightRef> siblings = quantized_in(from);
+    HFX_CHECK(!siblings.empty() && parts.size() == siblings.size(), "{}: relaid from {} parts", describe(), parts.size());
+    for (size_t i = 0; i < parts.size(); ++i)
+      HFX_CHECK(parts[i].size() == siblings[i].nbytes(), "{}: part {} of {} bytes, expected {}", describe(), i,
+                parts[i].size(), siblings[i].nbytes());
+    quant::Quantized q;
+    q.data.assign(parts[0].begin(), parts[0].end());
+    q.scales.resize(size_t(numel_of(siblings[1].shape())));
+    convert_elements(siblings[1].dtype(), parts[1].data(), DType::F32, q.scales.data(), q.scales.size());
+    if (parts.size() > 2) q.zero_points.assign(parts[2].begin(), parts[2].end());
+    s.result = quant::relayout_between(q, s.K, s.N, p.bits, p.block, p.symmetric, from, p.layout);
+    s.taken = 0;
   }
-  return t;
+  return take_quantized_part(n, s);
 }
 
 // A MatMulNBits part quantizing Transpose(Concat([N_i, K] parts, 0)), the packed q|k|v: column n's blocks

@@ -5,8 +5,26 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ir/weight_kernels.h"
 
 namespace hfx::ir {
+
+namespace {
+
+// `runs` runs of `run_bytes`, `stride` apart from `base`, side by side (a part of a packed weight).
+std::vector<uint8_t> gather_runs(const uint8_t* base, int64_t runs, size_t run_bytes, size_t stride) {
+  std::vector<uint8_t> out(size_t(runs) * run_bytes);
+  for (int64_t r = 0; r < runs; ++r) std::memcpy(out.data() + size_t(r) * run_bytes, base + size_t(r) * stride, run_bytes);
+  return out;
+}
+
+// Bytes that own their copy (no map behind them).
+WrittenWeights::Bytes owned(std::vector<uint8_t> bytes) {
+  auto copy = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  return {{copy->data(), copy->size()}, copy, nullptr};
+}
+
+}  // namespace
 
 // The description names the source tensors and each transform in order; dtype and shape make equal
 // keys mean equal bytes even for transforms whose description is terse (reshape, quantized parts).
@@ -24,15 +42,10 @@ void WrittenWeights::add(const WeightRef& w, std::filesystem::path file, size_t 
 
 void WrittenWeights::add_inline(const WeightRef& w, std::span<const uint8_t> bytes) {
   if (w.is_constant()) return;
-  for (const WeightBlock& b : w.blocks()) {
-    if (b.part.is_constant() || inline_.count(key(b.part))) continue;
-    auto part = std::make_shared<std::vector<uint8_t>>();
-    for (int64_t r = 0; r < b.runs; ++r) {
-      const uint8_t* run = bytes.data() + b.offset + size_t(r) * b.stride;
-      part->insert(part->end(), run, run + b.run_bytes);
-    }
-    inline_.emplace(key(b.part), std::move(part));
-  }
+  for (const WeightBlock& b : w.blocks())
+    if (!b.part.is_constant() && !inline_.count(key(b.part)))
+      inline_.emplace(key(b.part), std::make_shared<const std::vector<uint8_t>>(
+                                       gather_runs(bytes.data() + b.offset, b.runs, b.run_bytes, b.stride)));
   inline_.insert_or_assign(key(w), std::make_shared<const std::vector<uint8_t>>(bytes.begin(), bytes.end()));
 }
 
@@ -50,12 +63,9 @@ std::optional<WrittenWeights::Bytes> WrittenWeights::bytes(const WeightRef& w) {
   if (auto t = w.transposed_under_casts(); t && !t->is_constant() && dtype_bits(w.dtype()) >= 8 && w.nbytes() > 0) {
     if (auto b = stored(*t)) {
       const int64_t rows = w.shape()[0], cols = w.shape()[1];
-      const size_t es = w.nbytes() / size_t(rows * cols);
-      auto copy = std::make_shared<std::vector<uint8_t>>(w.nbytes());
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-          std::memcpy(copy->data() + size_t(r * cols + c) * es, b->bytes.data() + size_t(c * rows + r) * es, es);
-      return Bytes{{copy->data(), copy->size()}, copy, nullptr};
+      std::vector<uint8_t> copy(w.nbytes());
+      transpose_block(w.dtype(), b->bytes.data(), cols, rows, w.dtype(), 0, rows, copy.data(), w.nbytes() / size_t(rows));
+      return owned(std::move(copy));
     }
   }
   // A quantized part in another layout: relaid from the parts an earlier format wrote (ONNX's MatMulNBits
@@ -68,10 +78,8 @@ std::optional<WrittenWeights::Bytes> WrittenWeights::bytes(const WeightRef& w) {
     if (siblings.empty() || found.size() != siblings.size()) continue;
     std::vector<std::span<const uint8_t>> spans;
     for (const Bytes& b : found) spans.push_back(b.bytes);
-    auto copy = std::make_shared<std::vector<uint8_t>>();
     const Tensor t = w.relaid_from(from, spans);
-    copy->assign(t.data(), t.data() + t.nbytes());
-    return Bytes{{copy->data(), copy->size()}, copy, nullptr};
+    return owned(std::vector<uint8_t>(t.data(), t.data() + t.nbytes()));
   }
   return std::nullopt;
 }
@@ -89,10 +97,7 @@ std::optional<WrittenWeights::Bytes> WrittenWeights::stored(const WeightRef& w) 
   if (loc->contiguous()) return Bytes{{map->data() + loc->offset, loc->nbytes}, map, map};
   HFX_CHECK(size_t(loc->runs) * loc->run_bytes == loc->nbytes, "weight {}: {} runs of {} bytes for {} bytes", w.describe(),
             loc->runs, loc->run_bytes, loc->nbytes);
-  auto copy = std::make_shared<std::vector<uint8_t>>(loc->nbytes);
-  for (int64_t r = 0; r < loc->runs; ++r)
-    std::memcpy(copy->data() + size_t(r) * loc->run_bytes, map->data() + loc->offset + size_t(r) * loc->stride, loc->run_bytes);
-  return Bytes{{copy->data(), copy->size()}, copy, nullptr};
+  return owned(gather_runs(map->data() + loc->offset, loc->runs, loc->run_bytes, loc->stride));
 }
 
 }  // namespace hfx::ir

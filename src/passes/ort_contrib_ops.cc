@@ -110,7 +110,6 @@ std::optional<Side> side_of(const ir::Graph& g, ValueId transposed) {
   return s;
 }
 
-// One attention's plan, or the reason the fused op cannot express it.
 // Phi-3's longrope frequencies as models/blocks.cc builds them: Where(Greater(ReduceMax(Cast(position_ids)),
 // original - 1), long_inv_freq, short_inv_freq). Fills the plan's tables and `original`.
 bool match_longrope(const ir::Graph& g, ValueId inv_freq, Plan& p) {
@@ -132,6 +131,7 @@ bool match_longrope(const ir::Graph& g, ValueId inv_freq, Plan& p) {
   return true;
 }
 
+// One attention's plan, or the reason the fused op cannot express it.
 std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string& why) {
   Plan p;
   p.attention = &attn;
@@ -419,8 +419,8 @@ LeftPadding roll_left_padding(const ir::Graph& graph, ir::Rewriter& r, std::opti
   return out;
 }
 
-// The logits rolled back to the rows' own (left-padded) positions, under the output's name.
-// The logits rolled back, for a graph whose lm_head was not found (rolled before it otherwise).
+// The logits rolled back to the rows' own (left-padded) positions, under the output's name, for a graph
+// whose lm_head was not found (the hidden states are rolled before it otherwise).
 void finish_left_padding(ir::Rewriter& r, const LeftPadding& pad) {
   if (pad.roll_back == kNone || pad.logits_src == kNone || pad.lm_head) return;
   const ValueId logits = r.map(pad.logits_src);

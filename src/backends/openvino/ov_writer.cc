@@ -215,7 +215,7 @@ OvWriteResult write_openvino(const ir::Graph& graph, const fs::path& out_dir, co
           deferred.push_back({id, scratch.append(reused->bytes.data(), reused->bytes.size())});
         } else {
           c = std::make_shared<ov::op::v0::Constant>(et, shape, reused->bytes.data(), std::const_pointer_cast<void>(reused->owner));
-          if (reused->map) reused_maps.insert(reused->map);
+          reused_maps.insert(reused->map);
         }
         result.reused_bytes += int64_t(reused->bytes.size());
       } else if (w->is_constant() || w->nbytes() <= kInMemoryLimit) {
