@@ -6,7 +6,8 @@
 - `hfx inspect --json` predicts what an export costs: preflight.disk_bytes (the files written),
   preflight.peak_memory_bytes (default `hfx export`, with its built-in verification) and
   preflight.peak_memory_no_verify_bytes (`--no-verify`). Each is measured on real exports of three
-  checkpoints (f32 25 MB, f32 200 MB, bf16 140 MB) and must be within 15 %.
+  checkpoints (f32 25 MB, f32 200 MB, bf16 140 MB) and must be within 15 % (+ 8 MiB for the
+  process baseline, which the page cache moves).
 """
 from __future__ import annotations
 
@@ -131,6 +132,12 @@ CHECKPOINTS = {
                                     num_attention_heads=12, num_key_value_heads=4)),
 }
 TOLERANCE = 0.15
+# Plus a fixed slack for the process baseline, which moves with how the shared libraries sit in the page
+# cache, not with hfx: at `hfx --version`'s exit 4.8 MiB of libopenvino.so is resident with this
+# machine's venv and 11.9 MiB with a freshly installed one (same file, same file system; a file just
+# written is likely cached in larger folios, and a fault maps a whole folio), so a 25 MB checkpoint's
+# export measures 38 MiB here and 46 MiB on a fresh clone.
+BASELINE_SLACK = 8 << 20
 
 MEASURE = """
 import resource, subprocess, sys
@@ -177,4 +184,5 @@ def test_preflight_predicts_export(preflight_checkpoints, tmp_path, name, capsys
             print(f"  {what:<22} predicted {predicted / 2**20:8.1f} MiB  measured {actual / 2**20:8.1f} MiB  "
                   f"({(predicted - actual) / actual:+.1%})")
     for what, predicted, actual in rows:
-        assert abs(predicted - actual) <= TOLERANCE * actual, f"{name}: {what}: predicted {predicted}, measured {actual}"
+        assert abs(predicted - actual) <= TOLERANCE * actual + BASELINE_SLACK, \
+            f"{name}: {what}: predicted {predicted}, measured {actual}"
