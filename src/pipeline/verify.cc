@@ -68,6 +68,21 @@ void accumulate(Diff& d, const std::string& name, const Tensor& a, const Tensor&
   d.mean_abs = d.total ? sum / double(d.total) : 0;
 }
 
+// How the reference executor runs `g`: holding its weights in f32 between runs while they are small,
+// streaming them per run above VerifyOptions::hold_weights_max_bytes (a reference graph and an
+// artifact graph held together are twice the model in f32, plus the mapped pages read to fill them).
+runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& opt) {
+  int64_t f32_bytes = 0;
+  for (auto id : g.weights()) {
+    int64_t n = 1;
+    for (int64_t d : g.weight(id)->shape()) n *= d;
+    f32_bytes += 4 * n;
+  }
+  runtime::ExecOptions o;
+  o.cache_weights = f32_bytes <= opt.hold_weights_max_bytes;
+  return o;
+}
+
 // Re-runs one failing case with every layer's output kept, and returns the first layer whose output
 // differs by more than atol, with its max and mean error.
 std::string first_diverging_layer(const ir::Graph& ref, const ir::Graph& art, const std::map<std::string, Tensor>& in,
@@ -75,6 +90,7 @@ std::string first_diverging_layer(const ir::Graph& ref, const ir::Graph& art, co
   std::vector<std::string> keep;
   for (int64_t i = 0; i < layers; ++i) keep.push_back(fmt::format("/model/layers.{}/output", i));
   runtime::ExecOptions o;
+  o.cache_weights = false;  // one run each: nothing worth keeping
   o.keep_values = keep;
   auto r = runtime::Executor(ref, o).run(in);
   auto a = runtime::Executor(art, o).run(own_inputs(art, in));
@@ -274,13 +290,15 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
           positions = positions || in["name"] == "position_ids";
           cached = cached || in["name"].get<std::string>().starts_with("past_key_values.");
         }
+    // One executor over the reference component for every shape (it converts the weights once).
+    runtime::Executor expected(rc->graph, executor_options(rc->graph, opt));
     for (const auto& sc : shape_matrix(c.graph, c.role, art.cache, opt.full_shape_matrix, positions || !cached)) {
       Run r{&c, rc, sc, {}, {}, {}, std::nullopt, stateful};
       if (stateful)
         r.prefix = stateful_case(rc->graph, sc, art.cache, vocab, seed++, r.inputs);
       else
         r.inputs = make_inputs(step_runtime ? rc->graph : c.graph, sc, art.cache, vocab, seed++);
-      r.expected = runtime::Executor(rc->graph).run(r.inputs);
+      r.expected = expected.run(r.inputs);
       runs.push_back(std::move(r));
     }
   }
@@ -351,7 +369,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     std::map<const ArtifactComponent*, std::unique_ptr<runtime::Executor>> execs;
     for (auto& r : runs) {
       auto& e = execs[r.comp];
-      if (!e) e = std::make_unique<runtime::Executor>(r.comp->graph);
+      if (!e) e = std::make_unique<runtime::Executor>(r.comp->graph, executor_options(r.comp->graph, opt));
       r.actual = e->run(own_inputs(r.comp->graph, r.inputs));
     }
   }
@@ -390,13 +408,13 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   so.max_new_tokens = tokens;
   so.eos_token_ids = art.eos_token_ids;
   so.pad_token_id = art.pad_token_id;
-  auto runners = [](const auto& graphs_by_role) {
+  auto runners = [&opt](const auto& graphs_by_role) {
     std::pair<std::unique_ptr<runtime::StepRunner>, std::unique_ptr<runtime::StepRunner>> r;
     const ir::Graph* first = graphs_by_role("prefill");
     if (!first) first = graphs_by_role("decoder");
     const ir::Graph* next = graphs_by_role("decode");
-    r.first = runtime::make_executor_runner(*first);
-    if (next) r.second = runtime::make_executor_runner(*next);
+    r.first = runtime::make_executor_runner(*first, executor_options(*first, opt));
+    if (next) r.second = runtime::make_executor_runner(*next, executor_options(*next, opt));
     return r;
   };
   auto ref_runners = runners([&](const std::string& role) -> const ir::Graph* {

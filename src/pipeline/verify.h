@@ -21,6 +21,10 @@ struct VerifyOptions {
   bool full_shape_matrix = true;      // false: two shapes only (the check `hfx export` runs)
   std::optional<double> atol;         // overrides the f32 default
   std::string python;                 // interpreter with onnxruntime (default: $HFX_PYTHON or python3)
+  // The reference executor keeps a graph's weights converted to f32 between runs while they take at
+  // most this much; a larger graph's weights are read per run and dropped after use
+  // (runtime::ExecOptions::cache_weights), so memory stays near one layer. 0: always stream.
+  int64_t hold_weights_max_bytes = int64_t(1) << 30;
 };
 
 struct CheckResult {

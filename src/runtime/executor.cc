@@ -94,6 +94,11 @@ struct Executor::Impl {
   std::vector<bool> constant_node;                  // per exec node
   bool folded = false;                              // a run completed: constant values are cached
   std::vector<bool> keep_cached;                    // per exec value
+  // Without the weight cache (ExecOptions::cache_weights = false) a constant value is computed where a
+  // node reads it, from its producer (or the weight), and dropped right after that node: a tied table
+  // read by the embedding's Gather and by lm_head is read twice rather than held through the run.
+  std::vector<bool> is_const;                       // per exec value: depends on weights only
+  std::vector<int32_t> producer;                    // per exec value: the node computing it, or -1
 
   explicit Impl(const ir::Graph& graph, ExecOptions opts) : options(std::move(opts)), source(graph) {
     source.validate();
@@ -135,7 +140,10 @@ struct Executor::Impl {
     }
     for (const auto& [name, id] : results) last_use[size_t(id)] = INT32_MAX;
 
-    std::vector<bool> is_const(exec->num_values(), false);
+    is_const.assign(exec->num_values(), false);
+    producer.assign(exec->num_values(), -1);
+    for (size_t i = 0; i < nodes.size(); ++i)
+      for (auto out : nodes[i].outputs) producer[size_t(out)] = int32_t(i);
     for (auto id : exec->weights()) is_const[size_t(id)] = true;
     constant_node.assign(nodes.size(), false);
     keep_cached.assign(exec->num_values(), false);
@@ -151,6 +159,7 @@ struct Executor::Impl {
     }
     for (const auto& [name, id] : results)
       if (is_const[size_t(id)]) keep_cached[size_t(id)] = true;
+    if (!options.cache_weights) keep_cached.assign(exec->num_values(), false);
     cache.resize(exec->num_values());
   }
 
@@ -244,15 +253,61 @@ struct Executor::Impl {
            node.op, dtype_name(t.dtype()), detail::shape_string(t.shape()), dtype_name(v.dtype), shape_str(v.shape));
   }
 
-  // A weight (materialised and converted to its compute dtype) or a cached constant value.
+  // A weight (materialised and converted to its compute dtype) or a cached constant value; without
+  // the cache, any constant value, computed now from its producer.
   std::shared_ptr<const Tensor> constant_value(ir::ValueId id) {
     if (const auto& cached = cache[size_t(id)]) return cached;
     const ir::WeightRef* w = exec->weight(id);
+    if (!w && !options.cache_weights && producer[size_t(id)] >= 0) return computed_constant(id);
     HFX_CHECK(w, "value {} is read before it is computed", exec->value(id).name);
     auto t = std::make_shared<Tensor>(
         with_context("weight " + exec->value(id).name, [&] { return detail::to_compute(w->materialize()); }));
     if (keep_cached[size_t(id)]) cache[size_t(id)] = t;
+    if (!options.cache_weights) w->release_source_pages();  // read again next run: RSS stays near one layer
     return t;
+  }
+
+  std::vector<Tensor> run_node(size_t i, const detail::KernelInputs& args) {
+    const ir::Node& node = exec->nodes()[i];
+    std::vector<Tensor> outs =
+        with_context(fmt::format("node {} ({})", node.name, node.op), [&] { return kernels[i](node, args); });
+    HFX_CHECK(outs.size() == node.outputs.size(), "kernel {} gave {} outputs for {}", node.op, outs.size(),
+              node.outputs.size());
+    return outs;
+  }
+
+  // A weight-only value computed from its producer, its inputs computed the same way (a Transpose of
+  // a Cast of a weight): nothing of the chain outlives the call.
+  std::shared_ptr<const Tensor> computed_constant(ir::ValueId id) {
+    const size_t i = size_t(producer[size_t(id)]);
+    const ir::Node& node = exec->nodes()[i];
+    if (node.op == "Transpose" && node.inputs.size() == 1 && exec->weight(node.inputs[0])) {
+      // Read transposed straight from the file: one buffer, not the weight and its transpose (an
+      // artifact's tied lm_head is Transpose(embedding table): 2 x 622 MB on a Qwen3-0.6B shape).
+      const ir::WeightRef* w = exec->weight(node.inputs[0]);
+      std::vector<int64_t> perm = node.has_attr("perm") ? node.attr_ints("perm") : std::vector<int64_t>{};
+      if (perm.empty())
+        for (int64_t d = int64_t(w->shape().size()) - 1; d >= 0; --d) perm.push_back(d);
+      auto t = std::make_shared<Tensor>(with_context("weight " + exec->value(node.inputs[0]).name, [&] {
+        return detail::to_compute(w->transposed(perm).materialize());
+      }));
+      w->release_source_pages();
+      return t;
+    }
+    std::vector<std::shared_ptr<const Tensor>> held;
+    detail::KernelInputs args;
+    for (auto in : node.inputs) {
+      if (in == ir::kNone) {
+        args.push_back(nullptr);
+        continue;
+      }
+      held.push_back(constant_value(in));
+      args.push_back(held.back().get());
+    }
+    std::vector<Tensor> outs = run_node(i, args);
+    for (size_t o = 0; o < outs.size(); ++o)
+      if (node.outputs[o] == id) return std::make_shared<Tensor>(std::move(outs[o]));
+    HFX_CHECK(false, "node {} does not compute {}", node.name, exec->value(id).name);
   }
 
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) {
@@ -272,24 +327,30 @@ struct Executor::Impl {
     }
 
     const auto& nodes = exec->nodes();
+    const bool streamed = !options.cache_weights;
     detail::KernelInputs args;
+    std::vector<std::shared_ptr<const Tensor>> streamed_args;  // constant inputs computed for this node only
     for (size_t i = 0; i < nodes.size(); ++i) {
       const ir::Node& node = nodes[i];
-      if (folded && constant_node[i]) continue;
+      if ((folded || streamed) && constant_node[i]) continue;  // cached, or computed where it is read
       args.clear();
+      streamed_args.clear();
       for (auto in : node.inputs) {
         if (in == ir::kNone) {
           args.push_back(nullptr);
+          continue;
+        }
+        if (streamed && is_const[size_t(in)]) {
+          streamed_args.push_back(constant_value(in));
+          args.push_back(streamed_args.back().get());
           continue;
         }
         auto& slot = vals[size_t(in)];
         if (!slot) slot = constant_value(in);
         args.push_back(slot.get());
       }
-      std::vector<Tensor> outs = with_context(fmt::format("node {} ({})", node.name, node.op),
-                                              [&] { return kernels[i](node, args); });
-      HFX_CHECK(outs.size() == node.outputs.size(), "kernel {} gave {} outputs for {}", node.op, outs.size(),
-                node.outputs.size());
+      std::vector<Tensor> outs = run_node(i, args);
+      streamed_args.clear();
       for (size_t o = 0; o < outs.size(); ++o) {
         if (options.check_declared_shapes) check_declared(node, node.outputs[o], outs[o], bound);
         auto& slot = vals[size_t(node.outputs[o])];
@@ -302,7 +363,7 @@ struct Executor::Impl {
         if (last_use[size_t(out)] == int32_t(i)) vals[size_t(out)].reset();
     }
 
-    folded = true;
+    folded = options.cache_weights;  // constant values are cached only then
     // Results are moved out when nothing else holds them (not cached, not borrowed, not returned
     // twice), else copied.
     std::map<ir::ValueId, int> wanted;

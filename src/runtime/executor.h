@@ -3,7 +3,8 @@
 //
 // Compute dtypes: every float value (f32, f16, bf16, f64) is computed and stored as F32, every integer
 // value as I64, booleans as Bool (one byte, 0 or 1). Float weights are converted to F32 when first
-// used (once per Executor; the converted weights stay cached for later runs), integer weights to I64.
+// used (once per Executor; the converted weights stay cached for later runs unless
+// ExecOptions::cache_weights is false), integer weights to I64.
 // A Cast to f16 or bf16 rounds each value to that type (round to nearest even) but stores the result
 // back as F32; a Cast to f64 is F32; a Cast to a narrower integer wraps into its range and stays I64.
 // So outputs come back in compute dtypes, whatever dtype the graph declares for them.
@@ -38,6 +39,13 @@ struct ExecOptions {
   // dims, and symbols bound by the inputs). A mismatch is an Internal error: shape inference and the
   // kernels disagree.
   bool check_declared_shapes = true;
+  // true: weights are converted once and kept, with every value computed from weights only (a
+  // transposed weight, a folded constant), for later runs: fast, and holds the model in f32.
+  // false: each run reads a weight when a node needs it and drops it after its last use, releasing
+  // its mapped pages, and folds nothing across runs: a run holds one layer's weights, not the
+  // model's, at the cost of converting every weight every run. What verifying a model larger than a
+  // few GiB needs.
+  bool cache_weights = true;
 };
 
 class Executor {

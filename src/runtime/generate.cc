@@ -17,7 +17,7 @@ namespace {
 
 class ExecutorRunner final : public StepRunner {
  public:
-  explicit ExecutorRunner(const ir::Graph& g) : exec_(g) {
+  ExecutorRunner(const ir::Graph& g, ExecOptions options) : exec_(g, std::move(options)) {
     for (auto id : g.inputs()) names_.push_back(g.value(id).name);
   }
   std::vector<std::string> input_names() const override { return names_; }
@@ -72,7 +72,9 @@ Tensor i64_tensor(std::vector<int64_t> shape, const std::vector<int64_t>& values
 
 }  // namespace
 
-std::unique_ptr<StepRunner> make_executor_runner(const ir::Graph& graph) { return std::make_unique<ExecutorRunner>(graph); }
+std::unique_ptr<StepRunner> make_executor_runner(const ir::Graph& graph, ExecOptions options) {
+  return std::make_unique<ExecutorRunner>(graph, std::move(options));
+}
 
 std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, const CacheSpec& cache,
                                            const std::vector<std::vector<int64_t>>& prompts,

@@ -11,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "runtime/executor.h"
 
 namespace hfx::runtime {
 
@@ -23,7 +24,7 @@ class StepRunner {
 };
 
 // The reference executor as a step runner.
-std::unique_ptr<StepRunner> make_executor_runner(const ir::Graph& graph);
+std::unique_ptr<StepRunner> make_executor_runner(const ir::Graph& graph, ExecOptions options = {});
 
 struct CacheSpec {
   int64_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
