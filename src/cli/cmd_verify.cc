@@ -14,17 +14,18 @@ void register_verify(CLI::App& app, Action& action) {
   auto dir = std::make_shared<fs::path>();
   auto atol = std::make_shared<double>(0);
   auto no_reexport = std::make_shared<bool>(false);
-  auto stream_weights = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("verify", "Prove an export: numbers, shapes, greedy tokens, ops, speed, reproducibility.");
   cmd->add_option("out", *dir, "Export folder (with hfx.json)")->required();
   cmd->add_option("--runtime", opt->runtime, "Runtime that runs the artifact: reference | onnxruntime (the onnx files) | openvino (the openvino files, CPU plugin in f32); `hfx formats` lists them")->capture_default_str();
   cmd->add_option("--tokens", opt->tokens, "Greedy tokens compared with the reference")->capture_default_str();
   cmd->add_option("--atol", *atol, "Override the fp32 tolerance (default 1e-4)");
   cmd->add_flag("--no-reexport", *no_reexport, "Skip the re-export byte comparison");
-  cmd->add_flag("--stream-weights", *stream_weights,
-                "Reference executor reads each weight when a run needs it and drops it after use, whatever the model's "
-                "size (automatic above 1 GiB of f32 weights): memory near one layer instead of the model twice in f32, "
-                "every weight converted every run");
+  cmd->add_option("--reference-weights", opt->reference_weights,
+                  "How the reference executor holds weights: hold (converted to f32 once: fast, ~4x the model's f32 "
+                  "size at peak) | stream (read per run, dropped after use: memory near the largest tensor, slower) | "
+                  "auto (hold while that fits in half of the available memory)")
+      ->check(CLI::IsMember({"auto", "hold", "stream"}))
+      ->capture_default_str();
   cmd->add_option("--python", opt->python, "Python with onnxruntime for --runtime onnxruntime (default: $HFX_PYTHON)");
   cmd->footer("Writes OUT/verify/report.json and OUT/verify/report.md; exits 1 when a check fails.");
   cmd->callback([=, &action] {
@@ -32,7 +33,6 @@ void register_verify(CLI::App& app, Action& action) {
       if (!fs::is_directory(*dir)) bad_input("{}: no such export folder", dir->string());
       if (*atol > 0) opt->atol = *atol;
       opt->reexport = !*no_reexport;
-      if (*stream_weights) opt->hold_weights_max_bytes = 0;
       auto report = pipeline::verify_export(*dir, *opt);
       pipeline::write_reports(report);
       for (const auto& c : report.checks) fmt::print("{} {}: {}\n", c.passed ? "pass" : "FAIL", c.name, c.detail);

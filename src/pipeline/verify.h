@@ -21,10 +21,12 @@ struct VerifyOptions {
   bool full_shape_matrix = true;      // false: two shapes only (the check `hfx export` runs)
   std::optional<double> atol;         // overrides the f32 default
   std::string python;                 // interpreter with onnxruntime (default: $HFX_PYTHON or python3)
-  // The reference executor keeps a graph's weights converted to f32 between runs while they take at
-  // most this much; a larger graph's weights are read per run and dropped after use
-  // (runtime::ExecOptions::cache_weights), so memory stays near one layer. 0: always stream.
-  int64_t hold_weights_max_bytes = int64_t(1) << 30;
+  // How the reference executor treats weights (runtime::ExecOptions::cache_weights): "hold" keeps
+  // them converted to f32 between runs (fast; about 4x a graph's f32 weights at peak: the reference
+  // and the artifact, each with the mapped pages read to fill it), "stream" reads each one per run
+  // and drops it after use (memory near the largest tensor, every weight converted every run),
+  // "auto" holds while 4x the f32 weights fits in half of the machine's available memory.
+  std::string reference_weights = "auto";
 };
 
 struct CheckResult {

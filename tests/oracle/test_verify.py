@@ -109,9 +109,10 @@ sys.exit(rc)
 
 
 def test_streamed_weights_give_the_same_report_in_less_memory(tmp_path, capsys):
-    """`hfx verify --stream-weights` (automatic above 1 GiB of f32 weights): the reference executor
-    reads each weight per run and drops it, so memory follows the largest tensor, not the model held
-    twice in f32. The numbers must be the same bits: same kernels, same weights, only when they are read."""
+    """`hfx verify --reference-weights stream` (what `auto` picks when holding would not fit in half of
+    the available memory): the reference executor reads each weight per run and drops it, so memory
+    follows the largest tensor, not the model held twice in f32. The numbers must be the same bits:
+    same kernels, same weights, only when they are read."""
     import subprocess
     import sys
 
@@ -124,13 +125,15 @@ def test_streamed_weights_give_the_same_report_in_less_memory(tmp_path, capsys):
     out = tmp_path / "out"
     run_hfx("export", "--model", model, "--quiet", "--no-verify", out)
     peaks, reports = {}, {}
-    for mode, extra in [("held", []), ("streamed", ["--stream-weights"])]:
+    for mode, flag in [("held", "hold"), ("streamed", "stream")]:
         proc = subprocess.run([sys.executable, "-c", MEASURE, str(hfx_binary()), "verify", str(out), "--no-reexport",
-                               "--tokens", "8", *extra], capture_output=True, text=True, timeout=600)
+                               "--tokens", "8", "--reference-weights", flag], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         peaks[mode] = int(proc.stdout.split()[-1])
         report = json.loads((out / "verify" / "report.json").read_text())
         assert report["passed"]
+        perf = next(c for c in report["checks"] if c["name"] == "performance")
+        assert perf["measured"]["reference_weights"] == mode
         reports[mode] = [(c["name"], c["measured"]) for c in report["checks"]
                          if c["name"].startswith(("numbers", "greedy"))]
     weights = (out / "onnx" / "model.onnx_data").stat().st_size
