@@ -78,6 +78,18 @@ ValueId softcap_values(Builder& b, ValueId x, double cap) {
   return b.times(b.add1("Tanh", {b.divide(x, c)}), c);
 }
 
+// ONNX LayerNormalization as hfx writes it: LayerNorm over the last axis with f32 statistics.
+std::vector<ValueId> onnx_layer_normalization(Builder& b, const Node& n) {
+  const int64_t rank = int64_t(b.graph().value(n.inputs[0]).shape.size());
+  const int64_t axis = n.attr_int("axis", -1);
+  if (axis != -1 && axis != rank - 1)
+    unsupported("{}: LayerNormalization over axis {} of a rank-{} input (hfx reads the last axis only)", n.name, axis, rank);
+  if (n.attr_int("stash_type", 1) != 1) unsupported("{}: LayerNormalization with stash_type other than 1 (f32)", n.name);
+  Node with_eps = n;
+  with_eps.attrs["epsilon"] = n.attr_float("epsilon", 1e-5);  // ONNX's default
+  return layer_norm(b, with_eps);
+}
+
 std::vector<ValueId> softcap(Builder& b, const Node& n) {
   return {softcap_values(b, n.inputs[0], n.attr_float("cap"))};
 }
@@ -334,6 +346,7 @@ void register_decompositions(std::vector<OpSchema>& table) {
       {"Embedding", embedding},         {"Linear", linear},
       {"RMSNorm", rms_norm},            {"SwiGLU", swiglu},
       {"Gelu", gelu},                   {"LayerNorm", layer_norm},
+      {"OnnxGelu", gelu},               {"LayerNormalization", onnx_layer_normalization},
       {"Softcap", softcap},             {"SoftcapAttention", softcap_attention},
       {"RopeCosSin", rope_cos_sin},     {"RotaryEmbedding", rotary_embedding},
       {"AttentionBias", attention_bias}, {"Attention", attention},

@@ -475,10 +475,13 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("RMSNormalization", 2, 2, 1, same, true));
   t.push_back(make("OnnxRotaryEmbedding", 3, 3, 1, same, true));
   t.push_back(make("OnnxAttention", 4, 4, 1, infer_attention, true));
+  // Target ops: ONNX standard fused ops older than opset 21, written at every opset hfx targets.
+  t.push_back(make("LayerNormalization", 2, 3, 1, same, true));
+  t.push_back(make("OnnxGelu", 1, 1, 1, same, true));
   for (auto& s : t)
     if (s.name == "SimplifiedLayerNormalization" || s.name == "SkipSimplifiedLayerNormalization" ||
         s.name == "GroupQueryAttention" || s.name == "RMSNormalization" || s.name == "OnnxRotaryEmbedding" ||
-        s.name == "OnnxAttention")
+        s.name == "OnnxAttention" || s.name == "LayerNormalization" || s.name == "OnnxGelu")
       s.target_op = true;
   register_decompositions(t);
 

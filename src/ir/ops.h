@@ -73,6 +73,10 @@
 //       -> RotaryEmbedding(x, concat(cos, cos), concat(sin, sin))                      (ONNX RotaryEmbedding)
 //   OnnxAttention(q[b,hq,s,d], k[b,hkv,t,d], v, attn_mask[b,1,s,t] f32; scale, softcap=0, q_num_heads,
 //       kv_num_heads) -> Attention / SoftcapAttention(q, k, v, attn_mask)                (ONNX Attention)
+//
+// Target ops of earlier opsets, emitted at every opset hfx writes (opset 21 and 23) by the same pass:
+//   LayerNormalization(x, scale, bias?; epsilon, axis=-1, stash_type=1) -> LayerNorm     (opset 17)
+//   OnnxGelu(x; approximate=none|tanh) -> Gelu(x; approximate)                           (ONNX Gelu, opset 20)
 #pragma once
 
 #include <functional>

@@ -1,5 +1,10 @@
-// The ONNX backend's `--onnx-opset 23`: rewrites the composites that an ONNX opset-23 standard op
-// computes exactly into that op (ops.h "Target ops of ONNX opset 23"), per node:
+// The ONNX backend's standard fused ops: rewrites the composites that an ONNX standard op computes
+// exactly into that op, per node. At every opset hfx writes (ops.h "Target ops of earlier opsets"):
+//   LayerNorm(x, w[n], b[n]?)                         -> LayerNormalization, axis -1, stash_type 1 (opset 17)
+//   Gelu(x; approximate none|tanh)                     -> Gelu (opset 20)
+// so ONNX Runtime runs one kernel for each where the decomposition was 9 and 5 primitives that its
+// own fusions do not recognise (they expect Pow / Div where hfx's reference order has Mul / Reciprocal).
+// At `--onnx-opset 23` also (ops.h "Target ops of ONNX opset 23"):
 //   RMSNorm(x, w[n])                                  -> RMSNormalization, axis -1, stash_type 1 (f32)
 //   RotaryEmbedding(x, RopeCosSin cos, sin)            -> RotaryEmbedding(x, cos[..., :r/2], sin[..., :r/2]),
 //       no position_ids (the tables stay computed in-graph, so every rope scaling keeps working),
@@ -33,6 +38,15 @@ using ir::ValueId;
 using ir::producer;
 using ir::scope_of;
 
+
+// Why LayerNormalization cannot compute this LayerNorm (empty: it can).
+std::string layer_norm_blocker(const ir::Graph& g, const ir::Node& n) {
+  for (size_t i = 1; i < n.inputs.size(); ++i)
+    if (n.inputs[i] != kNone && g.value(n.inputs[i]).shape.size() != 1) return "LayerNorm with a weight or bias of rank other than 1";
+  for (auto in : n.inputs)
+    if (in != kNone && g.value(in).dtype != DType::F32) return "LayerNorm on non-f32 values";
+  return {};
+}
 
 // Why RMSNormalization cannot compute this RMSNorm (empty: it can).
 std::string rms_norm_blocker(const ir::Graph& g, const ir::Node& n) {
@@ -68,7 +82,7 @@ std::string attention_blocker(const ir::Graph& g, const ir::Node& n) {
 
 }  // namespace
 
-ir::Graph onnx_standard_ops(const ir::Graph& graph, std::vector<std::string>* notes) {
+ir::Graph onnx_standard_ops(const ir::Graph& graph, int64_t opset, std::vector<std::string>* notes) {
   ir::Rewriter r(graph);
   ir::Builder& b = r.builder();
   std::map<ValueId, ValueId> half_table;   // RopeCosSin output (source) -> its first half (target)
@@ -76,6 +90,24 @@ ir::Graph onnx_standard_ops(const ir::Graph& graph, std::vector<std::string>* no
   std::set<std::string> kept;              // the reasons composites stayed decomposed, once each
   for (const auto& node : graph.nodes()) {
     std::string why;
+    if (node.op == "LayerNorm" && opset >= 17 && layer_norm_blocker(graph, node).empty()) {
+      auto s = b.scope(scope_of(node.name));
+      ir::Node n = r.mapped(node);
+      std::vector<ValueId> inputs = {n.inputs[0], n.inputs[1]};
+      if (n.input(2) != kNone) inputs.push_back(n.inputs[2]);
+      r.replace(node, {b.add1("LayerNormalization", inputs,
+                              {{"epsilon", node.attr_float("epsilon")}, {"axis", int64_t(-1)}, {"stash_type", int64_t(1)}})});
+      continue;
+    }
+    if (node.op == "Gelu" && opset >= 20 && graph.value(node.inputs[0]).dtype == DType::F32) {
+      auto s = b.scope(scope_of(node.name));
+      r.replace(node, {b.add1("OnnxGelu", {r.map(node.inputs[0])}, {{"approximate", node.attr_str("approximate", "none")}})});
+      continue;
+    }
+    if (opset < 23) {  // the rest are opset-23 ops
+      r.copy(node, r.mapped(node));
+      continue;
+    }
     if (node.op == "RMSNorm" && (why = rms_norm_blocker(graph, node)).empty()) {
       auto s = b.scope(scope_of(node.name));
       ir::Node n = r.mapped(node);

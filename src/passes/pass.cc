@@ -35,11 +35,13 @@ const std::vector<PassInfo>& all_passes() {
        "Never for ONNX Runtime; models whose attention the fused op cannot express keep the portable lowering.",
        [](const ir::Graph& g) { return ort_contrib_ops(g, {4096}); }},
       {"onnx-standard-ops", Stage::BackendTranslation,
-       "onnx --onnx-opset 23 (portable profile): RMSNorm, RotaryEmbedding and Attention become ONNX opset-23 "
-       "RMSNormalization, RotaryEmbedding and Attention where those ops compute them exactly; the rest is decomposed.",
-       "Runtimes with kernels for the opset-23 ops run each as one fused kernel instead of a dozen primitives.",
-       "Never for opset 23 targets; per op, once the ONNX op's semantics cover what still falls back.",
-       [](const ir::Graph& g) { return onnx_standard_ops(g); }},
+       "onnx, every profile: LayerNorm and Gelu become ONNX LayerNormalization (opset 17) and Gelu (opset 20); "
+       "with --onnx-opset 23 (portable profile) also RMSNorm, RotaryEmbedding and Attention become opset-23 "
+       "RMSNormalization, RotaryEmbedding and Attention, where those ops compute them exactly; the rest is decomposed.",
+       "Runtimes run each standard op as one fused kernel instead of a dozen primitives; ONNX Runtime's own "
+       "fusions do not recognise hfx's decomposition order.",
+       "Never for ONNX; per op, once the ONNX op's semantics cover what still falls back.",
+       [](const ir::Graph& g) { return onnx_standard_ops(g, 23); }},
       {"apply-precision", Stage::BackendTranslation,
        "--dtype / --quantize: Linear layers' weights stored in f16/bf16 or quantized (MatMulNBits, or "
        "DequantizeLinear + MatMul), embeddings in the dtype; runs after fold-weight-transforms (and on `hfx "

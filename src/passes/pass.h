@@ -43,9 +43,10 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& optio
 // Why the fused lowering cannot express this graph's attention (empty: it can).
 std::vector<std::string> ort_profile_blockers(const ir::Graph& graph);
 
-// The ONNX backend's `--onnx-opset 23` (onnx_standard_ops.cc): RMSNorm, RotaryEmbedding and Attention ->
-// ONNX opset-23 RMSNormalization, RotaryEmbedding and Attention where those compute them exactly, per
-// node. `notes` receives why the others stay decomposed (each reason once).
-ir::Graph onnx_standard_ops(const ir::Graph& graph, std::vector<std::string>* notes = nullptr);
+// The ONNX backend's standard fused ops (onnx_standard_ops.cc), per node where they compute the
+// composite exactly: LayerNorm -> LayerNormalization (opset >= 17) and Gelu -> Gelu (opset >= 20);
+// at opset >= 23 also RMSNorm, RotaryEmbedding and Attention -> RMSNormalization, RotaryEmbedding and
+// Attention. `notes` receives why opset-23 candidates stay decomposed (each reason once).
+ir::Graph onnx_standard_ops(const ir::Graph& graph, int64_t opset, std::vector<std::string>* notes = nullptr);
 
 }  // namespace hfx::passes

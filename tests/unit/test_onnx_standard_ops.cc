@@ -1,4 +1,4 @@
-// The onnx-standard-ops pass (--onnx-opset 23): what it rewrites, what it must leave alone (rotary
+// The onnx-standard-ops pass (LayerNorm and Gelu at every opset; the rest at --onnx-opset 23): what it rewrites, what it must leave alone (rotary
 // tables that are not a RopeCosSin's), and that the rewritten graph computes the same numbers as the
 // original through the target ops' decompositions, left-padded (fully masked) rows included.
 #include <gtest/gtest.h>
@@ -82,7 +82,7 @@ float max_diff(const Tensor& a, const Tensor& b) {
 TEST(OnnxStandardOps, RewritesNormRotaryAttention) {
   Model m(false);
   std::vector<std::string> notes;
-  const ir::Graph out = passes::onnx_standard_ops(m.g, &notes);
+  const ir::Graph out = passes::onnx_standard_ops(m.g, 23, &notes);
   auto n = op_counts(out);
   EXPECT_EQ(n["RMSNormalization"], 1);
   EXPECT_EQ(n["OnnxRotaryEmbedding"], 2);
@@ -104,7 +104,7 @@ TEST(OnnxStandardOps, RewritesNormRotaryAttention) {
 TEST(OnnxStandardOps, KeepsRotaryWithOtherTables) {
   Model m(true);
   std::vector<std::string> notes;
-  const ir::Graph out = passes::onnx_standard_ops(m.g, &notes);
+  const ir::Graph out = passes::onnx_standard_ops(m.g, 23, &notes);
   auto n = op_counts(out);
   EXPECT_EQ(n["OnnxRotaryEmbedding"], 2);
   EXPECT_EQ(n["RotaryEmbedding"], 1);  // the one fed plain inputs: their halves are not known to repeat
@@ -113,4 +113,42 @@ TEST(OnnxStandardOps, KeepsRotaryWithOtherTables) {
   auto want = runtime::Executor(m.g).run(m.feeds);
   auto got = runtime::Executor(out).run(m.feeds);
   EXPECT_LE(max_diff(got.at("attn"), want.at("attn")), 1e-6f);
+}
+
+// LayerNorm (with and without bias) and both Gelu forms become LayerNormalization and OnnxGelu at
+// opset 21 (the ops date from opsets 17 and 20), and compute the same numbers; the opset-23 ops stay.
+TEST(OnnxStandardOps, LayerNormAndGeluAtEveryOpset) {
+  ir::Graph g{"m"};
+  ir::Builder b(g);
+  std::mt19937 rng(3);
+  std::map<std::string, Tensor> feeds = {{"x", random(rng, {kB, kS, kD})}};
+  ValueId x = g.add_input("x", DType::F32, fixed_shape({kB, kS, kD}));
+  ValueId w = b.weight("ln.weight", ir::WeightRef::constant(random(rng, {kD})));
+  ValueId bias = b.weight("ln.bias", ir::WeightRef::constant(random(rng, {kD})));
+  ValueId y = b.add1("LayerNorm", {x, w, bias}, {{"epsilon", 1e-5}});
+  y = b.add1("Gelu", {y}, {{"approximate", std::string("none")}});
+  y = b.add1("LayerNorm", {y, w}, {{"epsilon", 1e-12}});
+  y = b.add1("Gelu", {y}, {{"approximate", std::string("tanh")}});
+  g.add_output(b.add("RMSNorm", {y, w}, {{"epsilon", 1e-6}}, {"out"})[0]);
+
+  std::vector<std::string> notes;
+  const ir::Graph out = passes::onnx_standard_ops(g, 21, &notes);
+  auto n = op_counts(out);
+  EXPECT_EQ(n["LayerNormalization"], 2);
+  EXPECT_EQ(n["OnnxGelu"], 2);
+  EXPECT_EQ(n["LayerNorm"] + n["Gelu"], 0);
+  EXPECT_EQ(n["RMSNorm"], 1);  // RMSNormalization is opset 23
+  EXPECT_TRUE(notes.empty());
+  std::vector<std::string> approximations;
+  for (const auto& node : out.nodes()) {
+    if (node.op == "OnnxGelu") approximations.push_back(node.attr_str("approximate"));
+    if (node.op == "LayerNormalization") {
+      EXPECT_EQ(node.attr_int("axis"), -1);
+      EXPECT_EQ(node.attr_int("stash_type"), 1);
+    }
+  }
+  EXPECT_EQ(approximations, (std::vector<std::string>{"none", "tanh"}));
+  auto want = runtime::Executor(g).run(feeds);
+  auto got = runtime::Executor(out).run(feeds);
+  EXPECT_LE(max_diff(got.at("out"), want.at("out")), 1e-6f);
 }

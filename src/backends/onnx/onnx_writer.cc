@@ -297,6 +297,9 @@ const std::map<std::string, OpLowering>& onnx_lowering_table() {
     t["RMSNormalization"] = OpLowering{"RMSNormalization", lower_passthrough, raise_passthrough};
     t["OnnxRotaryEmbedding"] = OpLowering{"RotaryEmbedding", lower_passthrough, raise_passthrough};
     t["OnnxAttention"] = OpLowering{"Attention", lower_passthrough, raise_passthrough};
+    // Standard fused ops of earlier opsets, written at every opset (17: LayerNormalization, 20: Gelu).
+    t["LayerNormalization"] = OpLowering{"LayerNormalization", lower_passthrough, raise_passthrough};
+    t["OnnxGelu"] = OpLowering{"Gelu", lower_passthrough, raise_passthrough};
     return t;
   }();
   return table;

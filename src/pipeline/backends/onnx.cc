@@ -84,13 +84,15 @@ class OnnxBackend final : public Backend {
       }
     }
     if (!fallback.empty()) job.result.notes.push_back(fallback);
-    // --onnx-opset 23: the portable lowering (also where ort fell back) writes the opset-23 fused ops
-    // where they are exact; an ort-fused graph stays at opset 21 (its contrib ops were measured there).
+    // Standard fused ops: LayerNormalization and Gelu at every opset; with --onnx-opset 23 the portable
+    // lowering (also where ort fell back) writes the opset-23 fused ops where they are exact. An
+    // ort-fused graph stays at opset 21 (its contrib ops were measured there).
     const int64_t opset = fused ? 21 : job.recipe.onnx_opset;
     std::string kept_note;
-    if (!fused && opset >= 23) {
+    {
       std::vector<std::string> kept;
-      fused = with_context(c.role + ": pass onnx-standard-ops", [&] { return passes::onnx_standard_ops(c.graph, &kept); });
+      fused = with_context(c.role + ": pass onnx-standard-ops",
+                           [&] { return passes::onnx_standard_ops(fused ? *fused : c.graph, opset, &kept); });
       passes_run.push_back("onnx-standard-ops");
       if (!kept.empty()) {
         kept_note = fmt::format("onnx opset 23: {} {} keeps decomposed: {}", m.summary().model_type, c.role, fmt::join(kept, "; "));
