@@ -72,10 +72,8 @@ void accumulate(Diff& d, const std::string& name, const Tensor& a, const Tensor&
 // MemAvailable of /proc/meminfo, or nullopt where there is none.
 std::optional<int64_t> available_memory_bytes() {
   std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kib = 0;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("MemAvailable:")) return std::stoll(line.substr(13)) * 1024;  // "MemAvailable:  N kB"
   return std::nullopt;
 }
 
@@ -83,6 +81,8 @@ std::optional<int64_t> available_memory_bytes() {
 // and an artifact graph together are twice the model in f32 plus the mapped pages read to fill them.
 runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& opt) {
   runtime::ExecOptions o;
+  if (opt.reference_weights != "auto" && opt.reference_weights != "hold" && opt.reference_weights != "stream")
+    bad_input("reference weights `{}`: expected auto, hold or stream", opt.reference_weights);
   if (opt.reference_weights == "auto") {
     int64_t f32_bytes = 0;
     for (auto id : g.weights()) {
