@@ -19,6 +19,13 @@ Progress::Progress(std::string what, int64_t total_items, int64_t total_bytes)
     : what_(std::move(what)), total_items_(total_items), total_bytes_(total_bytes),
       enabled_(::isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
+Progress Progress::steps(std::string what, int64_t total_items, std::string unit) {
+  Progress p(std::move(what), total_items, 0);
+  p.unit_ = std::move(unit);
+  p.with_bytes_ = false;
+  return p;
+}
+
 Progress::~Progress() {
   if (!finished_ && enabled_ && items_ > 0) std::fputs("\n", stderr);
 }
@@ -42,6 +49,13 @@ void Progress::finish() {
 void Progress::draw(bool final) {
   if (!enabled_) return;
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (!with_bytes_) {
+    const std::string total = total_items_ > 0 ? fmt::format("/{}", total_items_) : "";
+    std::fprintf(stderr, "\r%s: %lld%s %s, %.0f s   %s", what_.c_str(), (long long)items_, total.c_str(), unit_.c_str(),
+                 secs, final ? "\n" : "");
+    std::fflush(stderr);
+    return;
+  }
   double rate = secs > 0 ? double(bytes_) / secs : 0;
   std::fprintf(stderr, "\r%s: %lld/%lld tensors, %s/%s, %s/s   %s", what_.c_str(), (long long)items_,
                (long long)total_items_, human_bytes(bytes_).c_str(), human_bytes(total_bytes_).c_str(),

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/progress.h"
 #include "io/safetensors_write.h"
 #include "passes/precision.h"
 #include "pipeline/artifact.h"
@@ -307,7 +308,9 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
         }
     // One executor over the reference component for every shape (it converts the weights once).
     runtime::Executor expected(rc->graph, executor_options(rc->graph, opt));
-    for (const auto& sc : shape_matrix(c.graph, c.role, art.cache, opt.full_shape_matrix, positions || !cached)) {
+    const auto cases = shape_matrix(c.graph, c.role, art.cache, opt.full_shape_matrix, positions || !cached);
+    Progress progress = Progress::steps("verify: checkpoint reference, " + c.role, int64_t(cases.size()), "shape cases");
+    for (const auto& sc : cases) {
       Run r{&c, rc, sc, {}, {}, {}, std::nullopt, stateful};
       if (stateful)
         r.prefix = stateful_case(rc->graph, sc, art.cache, vocab, seed++, r.inputs);
@@ -315,7 +318,9 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
         r.inputs = make_inputs(step_runtime ? rc->graph : c.graph, sc, art.cache, vocab, seed++);
       r.expected = expected.run(r.inputs);
       runs.push_back(std::move(r));
+      progress.advance(1, 0);
     }
+    progress.finish();
   }
   // mkdtemp, not the pid: a verify killed with SIGKILL leaves its folder, and pids are reused.
   std::string scratch_name = (fs::temp_directory_path() / "hfx-verify-XXXXXX").string();
@@ -370,6 +375,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   } else if (step_runtime) {
     open_s = 0;  // the runtime's own load (compile) time, not the manifest read
     std::map<const ArtifactComponent*, std::unique_ptr<runtime::StepRunner>> runners;
+    Progress progress = Progress::steps("verify: artifact on " + opt.runtime, int64_t(runs.size()), "shape cases");
     for (auto& r : runs) {
       auto& runner = runners[r.comp];
       if (!runner) {
@@ -379,14 +385,19 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       }
       if (r.prefix) runner->run(*r.prefix);
       r.actual = runner->run(r.inputs);
+      progress.advance(1, 0);
     }
+    progress.finish();
   } else {
     std::map<const ArtifactComponent*, std::unique_ptr<runtime::Executor>> execs;
+    Progress progress = Progress::steps("verify: artifact on the reference executor", int64_t(runs.size()), "shape cases");
     for (auto& r : runs) {
       auto& e = execs[r.comp];
       if (!e) e = std::make_unique<runtime::Executor>(r.comp->graph, executor_options(r.comp->graph, opt));
       r.actual = e->run(own_inputs(r.comp->graph, r.inputs));
+      progress.advance(1, 0);
     }
+    progress.finish();
   }
   for (auto& r : runs) {
     Diff d;
@@ -437,8 +448,11 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       if (c.role == role) return &c.graph;
     return nullptr;
   });
+  const int64_t greedy_total = tokens * int64_t(prompts.size());
+  Progress ref_progress = Progress::steps("verify: greedy, checkpoint reference", greedy_total, "tokens");
   auto expected_tokens = runtime::generate(*ref_runners.first, ref_runners.second ? *ref_runners.second : *ref_runners.first,
-                                           art.cache, prompts, so);
+                                           art.cache, prompts, so, [&](size_t, int64_t) { ref_progress.advance(1, 0); });
+  ref_progress.finish();
   if (opt.runtime == "onnxruntime") {
     actual_tokens = ort_result["generate"]["tokens"].get<std::vector<std::vector<int64_t>>>();
     gen_s = ort_result["generate"]["total_s"].get<double>();
@@ -458,10 +472,13 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     }
     const auto t0 = Clock::now();
     bool first = true;
+    Progress art_progress = Progress::steps("verify: greedy, artifact on " + opt.runtime, greedy_total, "tokens");
     actual_tokens = runtime::generate(*art_runners.first, art_runners.second ? *art_runners.second : *art_runners.first,
                                       art.cache, prompts, so, [&](size_t, int64_t) {
                                         if (first) first_step_s = seconds_since(t0), first = false;
+                                        art_progress.advance(1, 0);
                                       });
+    art_progress.finish();
     gen_s = seconds_since(t0);
   }
   {

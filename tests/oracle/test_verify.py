@@ -145,3 +145,37 @@ def test_streamed_weights_give_the_same_report_in_less_memory(tmp_path, capsys):
     # them (measured 712 MiB). Streamed: the baseline plus the largest tensor, the 62.5 MiB embedding
     # table, as an f32 copy and its mapped pages (measured 177 MiB, 0.25 of held).
     assert peaks["streamed"] < 0.4 * peaks["held"], peaks
+
+
+def test_progress_on_a_terminal(exported):
+    """On a terminal, verify reports each long phase (shape cases, greedy tokens) as it goes; piped,
+    it prints nothing but the results (the other tests read its output through pipes)."""
+    import os
+    import pty
+    import subprocess
+
+    from conftest import hfx_binary
+
+    out = exported("llama")
+    main, sub = pty.openpty()
+    proc = subprocess.run([str(hfx_binary()), "verify", str(out), "--no-reexport", "--tokens", "8"],
+                          stdout=subprocess.PIPE, stderr=sub, timeout=300)
+    os.close(sub)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    terminal = b"".join(chunks).decode()
+    assert proc.returncode == 0, terminal
+    for line in ["verify: checkpoint reference, decoder: 6/6 shape cases",
+                 "verify: artifact on the reference executor: 6/6 shape cases",
+                 "verify: greedy, checkpoint reference: 16/16 tokens",
+                 "verify: greedy, artifact on reference: 16/16 tokens"]:
+        assert line in terminal, terminal
+    assert "verify:" not in proc.stdout.decode().replace(str(out) + ": verified", "")
