@@ -45,6 +45,7 @@ class Precision {
               auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
               ir::ValueId table = b.weight(unique(src_.value(node.inputs[0]).name + "." + std::string(dtype_name(spec_.dtype))),
                                            w->cast(spec_.dtype));
+              cast_tables_[node.inputs[0]] = table;
               y = b.cast(b.add1("Gather", {table, n.inputs[1]}, {{"axis", int64_t(0)}}), DType::F32);
             }
           }
@@ -91,16 +92,22 @@ class Precision {
     const ir::WeightRef stored = w.cast(dt);
     ir::ValueId xin = compute == DType::F32 ? x : b.cast(x, compute);
     ir::ValueId y;
+    // A tied lm_head reads its embedding's f16 / bf16 table (transposed in the graph, as f32 exports
+    // do): the table is written, and read from the checkpoint, once.
+    const auto shared = table ? cast_tables_.find(*table) : cast_tables_.end();
     if (quantize) {
       y = quantized(xin, stored, base, compute, table);
     } else if (target_ == PrecisionTarget::OpenVino) {  // Constant [N, K] f16|bf16 -> Convert f32 -> MatMul(transpose_b)
-      const ir::WeightRef nk = w.transposed({1, 0}).cast(dt);
-      const ir::ValueId wt = b.weight(unique(fmt::format("{}.{}", base, dtype_name(dt))), nk);
+      const ir::ValueId wt = shared != cast_tables_.end()
+                                 ? shared->second  // the table is [N, K] already
+                                 : b.weight(unique(fmt::format("{}.{}", base, dtype_name(dt))), w.transposed({1, 0}).cast(dt));
       y = b.matmul(xin, b.transpose(b.cast(wt, DType::F32), {1, 0}));
-    } else if (dt == DType::F16) {
-      y = b.matmul(xin, b.weight(unique(base + ".f16"), stored));
-    } else {  // bf16: stored in bf16, cast to f32 at use
-      y = b.matmul(xin, b.cast(b.weight(unique(base + ".bf16"), stored), DType::F32));
+    } else {
+      const ir::ValueId wt = shared != cast_tables_.end()
+                                 ? b.transpose(shared->second, {1, 0})
+                                 : b.weight(unique(fmt::format("{}.{}", base, dtype_name(dt))), stored);
+      // f16: computed in f16; bf16: stored in bf16, cast to f32 at use
+      y = b.matmul(xin, dt == DType::F16 ? wt : b.cast(wt, DType::F32));
     }
     return compute == DType::F32 ? y : b.cast(y, DType::F32);
   }
@@ -228,6 +235,7 @@ class Precision {
   const PrecisionTarget target_;
   ir::Rewriter r_;
   std::map<ir::ValueId, std::vector<ir::ValueId>> shared_;  // source table -> its quantized weights
+  std::map<ir::ValueId, ir::ValueId> cast_tables_;  // source embedding table -> its f16 / bf16 copy (new graph)
 };
 
 }  // namespace
