@@ -120,14 +120,17 @@ AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t 
 }
 
 ir::ValueId lm_head(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId h, ir::ValueId embed, bool tied,
-                    int64_t vocab, int64_t hidden, const std::string& head_name) {
+                    int64_t vocab, int64_t hidden, const std::string& head_name, bool bias) {
   // Tied embeddings read the embedding matrix as lm_head; the checkpoint usually omits lm_head.weight.
   ir::ValueId head = tied ? embed
                           : bind_weight(b, ckpt, head_name, {vocab, hidden},
                                         fmt::format("vocab_size, hidden_size={}", hidden));
   if (tied && ckpt.find(head_name)) ckpt.mark_used(head_name);  // a saved copy of the tie
+  std::vector<ir::ValueId> inputs = {h, head};
+  if (bias)  // Phi: lm_head.bias [vocab]
+    inputs.push_back(bind_weight(b, ckpt, head_name.substr(0, head_name.rfind('.')) + ".bias", {vocab}, "vocab_size"));
   auto s = b.scope("lm_head");
-  return b.add1("Linear", {h, head});
+  return b.add1("Linear", inputs);
 }
 
 void read_generation_ids(const io::Checkpoint& ckpt, std::vector<int64_t>& eos, std::optional<int64_t>& bos,

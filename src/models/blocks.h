@@ -67,7 +67,7 @@ AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t 
 // The output projection: lm_head.weight, or the embedding matrix when tied (a saved copy of the tie
 // is accounted for).
 ir::ValueId lm_head(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId h, ir::ValueId embed, bool tied,
-                    int64_t vocab, int64_t hidden, const std::string& head_name = "lm_head.weight");
+                    int64_t vocab, int64_t hidden, const std::string& head_name = "lm_head.weight", bool bias = false);
 
 // eos/bos/pad ids: generation_config.json wins over config.json, as in Transformers' generate().
 void read_generation_ids(const io::Checkpoint& ckpt, std::vector<int64_t>& eos, std::optional<int64_t>& bos,

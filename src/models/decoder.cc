@@ -39,6 +39,7 @@ class Decoder final : public CausalLm {
     if (c_.attn_softcap > 0) s_.features.emplace_back("attn_logit_softcapping", fmt::format("{}", c_.attn_softcap));
     if (c_.final_softcap > 0) s_.features.emplace_back("final_logit_softcapping", fmt::format("{}", c_.final_softcap));
     if (c_.parallel_residual) s_.features.emplace_back("parallel_residual", "yes");
+    if (c_.lm_head_bias) s_.features.emplace_back("lm_head_bias", "yes");
   }
 
   const ModelSummary& summary() const override { return s_; }
@@ -66,7 +67,7 @@ class Decoder final : public CausalLm {
       out.present_key.push_back(a.present_key);
       out.present_value.push_back(a.present_value);
       if (c_.parallel_residual) {
-        // StableLM's use_parallel_residual: both branches read the same normed input.
+        // StableLM's use_parallel_residual, Phi: both branches read the same normed input.
         ir::ValueId m = mlp(b, x, p);
         h = b.plus(b.plus(h, a.out), m);
       } else {
@@ -87,8 +88,9 @@ class Decoder final : public CausalLm {
       // A stable debug name per layer: verification diffs hidden states layer by layer by it.
       b.graph().rename(h, fmt::format("/model/layers.{}/output", i));
     }
-    h = norm(b, h, "model.norm", "norm");
-    out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size);
+    h = norm(b, h, std::string("model.") + t_.final_norm_name, t_.final_norm_name);
+    out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size, "lm_head.weight",
+                         c_.lm_head_bias);
     if (c_.logits_scaling != 1.0) out.logits = b.divide(out.logits, b.f32(float(c_.logits_scaling)));  // Granite
     if (c_.final_softcap > 0) out.logits = b.add1("Softcap", {out.logits}, {{"cap", c_.final_softcap}});  // Gemma 2/3
     return out;
@@ -154,8 +156,8 @@ class Decoder final : public CausalLm {
     k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});
     AttentionOut r = cached_attention(b, in, layer, q, k, v, tables.mask(c_.sliding_window[size_t(layer)]),
                                       c_.attention_scale, c_.attn_softcap);
-    auto os = b.scope("o_proj");
-    r.out = linear(b, r.out, a + "o_proj", qn, c_.hidden_size, c_.o_bias, why);
+    auto os = b.scope(t_.o_proj_name);
+    r.out = linear(b, r.out, a + t_.o_proj_name, qn, c_.hidden_size, c_.o_bias, why);
     return r;
   }
 
@@ -176,8 +178,8 @@ class Decoder final : public CausalLm {
         return linear(b, act, p + "mlp.down_proj", I, H, c_.mlp_bias, why);
       }
       case Mlp::Plain: {
-        ir::ValueId y = activation(b, linear(b, x, p + "mlp.c_fc", H, I, c_.mlp_bias, why), c_.act);
-        return linear(b, y, p + "mlp.c_proj", I, H, c_.mlp_bias, why);
+        ir::ValueId y = activation(b, linear(b, x, p + "mlp." + t_.plain_mlp_in, H, I, c_.mlp_bias, why), c_.act);
+        return linear(b, y, p + "mlp." + t_.plain_mlp_out, I, H, c_.mlp_bias, why);
       }
     }
     HFX_CHECK(false, "unreachable");

@@ -126,14 +126,20 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
   c.qkv_bias = t.qkv_bias_always || attention_bias;
   c.o_bias = attention_bias && t.attention_bias_on_o && !t.qkv_bias_always;
   c.mlp_bias = io::optional_bool(f, j, "mlp_bias").value_or(false) || (t.bias_on_mlp && attention_bias);
+  if (t.all_biases) c.qkv_bias = c.o_bias = c.mlp_bias = c.lm_head_bias = true;
   switch (t.qk_norm) {
-    case DecoderTraits::QkNorm::None: break;
+    case DecoderTraits::QkNorm::None:
+      // Phi's optional q/k LayerNorm (one over head_dim, shared by the heads) is not built.
+      if (io::optional_bool(f, j, "qk_layernorm").value_or(false))
+        unsupported("{}: qk_layernorm is not supported for model_type {}", file_name(f), c.model_type);
+      break;
     case DecoderTraits::QkNorm::PerHead:
     case DecoderTraits::QkNorm::Whole: c.qk_norm = true; break;
     case DecoderTraits::QkNorm::StableLm: c.qk_norm = io::optional_bool(f, j, "qk_layernorm").value_or(false); break;
   }
   if (t.parallel_residual_in_config)
     c.parallel_residual = io::optional_bool(f, j, "use_parallel_residual").value_or(false);
+  c.parallel_residual = c.parallel_residual || t.parallel_residual_always;
 
   // Scales. Python computes them in double and torch rounds them to f32 when they meet a tensor.
   c.attention_scale = std::pow(double(c.head_dim), -0.5);

@@ -63,6 +63,14 @@ struct DecoderTraits {
   bool bias_on_mlp = false;                           // ... and every MLP projection (Starcoder2's use_bias)
   bool parallel_residual_in_config = false;           // StableLM: use_parallel_residual
   RopeDefaults rope;
+  // Phi: every projection and lm_head carry a bias, the layer is always parallel (attention and MLP
+  // on one norm), and checkpoint names differ.
+  bool all_biases = false;
+  bool parallel_residual_always = false;
+  const char* o_proj_name = "o_proj";      // Phi: self_attn.dense
+  const char* plain_mlp_in = "c_fc";       // Mlp::Plain's projections; Phi: fc1, fc2
+  const char* plain_mlp_out = "c_proj";
+  const char* final_norm_name = "norm";    // model.<this>; Phi: final_layernorm
 };
 
 struct DecoderConfig {
@@ -82,6 +90,7 @@ struct DecoderConfig {
   bool mlp_bias = false;
   bool qk_norm = false;  // the trait's q/k norm is present in this checkpoint
   bool parallel_residual = false;
+  bool lm_head_bias = false;
   Activation act = Activation::Silu;
   double attention_scale = 0;        // multiplies q @ k^T
   double attn_softcap = 0;           // 0 = none

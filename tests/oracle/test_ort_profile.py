@@ -33,8 +33,8 @@ NEW_TOKENS = 64
 SUPPORTED = ["llama", "llama-mha-tied", "llama-rope-llama3", "llama-rope-yarn", "qwen2-tied", "qwen3", "olmo2",
              "granite", "gemma2", "gemma3", "mistral-window", "qwen2-window", "phi3", "starcoder2",
              "gpt-neox-rotary16", "stablelm-rotary16", "phi3-longrope-full", "llama-rope-dynamic", "gpt2",
-             "gpt2-untied-scaled"]
-FALLBACK = {"phi3-longrope": "partial rotary over 8 of 16 dims",
+             "gpt2-untied-scaled", "phi-rotary16-tied"]
+FALLBACK = {"phi3-longrope": "partial rotary over 8 of 16 dims", "phi": "partial rotary over 8 of 16 dims",
             "gpt-neox": "partial rotary over 4 of 16 dims", "stablelm-parallel": "partial rotary over 8 of 16 dims",
             "gemma": "head_dim 24 is not a multiple of 16"}
 
@@ -153,14 +153,20 @@ def test_genai_greedy_equals_transformers(case, ort_export):
     print(f"\n{case}: onnxruntime-genai greedy {len(ours)} tokens identical to Transformers")
 
 
-@pytest.mark.parametrize("case", SUPPORTED[:1] + ["qwen3"])
+@pytest.mark.parametrize("case", SUPPORTED[:1] + ["qwen3", "phi-rotary16-tied"])
 def test_every_node_on_cpu_with_contrib_kernels(case, ort_export, tmp_path):
     _, out, _ = ort_export(case)
     placed = ort_ops_per_provider(out / "onnx" / "model.onnx",
                                   lambda inputs: empty_cache_feed(inputs, [[5, 6, 7]], [[1, 1, 1]]), tmp_path / "prof", case)
     assert placed and all(ep == "CPUExecutionProvider" for ep, _ in placed), placed
     ops = {op for _, op in placed}
-    assert {"GroupQueryAttention", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization"} <= ops, ops
+    # RMSNorm families get ORT's (Skip)SimplifiedLayerNormalization; LayerNorm families (Phi) the standard
+    # LayerNormalization, and their gelu ONNX's Gelu (which ORT may fuse with its bias into BiasGelu)
+    norms = ({"LayerNormalization"} if case.startswith("phi-") else
+             {"SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization"})
+    assert {"GroupQueryAttention"} | norms <= ops, ops
+    if case.startswith("phi-"):
+        assert ops & {"Gelu", "BiasGelu", "FastGelu"}, ops
 
 
 def qkv_matmuls_per_attention(model_path):
@@ -242,7 +248,7 @@ def test_split_prefill_with_the_ort_profile(tiny_checkpoint, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["llama", "qwen3", "gemma2", "mistral-window", "phi3", "gpt2", "phi3-longrope-full",
-                                  "gpt-neox-rotary16"])
+                                  "gpt-neox-rotary16", "phi-rotary16-tied"])
 def test_left_padded_batch_matches_transformers(case, ort_export):
     """A left-padded batch (Transformers' convention for batched generation) through the ort graph: each
     row's new tokens are rolled to start at position 0 for GroupQueryAttention and the logits rolled back,

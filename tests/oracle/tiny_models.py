@@ -103,6 +103,11 @@ CASES: dict[str, tuple[str, dict]] = {
                                            qk_layernorm=True, partial_rotary_factor=0.5)),
     # starcoder2: biased LayerNorm, c_fc/c_proj MLP, use_bias, sliding window
     "starcoder2": ("starcoder2", dict(sliding_window=5)),
+    # phi (Phi-1/1.5/2): biased LayerNorm, attention and fc1/fc2 MLP in parallel on one norm, partial
+    # rotary 0.5 (8 of 16 dims: the ort profile falls back), biases everywhere including lm_head, GQA 2
+    "phi": ("phi", dict()),
+    # phi over 32-dim heads (rotary 16 of 32: fused by the ort profile), tied embedding + lm_head bias
+    "phi-rotary16-tied": ("phi", dict(num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)),
 }
 
 
