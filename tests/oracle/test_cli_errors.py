@@ -44,6 +44,12 @@ def test_unknown_model_type(good, tmp_path):
     export_fails(good, tmp_path, "not_a_model", "llama")
 
 
+def test_phi_qk_layernorm_is_refused(tmp_path):
+    model = tiny_models.make("phi", tmp_path / "model")
+    edit_config(model, qk_layernorm=True)
+    export_fails(model, tmp_path, "config.json", "qk_layernorm", "phi")
+
+
 def test_pickle_only_folder_is_refused(good, tmp_path):
     (good / "model.safetensors").unlink()
     (good / "pytorch_model.bin").write_bytes(b"\x80\x04this would be a pickle")
