@@ -393,42 +393,29 @@ TEST(Executor, WeightsAreConvertedToComputeDtypes) {
   }
 }
 
-TEST(Executor, WeightOnlySubgraphsAreFoldedOnceAndReused) {
-  // Transpose(weight) depends on weights only: computed in the first run, cached for the next ones.
-  ir::Graph g;
-  ir::Builder b(g);
-  auto w = b.weight("w", ir::WeightRef::constant(f32({2, 3}, {1, 2, 3, 4, 5, 6})));
-  auto x = g.add_input("x", DType::F32, {Dim::sym("n"), Dim::fixed(3)});
-  auto wt = b.transpose(w, {1, 0});
-  g.add_output(b.add1("MatMul", {x, wt}, {}, "y"));
-  g.add_output(b.add1("Neg", {wt}, {}, "neg_wt"));  // a weight-only output
-  Executor ex(g);
-  for (int rep = 0; rep < 3; ++rep) {
-    auto out = ex.run({{"x", f32({1, 3}, {1, 0, float(rep)})}});
-    expect_floats(out.at("y"), {1, 2}, {1 + 3.0f * rep, 4 + 6.0f * rep});
-    expect_floats(out.at("neg_wt"), {3, 2}, {-1, -4, -2, -5, -3, -6});
-  }
-}
-
-TEST(Executor, StreamedWeightsGiveTheSameResultsEveryRun) {
-  // cache_weights = false: nothing is kept between runs, so the weight-only Transpose, the weight
-  // returned as an output and the weight read by two nodes are computed again each run, and agree.
-  ir::Graph g;
-  ir::Builder b(g);
-  auto w = b.weight("w", ir::WeightRef::constant(f32({2, 3}, {1, 2, 3, 4, 5, 6})));
-  auto x = g.add_input("x", DType::F32, {Dim::sym("n"), Dim::fixed(3)});
-  auto wt = b.transpose(w, {1, 0});
-  g.add_output(b.add1("MatMul", {x, wt}, {}, "y"));
-  g.add_output(b.add1("Neg", {wt}, {}, "neg_wt"));
-  g.add_output(b.add1("Identity", {w}, {}, "w_out"));
-  ExecOptions o;
-  o.cache_weights = false;
-  Executor ex(g, o);
-  for (int rep = 0; rep < 3; ++rep) {
-    auto out = ex.run({{"x", f32({2, 3}, {1, 0, float(rep), 0, 1, 0})}});
-    expect_floats(out.at("y"), {2, 2}, {1 + 3.0f * rep, 4 + 6.0f * rep, 2, 5});
-    expect_floats(out.at("neg_wt"), {3, 2}, {-1, -4, -2, -5, -3, -6});
-    expect_floats(out.at("w_out"), {2, 3}, {1, 2, 3, 4, 5, 6});
+TEST(Executor, WeightOnlyValuesHeldOrStreamedAgreeEveryRun) {
+  // Transpose(weight) depends on weights only. Held (cache_weights): computed in the first run, cached
+  // for the next ones. Streamed: nothing is kept between runs, so the Transpose, the weight returned
+  // as an output and the weight read by two nodes are computed again each run. Both agree every run.
+  for (const bool held : {true, false}) {
+    SCOPED_TRACE(held ? "held" : "streamed");
+    ir::Graph g;
+    ir::Builder b(g);
+    auto w = b.weight("w", ir::WeightRef::constant(f32({2, 3}, {1, 2, 3, 4, 5, 6})));
+    auto x = g.add_input("x", DType::F32, {Dim::sym("n"), Dim::fixed(3)});
+    auto wt = b.transpose(w, {1, 0});
+    g.add_output(b.add1("MatMul", {x, wt}, {}, "y"));
+    g.add_output(b.add1("Neg", {wt}, {}, "neg_wt"));  // a weight-only output
+    g.add_output(b.add1("Identity", {w}, {}, "w_out"));
+    ExecOptions o;
+    o.cache_weights = held;
+    Executor ex(g, o);
+    for (int rep = 0; rep < 3; ++rep) {
+      auto out = ex.run({{"x", f32({2, 3}, {1, 0, float(rep), 0, 1, 0})}});
+      expect_floats(out.at("y"), {2, 2}, {1 + 3.0f * rep, 4 + 6.0f * rep, 2, 5});
+      expect_floats(out.at("neg_wt"), {3, 2}, {-1, -4, -2, -5, -3, -6});
+      expect_floats(out.at("w_out"), {2, 3}, {1, 2, 3, 4, 5, 6});
+    }
   }
 }
 
