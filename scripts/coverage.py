@@ -15,7 +15,7 @@ for key, value in data.items():
     case, model_type, backend, check = key.split("|")
     cases[model_type].add(case)
     cell = rows[model_type][backend]
-    if check.startswith("greedy"):
+    if isinstance(value, str):  # a generation run: "identical" or what differed
         cell.setdefault("greedy", [0, 0])
         cell["greedy"][0] += value == "identical"
         cell["greedy"][1] += 1
