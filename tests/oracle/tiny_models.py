@@ -47,6 +47,9 @@ CASES: dict[str, tuple[str, dict]] = {
         rope_type="yarn", factor=4.0, original_max_position_embeddings=16, rope_theta=10000.0))),
     # mistral: a sliding window shorter than the prompt
     "mistral-window": ("mistral", dict(sliding_window=4)),
+    # ministral: the window on the layers layer_types names (a sliding one and a full one)
+    # (Transformers' Ministral reads head_dim without a fallback: real configs set it)
+    "ministral": ("ministral", dict(head_dim=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"])),
     # qwen2: q/k/v bias, tied; and sliding-window layers chosen by layer_types
     "qwen2-tied": ("qwen2", dict(tie_word_embeddings=True)),
     "qwen2-window": ("qwen2", dict(use_sliding_window=True, sliding_window=3, max_window_layers=1)),
@@ -91,6 +94,11 @@ CASES: dict[str, tuple[str, dict]] = {
                                                                 partial_rotary_factor=0.5))),
     # olmo2: post-norms, q/k RMSNorm over the whole projection
     "olmo2": ("olmo2", dict()),
+    # olmo3: OLMo 2 + a sliding layer (window shorter than the prompt) and a full one, each with its own
+    # rope (linear-scaled for full attention, another base for sliding)
+    "olmo3": ("olmo3", dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                            rope_parameters={"full_attention": dict(rope_type="linear", factor=2.0, rope_theta=10000.0),
+                                             "sliding_attention": dict(rope_type="default", rope_theta=5000.0)})),
     # granite: every multiplier away from 1
     "granite": ("granite", dict(embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.09,
                                 logits_scaling=3.0)),
