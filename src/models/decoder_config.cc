@@ -38,6 +38,8 @@ std::vector<int64_t> parse_windows(const io::JsonFile& f, const DecoderTraits& t
           // Gemma 2/3 config classes: every n-th layer is full attention.
           const int64_t n = io::optional_int(f, j, "sliding_window_pattern", 1).value_or(t.sliding_pattern);
           for (int64_t i = 0; i < layers; ++i) types->push_back((i + 1) % n ? "sliding_attention" : "full_attention");
+        } else if (t.layer_types_default_sliding) {
+          types->assign(size_t(layers), window ? "sliding_attention" : "full_attention");
         } else {
           // Older Qwen2 files: derived the way the config class does (use_sliding_window, max_window_layers).
           const bool use = io::optional_bool(f, j, "use_sliding_window").value_or(false);

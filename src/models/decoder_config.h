@@ -26,6 +26,9 @@ struct DecoderTraits {
   // makes every n-th layer full attention and the others sliding (Gemma 2: 2; Gemma 3: the config's
   // sliding_window_pattern, else n).
   int64_t sliding_pattern = 0;
+  // Without layer_types (and no sliding_pattern): every layer slides when sliding_window is set
+  // (Ministral's config class), instead of Qwen2's use_sliding_window / max_window_layers.
+  bool layer_types_default_sliding = false;
   bool head_dim_in_config = true;  // honour an explicit `head_dim`
   int64_t default_head_dim = 0;    // without one: this (Gemma: 256), or hidden_size / heads when 0
   int64_t default_sliding_window = 0;  // the config class's default when `sliding_window` is absent

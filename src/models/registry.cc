@@ -29,7 +29,7 @@ const std::vector<ModelEntry>& model_registry() {
       decoder_entry("mistral", "MistralForCausalLM", "sliding_window on every layer",
                     {.window = W::AllLayers}),
       decoder_entry("ministral", "MinistralForCausalLM", "Mistral with the sliding window per layer_types",
-                    {.window = W::LayerTypes, .default_sliding_window = 4096}),
+                    {.window = W::LayerTypes, .layer_types_default_sliding = true, .default_sliding_window = 4096}),
       decoder_entry("qwen2", "Qwen2ForCausalLM", "q/k/v bias; sliding window per layer_types",
                     {.qkv_bias_always = true, .window = W::LayerTypes}),
       decoder_entry("qwen3", "Qwen3ForCausalLM", "q/k RMSNorm over head_dim; sliding window per layer_types",

@@ -83,3 +83,30 @@ def test_export_is_deterministic(tmp_path):
             assert ma == mb
             continue
         assert (a / f).read_bytes() == (b / f).read_bytes(), f"{f} differs between two exports"
+
+
+@pytest.mark.parametrize("case,drop,changes", [
+    ("ministral", ["layer_types"], {}),                        # every layer slides
+    ("ministral", ["layer_types"], {"sliding_window": None}),  # none does
+    ("olmo3", ["layer_types"], {"num_hidden_layers": 8}),       # every 4th layer is full
+])
+def test_window_defaults_follow_the_config_class(case, drop, changes, tmp_path):
+    """Configs without layer_types: hfx derives the sliding layers the way Transformers' config class
+    fills layer_types in."""
+    from transformers import AutoConfig
+    from test_atomic import save_random_checkpoint
+    model_type, overrides = tiny_models.CASES[case]
+    config = {**tiny_models.BASE, **overrides, **changes}
+    for key in drop:
+        config.pop(key)
+    src = save_random_checkpoint(tmp_path / "model", model_type, config)
+    saved = json.loads((src / "config.json").read_text())  # save_pretrained writes the derived layer_types
+    for key in drop:
+        saved.pop(key, None)
+    saved.update(changes)
+    (src / "config.json").write_text(json.dumps(saved))
+    ref = AutoConfig.from_pretrained(src)
+    sliding = sum(t == "sliding_attention" for t in ref.layer_types)
+    want = f"{ref.sliding_window} on {sliding} of {ref.num_hidden_layers} layers" if sliding else "none"
+    got = json.loads(run_hfx("inspect", "--json", src).stdout)["features"]["sliding_window"]
+    assert got == want, (ref.layer_types, got)
