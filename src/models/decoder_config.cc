@@ -127,6 +127,7 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
   const bool attention_bias = io::optional_bool(f, j, t.attention_bias_key).value_or(t.default_attention_bias);
   c.qkv_bias = t.qkv_bias_always || attention_bias;
   c.o_bias = attention_bias && t.attention_bias_on_o && !t.qkv_bias_always;
+  if (t.o_bias_key) c.o_bias = io::optional_bool(f, j, t.o_bias_key).value_or(false);
   c.mlp_bias = io::optional_bool(f, j, "mlp_bias").value_or(false) || (t.bias_on_mlp && attention_bias);
   if (t.all_biases) c.qkv_bias = c.o_bias = c.mlp_bias = c.lm_head_bias = true;
   switch (t.qk_norm) {

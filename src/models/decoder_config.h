@@ -63,6 +63,7 @@ struct DecoderTraits {
   const char* attention_bias_key = "attention_bias";  // StableLM: use_qkv_bias (q/k/v only); Starcoder2: use_bias
   bool default_attention_bias = false;                // Starcoder2's use_bias defaults to true
   bool attention_bias_on_o = true;                    // the flag also biases o_proj
+  const char* o_bias_key = nullptr;                   // Seed-OSS: o_proj's bias has a flag of its own
   bool bias_on_mlp = false;                           // ... and every MLP projection (Starcoder2's use_bias)
   bool parallel_residual_in_config = false;           // StableLM: use_parallel_residual
   RopeDefaults rope;

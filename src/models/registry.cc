@@ -59,6 +59,8 @@ const std::vector<ModelEntry>& model_registry() {
                      .rope = {.yarn_is_longrope = true}}),
       decoder_entry("olmo2", "Olmo2ForCausalLM", "post-norms only; q/k RMSNorm over the whole projection",
                     {.qk_norm = Q::Whole, .default_eps = 1e-5, .layout = L::PostNorm}),
+      decoder_entry("seed_oss", "SeedOssForCausalLM", "attention_bias on q/k/v, attention_out_bias on o_proj",
+                    {.default_head_dim = 128, .attention_bias_on_o = false, .o_bias_key = "attention_out_bias"}),
       decoder_entry("olmo3", "Olmo3ForCausalLM",
                     "OLMo 2 + sliding windows per layer_types (every 4th layer full) and a rope per layer type",
                     {.qk_norm = Q::Whole, .window = W::LayerTypes, .sliding_pattern = 4, .default_sliding_window = 4096,

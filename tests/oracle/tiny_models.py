@@ -92,6 +92,8 @@ CASES: dict[str, tuple[str, dict]] = {
     "gpt-neox-rotary16": ("gpt_neox", dict(num_attention_heads=2, num_key_value_heads=2,
                                            rope_parameters=dict(rope_type="default", rope_theta=10000.0,
                                                                 partial_rotary_factor=0.5))),
+    # seed_oss: q/k/v bias and o_proj bias from their own flags, head_dim != hidden/heads
+    "seed-oss": ("seed_oss", dict(head_dim=32, attention_bias=True, attention_out_bias=True)),
     # olmo2: post-norms, q/k RMSNorm over the whole projection
     "olmo2": ("olmo2", dict()),
     # olmo3: OLMo 2 + a sliding layer (window shorter than the prompt) and a full one, each with its own
