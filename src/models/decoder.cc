@@ -40,6 +40,8 @@ class Decoder final : public CausalLm {
     if (c_.final_softcap > 0) s_.features.emplace_back("final_logit_softcapping", fmt::format("{}", c_.final_softcap));
     if (c_.parallel_residual) s_.features.emplace_back("parallel_residual", "yes");
     if (c_.lm_head_bias) s_.features.emplace_back("lm_head_bias", "yes");
+    if (const auto nope = std::count(c_.layer_has_rope.begin(), c_.layer_has_rope.end(), false))
+      s_.features.emplace_back("no_rope_layers", fmt::format("{} of {} layers without rope", nope, c_.num_layers));
   }
 
   const ModelSummary& summary() const override { return s_; }
@@ -150,10 +152,12 @@ class Decoder final : public CausalLm {
     ir::ValueId q = heads("q_proj", c_.num_heads, 0);
     ir::ValueId k = heads("k_proj", c_.num_kv_heads, qn);
     ir::ValueId v = heads("v_proj", c_.num_kv_heads, qn + kvn);
-    const size_t rope = c_.layer_rope[size_t(layer)];
-    const auto& cos_sin = tables.rope(c_.ropes[rope], rope);
-    q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});
-    k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});
+    if (c_.layer_has_rope[size_t(layer)]) {  // SmolLM3's NoPE layers have none
+      const size_t rope = c_.layer_rope[size_t(layer)];
+      const auto& cos_sin = tables.rope(c_.ropes[rope], rope);
+      q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});
+      k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});
+    }
     AttentionOut r = cached_attention(b, in, layer, q, k, v, tables.mask(c_.sliding_window[size_t(layer)]),
                                       c_.attention_scale, c_.attn_softcap);
     auto os = b.scope(t_.o_proj_name);

@@ -19,8 +19,9 @@ double softcap_field(const io::JsonFile& f, const char* key, double default_valu
   return v;
 }
 
-// Per-layer window sizes from the traits' window source.
-std::vector<int64_t> parse_windows(const io::JsonFile& f, const DecoderTraits& t, int64_t layers) {
+// Per-layer window sizes from the traits' window source (`has_rope`: per layer, for SmolLM3's rule).
+std::vector<int64_t> parse_windows(const io::JsonFile& f, const DecoderTraits& t, int64_t layers,
+                                   const std::vector<bool>& has_rope) {
   const auto& j = f.json;
   std::vector<int64_t> windows(size_t(layers), 0);
   auto window = io::optional_int(f, j, "sliding_window", 1);
@@ -38,8 +39,12 @@ std::vector<int64_t> parse_windows(const io::JsonFile& f, const DecoderTraits& t
           // Gemma 2/3 config classes: every n-th layer is full attention.
           const int64_t n = io::optional_int(f, j, "sliding_window_pattern", 1).value_or(t.sliding_pattern);
           for (int64_t i = 0; i < layers; ++i) types->push_back((i + 1) % n ? "sliding_attention" : "full_attention");
-        } else if (t.layer_types_default_sliding) {
+        } else if (t.window_default == DecoderTraits::WindowDefault::AllLayers) {
           types->assign(size_t(layers), window ? "sliding_attention" : "full_attention");
+        } else if (t.window_default == DecoderTraits::WindowDefault::NoRopeLayers) {
+          const bool use = io::optional_bool(f, j, "use_sliding_window").value_or(false);
+          for (int64_t i = 0; i < layers; ++i)
+            types->push_back(use && window && !has_rope[size_t(i)] ? "sliding_attention" : "full_attention");
         } else {
           // Older Qwen2 files: derived the way the config class does (use_sliding_window, max_window_layers).
           const bool use = io::optional_bool(f, j, "use_sliding_window").value_or(false);
@@ -123,7 +128,7 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
   c.act = parse_activation(f, t.act_key, act);
   c.max_position_embeddings = io::optional_int(f, j, "max_position_embeddings", 1).value_or(2048);
   c.norm_eps = io::optional_number(f, j, t.eps_key).value_or(t.default_eps);
-  c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(false);
+  c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(t.default_tie_word_embeddings);
   const bool attention_bias = io::optional_bool(f, j, t.attention_bias_key).value_or(t.default_attention_bias);
   c.qkv_bias = t.qkv_bias_always || attention_bias;
   c.o_bias = attention_bias && t.attention_bias_on_o && !t.qkv_bias_always;
@@ -159,7 +164,19 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
   c.attn_softcap = softcap_field(f, "attn_logit_softcapping", t.attn_softcap_default);
   c.final_softcap = softcap_field(f, "final_logit_softcapping", t.final_softcap_default);
 
-  c.sliding_window = parse_windows(f, t, c.num_layers);
+  c.layer_has_rope.assign(size_t(c.num_layers), true);
+  if (t.no_rope_layers) {
+    auto flags = io::optional_int_list(f, j, "no_rope_layers", 0, 1);
+    if (!flags) {
+      const int64_t every = io::optional_int(f, j, "no_rope_layer_interval", 1).value_or(4);
+      flags = std::vector<int64_t>();
+      for (int64_t i = 0; i < c.num_layers; ++i) flags->push_back((i + 1) % every != 0);
+    }
+    if (int64_t(flags->size()) != c.num_layers)
+      bad_input("{}: no_rope_layers has {} entries, num_hidden_layers is {}", file_name(f), flags->size(), c.num_layers);
+    for (int64_t i = 0; i < c.num_layers; ++i) c.layer_has_rope[size_t(i)] = (*flags)[size_t(i)] != 0;
+  }
+  c.sliding_window = parse_windows(f, t, c.num_layers, c.layer_has_rope);
   c.layer_rope.assign(size_t(c.num_layers), 0);
   if (t.rope_per_layer_type) parse_layer_type_ropes(f, c);
   else c.ropes = {parse_rope(f, c.head_dim, c.max_position_embeddings, t.rope)};

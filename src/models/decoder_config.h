@@ -26,9 +26,10 @@ struct DecoderTraits {
   // makes every n-th layer full attention and the others sliding (Gemma 2: 2; Gemma 3: the config's
   // sliding_window_pattern, else n).
   int64_t sliding_pattern = 0;
-  // Without layer_types (and no sliding_pattern): every layer slides when sliding_window is set
-  // (Ministral's config class), instead of Qwen2's use_sliding_window / max_window_layers.
-  bool layer_types_default_sliding = false;
+  // Without layer_types (and no sliding_pattern), the config class's rule: Qwen2's use_sliding_window /
+  // max_window_layers; every layer when sliding_window is set (Ministral); the layers without rope
+  // when use_sliding_window and sliding_window are set (SmolLM3).
+  enum class WindowDefault { Qwen2, AllLayers, NoRopeLayers } window_default = WindowDefault::Qwen2;
   bool head_dim_in_config = true;  // honour an explicit `head_dim`
   int64_t default_head_dim = 0;    // without one: this (Gemma: 256), or hidden_size / heads when 0
   int64_t default_sliding_window = 0;  // the config class's default when `sliding_window` is absent
@@ -75,6 +76,10 @@ struct DecoderTraits {
   const char* plain_mlp_in = "c_fc";       // Mlp::Plain's projections; Phi: fc1, fc2
   const char* plain_mlp_out = "c_proj";
   const char* final_norm_name = "norm";    // model.<this>; Phi: final_layernorm
+  // SmolLM3: no_rope_layers[i] == 0 leaves layer i without rope (NoPE); absent, every
+  // no_rope_layer_interval-th layer (default 4).
+  bool no_rope_layers = false;
+  bool default_tie_word_embeddings = false;  // the config class's default when the field is absent
 };
 
 struct DecoderConfig {
@@ -105,6 +110,7 @@ struct DecoderConfig {
   std::vector<int64_t> sliding_window;  // per layer; 0 = full attention
   std::vector<RopeSpec> ropes;          // one per rope variant
   std::vector<size_t> layer_rope;       // per layer: index into ropes
+  std::vector<bool> layer_has_rope;     // per layer: false for a NoPE layer (SmolLM3)
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id, pad_token_id;
 

@@ -26,10 +26,15 @@ const std::vector<ModelEntry>& model_registry() {
   using M = DecoderTraits::Mlp;
   static const std::vector<ModelEntry> entries = {
       decoder_entry("llama", "LlamaForCausalLM", "the base decoder; attention_bias/mlp_bias flags", {}),
+      decoder_entry("smollm3", "SmolLM3ForCausalLM",
+                    "Llama with NoPE layers (no_rope_layers; every 4th by default) and windows on them per layer_types",
+                    {.window = W::LayerTypes, .window_default = DecoderTraits::WindowDefault::NoRopeLayers,
+                     .no_rope_layers = true, .default_tie_word_embeddings = true}),
       decoder_entry("mistral", "MistralForCausalLM", "sliding_window on every layer",
                     {.window = W::AllLayers}),
       decoder_entry("ministral", "MinistralForCausalLM", "Mistral with the sliding window per layer_types",
-                    {.window = W::LayerTypes, .layer_types_default_sliding = true, .default_sliding_window = 4096}),
+                    {.window = W::LayerTypes, .window_default = DecoderTraits::WindowDefault::AllLayers,
+                     .default_sliding_window = 4096}),
       decoder_entry("qwen2", "Qwen2ForCausalLM", "q/k/v bias; sliding window per layer_types",
                     {.qkv_bias_always = true, .window = W::LayerTypes}),
       decoder_entry("qwen3", "Qwen3ForCausalLM", "q/k RMSNorm over head_dim; sliding window per layer_types",

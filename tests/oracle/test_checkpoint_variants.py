@@ -89,6 +89,8 @@ def test_export_is_deterministic(tmp_path):
     ("ministral", ["layer_types"], {}),                        # every layer slides
     ("ministral", ["layer_types"], {"sliding_window": None}),  # none does
     ("olmo3", ["layer_types"], {"num_hidden_layers": 8}),       # every 4th layer is full
+    ("smollm3", ["layer_types"], {}),                            # the NoPE layer slides
+    ("smollm3", ["layer_types", "no_rope_layers"], {"num_hidden_layers": 8}),  # every 4th layer NoPE, sliding
 ])
 def test_window_defaults_follow_the_config_class(case, drop, changes, tmp_path):
     """Configs without layer_types: hfx derives the sliding layers the way Transformers' config class
@@ -98,7 +100,7 @@ def test_window_defaults_follow_the_config_class(case, drop, changes, tmp_path):
     model_type, overrides = tiny_models.CASES[case]
     config = {**tiny_models.BASE, **overrides, **changes}
     for key in drop:
-        config.pop(key)
+        config.pop(key, None)
     src = save_random_checkpoint(tmp_path / "model", model_type, config)
     saved = json.loads((src / "config.json").read_text())  # save_pretrained writes the derived layer_types
     for key in drop:
@@ -108,5 +110,8 @@ def test_window_defaults_follow_the_config_class(case, drop, changes, tmp_path):
     ref = AutoConfig.from_pretrained(src)
     sliding = sum(t == "sliding_attention" for t in ref.layer_types)
     want = f"{ref.sliding_window} on {sliding} of {ref.num_hidden_layers} layers" if sliding else "none"
-    got = json.loads(run_hfx("inspect", "--json", src).stdout)["features"]["sliding_window"]
-    assert got == want, (ref.layer_types, got)
+    features = json.loads(run_hfx("inspect", "--json", src).stdout)["features"]
+    assert features["sliding_window"] == want, (ref.layer_types, features)
+    if model_type == "smollm3":
+        nope = ref.no_rope_layers.count(0)
+        assert features["no_rope_layers"] == f"{nope} of {ref.num_hidden_layers} layers without rope", features
