@@ -165,7 +165,7 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
   c.final_softcap = softcap_field(f, "final_logit_softcapping", t.final_softcap_default);
 
   c.layer_has_rope.assign(size_t(c.num_layers), true);
-  if (t.no_rope_layers) {
+  if (t.no_rope == DecoderTraits::NoRope::FromList) {
     auto flags = io::optional_int_list(f, j, "no_rope_layers", 0, 1);
     if (!flags) {
       const int64_t every = io::optional_int(f, j, "no_rope_layer_interval", 1).value_or(4);
@@ -177,6 +177,12 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     for (int64_t i = 0; i < c.num_layers; ++i) c.layer_has_rope[size_t(i)] = (*flags)[size_t(i)] != 0;
   }
   c.sliding_window = parse_windows(f, t, c.num_layers, c.layer_has_rope);
+  if (t.no_rope == DecoderTraits::NoRope::FullLayersWhenWindowed) {
+    // Exaone4Attention: rope when config.sliding_window is None or the layer slides (absent: the
+    // config class's 4096, not None).
+    const bool windowed = !(j.contains("sliding_window") && j["sliding_window"].is_null());
+    for (int64_t i = 0; i < c.num_layers; ++i) c.layer_has_rope[size_t(i)] = !windowed || c.sliding_window[size_t(i)] > 0;
+  }
   c.layer_rope.assign(size_t(c.num_layers), 0);
   if (t.rope_per_layer_type) parse_layer_type_ropes(f, c);
   else c.ropes = {parse_rope(f, c.head_dim, c.max_position_embeddings, t.rope)};

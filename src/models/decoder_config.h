@@ -76,9 +76,10 @@ struct DecoderTraits {
   const char* plain_mlp_in = "c_fc";       // Mlp::Plain's projections; Phi: fc1, fc2
   const char* plain_mlp_out = "c_proj";
   const char* final_norm_name = "norm";    // model.<this>; Phi: final_layernorm
-  // SmolLM3: no_rope_layers[i] == 0 leaves layer i without rope (NoPE); absent, every
-  // no_rope_layer_interval-th layer (default 4).
-  bool no_rope_layers = false;
+  // Layers without rope (NoPE): SmolLM3's no_rope_layers[i] == 0 (absent: every
+  // no_rope_layer_interval-th layer, default 4); EXAONE 4's full-attention layers whenever the config
+  // has a sliding_window.
+  enum class NoRope { None, FromList, FullLayersWhenWindowed } no_rope = NoRope::None;
   bool default_tie_word_embeddings = false;  // the config class's default when the field is absent
 };
 

@@ -91,6 +91,8 @@ def test_export_is_deterministic(tmp_path):
     ("olmo3", ["layer_types"], {"num_hidden_layers": 8}),       # every 4th layer is full
     ("smollm3", ["layer_types"], {}),                            # the NoPE layer slides
     ("smollm3", ["layer_types", "no_rope_layers"], {"num_hidden_layers": 8}),  # every 4th layer NoPE, sliding
+    ("exaone4", ["layer_types"], {"num_hidden_layers": 8}),     # every 4th layer full, and without rope
+    ("exaone4", [], {"sliding_window": None, "layer_types": ["full_attention"] * 2}),  # no window: rope everywhere
 ])
 def test_window_defaults_follow_the_config_class(case, drop, changes, tmp_path):
     """Configs without layer_types: hfx derives the sliding layers the way Transformers' config class
@@ -112,6 +114,8 @@ def test_window_defaults_follow_the_config_class(case, drop, changes, tmp_path):
     want = f"{ref.sliding_window} on {sliding} of {ref.num_hidden_layers} layers" if sliding else "none"
     features = json.loads(run_hfx("inspect", "--json", src).stdout)["features"]
     assert features["sliding_window"] == want, (ref.layer_types, features)
-    if model_type == "smollm3":
-        nope = ref.no_rope_layers.count(0)
-        assert features["no_rope_layers"] == f"{nope} of {ref.num_hidden_layers} layers without rope", features
+    nope = {"smollm3": lambda: ref.no_rope_layers.count(0),  # Exaone4Attention: rope when no window or sliding
+            "exaone4": lambda: sum(ref.sliding_window is not None and t != "sliding_attention" for t in ref.layer_types)}
+    if model_type in nope:
+        n = nope[model_type]()
+        assert features.get("no_rope_layers") == (f"{n} of {ref.num_hidden_layers} layers without rope" if n else None), features

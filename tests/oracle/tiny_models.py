@@ -96,6 +96,8 @@ CASES: dict[str, tuple[str, dict]] = {
                                                                 partial_rotary_factor=0.5))),
     # seed_oss: q/k/v bias and o_proj bias from their own flags, head_dim != hidden/heads
     "seed-oss": ("seed_oss", dict(head_dim=32, attention_bias=True, attention_out_bias=True)),
+    # exaone4: post-norms, q/k RMSNorm per head, a sliding layer with rope and a full one without (NoPE)
+    "exaone4": ("exaone4", dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"])),
     # olmo2: post-norms, q/k RMSNorm over the whole projection
     "olmo2": ("olmo2", dict()),
     # olmo3: OLMo 2 + a sliding layer (window shorter than the prompt) and a full one, each with its own
