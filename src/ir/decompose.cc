@@ -138,9 +138,24 @@ std::vector<ValueId> rotary_embedding(Builder& b, const Node& n) {
   ValueId cos = b.unsqueeze(n.inputs[1], {1});  // [b, 1, s, r]
   ValueId sin = b.unsqueeze(n.inputs[2], {1});
   ValueId rot = r.value == d.value ? x : b.slice(x, 0, r.value, -1);
-  ValueId x1 = b.slice(rot, 0, r.value / 2, -1);
-  ValueId x2 = b.slice(rot, r.value / 2, r.value, -1);
-  ValueId rotated = b.concat({b.add1("Neg", {x2}), x1}, -1);
+  ValueId rotated;
+  if (n.attr_int("interleaved", 0)) {
+    // GPT-J style (Helium): pairs (2j, 2j + 1) rotate by frequency j, so each table's first half is
+    // repeated element-wise, cos[..., :r/2].repeat_interleave(2), and rotate(x)[2j, 2j + 1] = (-x[2j + 1], x[2j]).
+    auto pairwise = [&](ValueId table) {
+      ValueId half = b.unsqueeze(b.slice(table, 0, r.value / 2, -1), {-1});  // [b, 1, s, r/2, 1]
+      return b.reshape(b.concat({half, half}, -1), {0, 0, 0, r.value});
+    };
+    cos = pairwise(cos);
+    sin = pairwise(sin);
+    ValueId pairs = b.reshape(rot, {0, 0, 0, r.value / 2, 2});
+    ValueId even = b.slice(pairs, 0, 1, -1), odd = b.slice(pairs, 1, 2, -1);
+    rotated = b.reshape(b.concat({b.add1("Neg", {odd}), even}, -1), {0, 0, 0, r.value});
+  } else {
+    ValueId x1 = b.slice(rot, 0, r.value / 2, -1);
+    ValueId x2 = b.slice(rot, r.value / 2, r.value, -1);
+    rotated = b.concat({b.add1("Neg", {x2}), x1}, -1);
+  }
   ValueId out = b.plus(b.times(rot, cos), b.times(rotated, sin));
   if (r.value != d.value) out = b.concat({out, b.slice(x, r.value, d.value, -1)}, -1);
   return {out};
@@ -243,7 +258,6 @@ std::vector<ValueId> skip_simplified_layer_norm(Builder& b, const Node& n) {
 std::vector<ValueId> group_query_attention(Builder& b, const Node& n) {
   const Graph& g = b.graph();
   const int64_t hq = n.attr_int("num_heads"), hkv = n.attr_int("kv_num_heads");
-  if (n.attr_int("rotary_interleaved", 0) != 0) unsupported("{}: GroupQueryAttention with interleaved rotary", n.name);
   const int64_t window = n.attr_int("local_window_size", -1);
   if (window == 0 || window < -1) unsupported("{}: GroupQueryAttention with local_window_size {}", n.name, window);
   const Dim width = g.value(n.inputs[0]).shape.at(2);  // a copy: the value table may grow below
@@ -277,8 +291,9 @@ std::vector<ValueId> group_query_attention(Builder& b, const Node& n) {
       return b.concat({rows, rows}, -1);                                        // [b, s, r]
     };
     ValueId cos = table(n.inputs[7]), sin = table(n.inputs[8]);
-    q = b.add1("RotaryEmbedding", {q, cos, sin});
-    k = b.add1("RotaryEmbedding", {k, cos, sin});
+    const ir::Attrs rope = {{"interleaved", n.attr_int("rotary_interleaved", 0)}};
+    q = b.add1("RotaryEmbedding", {q, cos, sin}, rope);
+    k = b.add1("RotaryEmbedding", {k, cos, sin}, rope);
   }
   const ValueId t = b.unsqueeze(b.add1("Range", {b.i64(0), width_t, b.i64(1)}), {0});  // [1, t]
   // present[b, :, t] = past[b, :, t] for t < past_b, new[b, :, t - past_b] up to past_b + s, else as
@@ -317,16 +332,15 @@ std::vector<ValueId> rms_normalization(Builder& b, const Node& n) {
 }
 
 // ONNX opset-23 RotaryEmbedding on x[b,h,s,d] with cos/sin[b,s,r/2] (no position_ids), rotate-half
-// (interleaved=0) over the first r dims: the composite with the half tables repeated, as RopeCosSin
-// builds them (concat(freqs, freqs)).
+// (interleaved=0) or pairwise (interleaved=1) over the first r dims: the composite with the half
+// tables repeated, as RopeCosSin builds them (concat(freqs, freqs)).
 std::vector<ValueId> onnx_rotary_embedding(Builder& b, const Node& n) {
-  if (n.attr_int("interleaved", 0) != 0) unsupported("{}: RotaryEmbedding with interleaved=1", n.name);
   const Dim half = b.graph().value(n.inputs[1]).shape.back();  // a copy: the value table may grow below
   const int64_t r = n.attr_int("rotary_embedding_dim", 0);
   HFX_CHECK(half.is_fixed() && (r == 0 || r == 2 * half.value), "{}: rotary_embedding_dim {} for tables of width {}", n.name,
             r, half.str());
   ValueId cos = b.concat({n.inputs[1], n.inputs[1]}, -1), sin = b.concat({n.inputs[2], n.inputs[2]}, -1);
-  return {b.add1("RotaryEmbedding", {n.inputs[0], cos, sin})};
+  return {b.add1("RotaryEmbedding", {n.inputs[0], cos, sin}, {{"interleaved", n.attr_int("interleaved", 0)}})};
 }
 
 // ONNX opset-23 Attention on 4-D q/k/v with an additive float mask: eager attention, the scores

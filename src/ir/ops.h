@@ -33,8 +33,10 @@
 //   RopeCosSin(position_ids[b,s] i64, inv_freq[d/2] f32; attention_scaling=1,
 //              dynamic_* attrs, see decompose.cc) -> cos[b,s,d], sin[b,s,d] (f32)
 //       freqs = position * inv_freq; emb = concat(freqs, freqs); cos = cos(emb) * scaling ...
-//   RotaryEmbedding(x[b,h,s,d], cos[b,s,r], sin[b,s,r]) -> [b,h,s,d]
-//       rotate-half rope on the first r dims of x (r = d unless partial), the rest passes through
+//   RotaryEmbedding(x[b,h,s,d], cos[b,s,r], sin[b,s,r]; interleaved=0) -> [b,h,s,d]
+//       rotate-half rope on the first r dims of x (r = d unless partial), the rest passes through;
+//       interleaved=1 (GPT-J style, Helium): pairs (2j, 2j + 1) rotate by frequency j (the tables'
+//       first half, repeated pairwise)
 //   AttentionBias(attention_mask[b,t] i64, input_ids[b,s], cache_position[s] i64?; sliding_window=0)
 //             -> [b,1,s,t] f32
 //       0 where query i (at cache position pos_i = cache_position[i], or t - s + i without it) may
@@ -69,7 +71,7 @@
 // Target ops of ONNX opset 23 (ai.onnx), emitted by the ONNX backend's `--onnx-opset 23`
 // (passes/onnx_standard_ops.cc); the writer lowers them to the ONNX op named after the arrow:
 //   RMSNormalization(x, scale; epsilon, axis=-1, stash_type=1) -> RMSNorm(x, scale)
-//   OnnxRotaryEmbedding(x[b,h,s,d], cos[b,s,r/2], sin[b,s,r/2]; rotary_embedding_dim=0|r, interleaved=0)
+//   OnnxRotaryEmbedding(x[b,h,s,d], cos[b,s,r/2], sin[b,s,r/2]; rotary_embedding_dim=0|r, interleaved=0|1)
 //       -> RotaryEmbedding(x, concat(cos, cos), concat(sin, sin))                      (ONNX RotaryEmbedding)
 //   OnnxAttention(q[b,hq,s,d], k[b,hkv,t,d], v, attn_mask[b,1,s,t] f32; scale, softcap=0, q_num_heads,
 //       kv_num_heads) -> Attention / SoftcapAttention(q, k, v, attn_mask)                (ONNX Attention)

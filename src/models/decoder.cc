@@ -40,6 +40,7 @@ class Decoder final : public CausalLm {
     if (c_.final_softcap > 0) s_.features.emplace_back("final_logit_softcapping", fmt::format("{}", c_.final_softcap));
     if (c_.parallel_residual) s_.features.emplace_back("parallel_residual", "yes");
     if (c_.lm_head_bias) s_.features.emplace_back("lm_head_bias", "yes");
+    if (t_.rope_interleaved) s_.features.emplace_back("rope_layout", "interleaved (GPT-J pairs)");
     if (const auto nope = std::count(c_.layer_has_rope.begin(), c_.layer_has_rope.end(), false))
       s_.features.emplace_back("no_rope_layers", fmt::format("{} of {} layers without rope", nope, c_.num_layers));
   }
@@ -155,8 +156,9 @@ class Decoder final : public CausalLm {
     if (c_.layer_has_rope[size_t(layer)]) {  // SmolLM3's NoPE layers have none
       const size_t rope = c_.layer_rope[size_t(layer)];
       const auto& cos_sin = tables.rope(c_.ropes[rope], rope);
-      q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});
-      k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});
+      const ir::Attrs rope_attrs = t_.rope_interleaved ? ir::Attrs{{"interleaved", int64_t(1)}} : ir::Attrs{};
+      q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]}, rope_attrs);
+      k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]}, rope_attrs);
     }
     AttentionOut r = cached_attention(b, in, layer, q, k, v, tables.mask(c_.sliding_window[size_t(layer)]),
                                       c_.attention_scale, c_.attn_softcap);

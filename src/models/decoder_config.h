@@ -81,6 +81,7 @@ struct DecoderTraits {
   // has a sliding_window.
   enum class NoRope { None, FromList, FullLayersWhenWindowed } no_rope = NoRope::None;
   bool default_tie_word_embeddings = false;  // the config class's default when the field is absent
+  bool rope_interleaved = false;             // Helium: GPT-J style pairwise rotary
 };
 
 struct DecoderConfig {

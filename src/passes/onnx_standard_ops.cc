@@ -128,6 +128,7 @@ ir::Graph onnx_standard_ops(const ir::Graph& graph, int64_t opset, std::vector<s
       auto s = b.scope(scope_of(node.name));
       ir::Attrs attrs;
       if (rot != d) attrs["rotary_embedding_dim"] = rot;
+      if (node.attr_int("interleaved", 0)) attrs["interleaved"] = int64_t(1);
       r.replace(node, {b.add1("OnnxRotaryEmbedding", {r.map(node.inputs[0]), cos, sin}, attrs)});
       continue;
     }

@@ -65,6 +65,7 @@ struct Plan {
   int64_t longrope_original = 0;
   int64_t hq = 0, hkv = 0, d = 0;
   int64_t rotary = 0;    // rotated dims (the first `rotary` of each head; d unless partial)
+  bool interleaved = false;  // GPT-J style pairs (GroupQueryAttention's rotary_interleaved)
   double softcap = 0.0;  // SoftcapAttention's cap (GroupQueryAttention's softcap), 0 without
   int64_t window = 0;    // the layer's sliding window (local_window_size), 0 without
   ValueId packed_source = kNone;  // phi-3 style fused projection output feeding all three
@@ -149,6 +150,7 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
   const ir::Node* qrot = producer(g, attn.inputs[0]);
   if (!qrot || qrot->op != "RotaryEmbedding") qrot = nullptr;  // learned positions (GPT-2): do_rotary=0
   p.rope = qrot ? producer(g, qrot->inputs[1]) : nullptr;
+  p.interleaved = qrot && qrot->attr_int("interleaved", 0) != 0;
   if (qrot && (!p.rope || p.rope->op != "RopeCosSin" || producer(g, qrot->inputs[2]) != p.rope)) {
     why = "rotary tables are not a RopeCosSin";
     return std::nullopt;
@@ -201,7 +203,9 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
   }
   const ir::Node* krot = producer(g, kx);
   const bool k_rotated = krot && krot->op == "RotaryEmbedding";
-  if (qrot ? !k_rotated || krot->inputs[1] != qrot->inputs[1] || krot->inputs[2] != qrot->inputs[2] : k_rotated) {
+  if (qrot ? !k_rotated || krot->inputs[1] != qrot->inputs[1] || krot->inputs[2] != qrot->inputs[2] ||
+                 krot->attr_int("interleaved", 0) != qrot->attr_int("interleaved", 0)
+           : k_rotated) {
     why = "keys are not rotated with the queries' tables";
     return std::nullopt;
   }
@@ -568,7 +572,7 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     ir::Attrs attrs = {{"num_heads", p.hq}, {"kv_num_heads", p.hkv}, {"scale", node.attr_float("scale")}};
     if (p.rope) {
       attrs["do_rotary"] = int64_t(1);
-      attrs["rotary_interleaved"] = int64_t(0);
+      attrs["rotary_interleaved"] = int64_t(p.interleaved);
     }
     if (p.softcap > 0) attrs["softcap"] = p.softcap;
     if (p.window > 0) attrs["local_window_size"] = p.window;

@@ -180,6 +180,7 @@ std::vector<Tensor> rotary_embedding_kernel(const ir::Node& node, const KernelIn
   if (R > D || R % 2 != 0 || (cb != B && cb != 1) || (cs != S && cs != 1))
     bad_input("RotaryEmbedding: cos/sin {} do not fit x {}", shape_string(cos_t.shape()), shape_string(x.shape()));
   const int64_t half = R / 2;
+  const bool interleaved = node.attr_int("interleaved", 0) != 0;  // pairs (2j, 2j + 1) by frequency j
   Tensor out(DType::F32, x.shape());
   const float* px = x.as<float>();
   const float* pc = cos_t.as<float>();
@@ -195,9 +196,10 @@ std::vector<Tensor> rotary_embedding_kernel(const ir::Node& node, const KernelIn
         const float* c = pc + crow;
         const float* sn = ps + crow;
         for (int64_t j = 0; j < R; ++j) {
-          const float rotated = j < half ? -xr[j + half] : xr[j - half];
-          const float a = xr[j] * c[j];
-          const float bterm = rotated * sn[j];
+          const float rotated = interleaved ? (j % 2 == 0 ? -xr[j + 1] : xr[j - 1]) : j < half ? -xr[j + half] : xr[j - half];
+          const int64_t f = interleaved ? j / 2 : j;  // the table column: cos[..., :R/2] repeated pairwise
+          const float a = xr[j] * c[f];
+          const float bterm = rotated * sn[f];
           orow[j] = a + bterm;
         }
         for (int64_t j = R; j < D; ++j) orow[j] = xr[j];

@@ -37,13 +37,15 @@ CASES = {
     "gemma": {"RMSNormalization", "RotaryEmbedding", "Attention"},
     "gemma2": {"RMSNormalization", "RotaryEmbedding", "Attention"},  # softcap and sliding windows in the mask
     "phi3": {"RMSNormalization", "RotaryEmbedding", "Attention"},
-    "gpt2": {"Attention"},  # LayerNorm and learned positions stay decomposed
+    "gpt2": {"Attention"},  # LayerNorm is LayerNormalization (opset 17, every opset); learned positions stay
     "gpt-neox": {"RotaryEmbedding", "Attention"},  # partial rotary: rotary_embedding_dim
     "mistral-window": {"RMSNormalization", "RotaryEmbedding", "Attention"},
     "olmo2": {"RMSNormalization", "RotaryEmbedding", "Attention"},
     "granite": {"RMSNormalization", "RotaryEmbedding", "Attention"},
     "llama-rope-dynamic": {"RMSNormalization", "RotaryEmbedding", "Attention"},
     "phi3-longrope": {"RMSNormalization", "RotaryEmbedding", "Attention"},
+    "helium": {"RMSNormalization", "RotaryEmbedding", "Attention"},  # RotaryEmbedding interleaved=1
+    "phi": {"RotaryEmbedding", "Attention"},  # partial rotary, LayerNormalization
 }
 OPSET23 = {"RMSNormalization", "RotaryEmbedding", "Attention"}
 

@@ -47,6 +47,9 @@ CASES: dict[str, tuple[str, dict]] = {
         rope_type="yarn", factor=4.0, original_max_position_embeddings=16, rope_theta=10000.0))),
     # smollm3: layer 1 without rope (NoPE) and sliding (use_sliding_window: the NoPE layers), tied by default
     "smollm3": ("smollm3", dict(no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=4)),
+    # helium: interleaved (GPT-J style) rotary, q/k/v bias without o_proj's (Helium's o_proj is
+    # hidden x hidden, so head_dim stays hidden / heads)
+    "helium": ("helium", dict(head_dim=16, attention_bias=True)),
     # mistral: a sliding window shorter than the prompt
     "mistral-window": ("mistral", dict(sliding_window=4)),
     # ministral: the window on the layers layer_types names (a sliding one and a full one)

@@ -1,6 +1,7 @@
 // Each composite op's fused kernel against its decomposition into primitives (src/ir/decompose.cc,
 // the op's spec): the same graph run with use_composite_kernels = true and = false must agree within
 // 1e-5 on random inputs.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "runtime/kernels.h"
@@ -179,8 +180,9 @@ TEST(Decompositions, RopeCosSinDynamicNtk) {
 }
 
 TEST(Decompositions, RotaryEmbeddingFullAndPartial) {
-  for (int64_t r : {int64_t(8), int64_t(4)}) {
-    SCOPED_TRACE(r);
+  for (int64_t r : {int64_t(8), int64_t(4)})
+  for (int64_t interleaved : {int64_t(0), int64_t(1)}) {  // rotate-half, and GPT-J pairs (Helium)
+    SCOPED_TRACE(fmt::format("r {} interleaved {}", r, interleaved));
     Case c;
     auto x = c.input("x", c.random({2, 3, 5, 8}), {Dim::sym("batch"), Dim::fixed(3), Dim::sym("seq"), Dim::fixed(8)});
     Tensor angles = c.random({2, 5, r}, -3.0f, 3.0f);
@@ -191,7 +193,7 @@ TEST(Decompositions, RotaryEmbeddingFullAndPartial) {
     }
     auto cv = c.input("cos", cos, {Dim::sym("batch"), Dim::sym("seq"), Dim::fixed(r)});
     auto sv = c.input("sin", sin, {Dim::sym("batch"), Dim::sym("seq"), Dim::fixed(r)});
-    c.op("RotaryEmbedding", {x, cv, sv});
+    c.op("RotaryEmbedding", {x, cv, sv}, {{"interleaved", interleaved}});
     auto out = c.compare();
     // The dims past r pass through unchanged.
     const Tensor& y = out.at("out0");
