@@ -41,6 +41,7 @@ class Decoder final : public CausalLm {
     if (c_.parallel_residual) s_.features.emplace_back("parallel_residual", "yes");
     if (c_.lm_head_bias) s_.features.emplace_back("lm_head_bias", "yes");
     if (t_.rope_interleaved) s_.features.emplace_back("rope_layout", "interleaved (GPT-J pairs)");
+    if (c_.logit_scale != 1.0) s_.features.emplace_back("logit_scale", fmt::format("{}", c_.logit_scale));
     if (const auto nope = std::count(c_.layer_has_rope.begin(), c_.layer_has_rope.end(), false))
       s_.features.emplace_back("no_rope_layers", fmt::format("{} of {} layers without rope", nope, c_.num_layers));
   }
@@ -95,13 +96,15 @@ class Decoder final : public CausalLm {
     out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size, "lm_head.weight",
                          c_.lm_head_bias);
     if (c_.logits_scaling != 1.0) out.logits = b.divide(out.logits, b.f32(float(c_.logits_scaling)));  // Granite
+    if (c_.logit_scale != 1.0) out.logits = b.times(out.logits, b.f32(float(c_.logit_scale)));  // Cohere
     if (c_.final_softcap > 0) out.logits = b.add1("Softcap", {out.logits}, {{"cap", c_.final_softcap}});  // Gemma 2/3
     return out;
   }
 
  private:
   ir::ValueId norm(ir::Builder& b, ir::ValueId x, const std::string& prefix, const std::string& scope) const {
-    return models::norm(b, ckpt_, x, prefix, c_.hidden_size, t_.norm, c_.norm_eps, t_.norm == NormKind::Layer, scope);
+    return models::norm(b, ckpt_, x, prefix, c_.hidden_size, t_.norm, c_.norm_eps,
+                        t_.norm == NormKind::Layer && t_.layer_norm_bias, scope);
   }
 
   ir::ValueId linear(ir::Builder& b, ir::ValueId x, const std::string& prefix, int64_t in, int64_t out, bool bias,

@@ -161,6 +161,9 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     c.logits_scaling = io::optional_number(f, j, "logits_scaling").value_or(1.0);
     if (c.logits_scaling == 0) bad_input("{}: logits_scaling must not be 0", file_name(f));
   }
+  if (t.logit_scale) c.logit_scale = io::optional_number(f, j, "logit_scale").value_or(0.0625);  // CohereConfig's default
+  if (t.refuse_qk_norm_flag && io::optional_bool(f, j, "use_qk_norm").value_or(false))
+    unsupported("{}: use_qk_norm is not supported for model_type {}", file_name(f), c.model_type);
   c.attn_softcap = softcap_field(f, "attn_logit_softcapping", t.attn_softcap_default);
   c.final_softcap = softcap_field(f, "final_logit_softcapping", t.final_softcap_default);
 
@@ -177,10 +180,11 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     for (int64_t i = 0; i < c.num_layers; ++i) c.layer_has_rope[size_t(i)] = (*flags)[size_t(i)] != 0;
   }
   c.sliding_window = parse_windows(f, t, c.num_layers, c.layer_has_rope);
-  if (t.no_rope == DecoderTraits::NoRope::FullLayersWhenWindowed) {
+  if (t.no_rope == DecoderTraits::NoRope::FullLayersWhenWindowed || t.no_rope == DecoderTraits::NoRope::FullLayers) {
     // Exaone4Attention: rope when config.sliding_window is None or the layer slides (absent: the
-    // config class's 4096, not None).
-    const bool windowed = !(j.contains("sliding_window") && j["sliding_window"].is_null());
+    // config class's 4096, not None). Cohere2Attention: only where the layer slides.
+    const bool windowed = t.no_rope == DecoderTraits::NoRope::FullLayers ||
+                          !(j.contains("sliding_window") && j["sliding_window"].is_null());
     for (int64_t i = 0; i < c.num_layers; ++i) c.layer_has_rope[size_t(i)] = !windowed || c.sliding_window[size_t(i)] > 0;
   }
   c.layer_rope.assign(size_t(c.num_layers), 0);

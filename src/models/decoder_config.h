@@ -79,9 +79,13 @@ struct DecoderTraits {
   // Layers without rope (NoPE): SmolLM3's no_rope_layers[i] == 0 (absent: every
   // no_rope_layer_interval-th layer, default 4); EXAONE 4's full-attention layers whenever the config
   // has a sliding_window.
-  enum class NoRope { None, FromList, FullLayersWhenWindowed } no_rope = NoRope::None;
+  // Cohere 2's full-attention layers, always.
+  enum class NoRope { None, FromList, FullLayersWhenWindowed, FullLayers } no_rope = NoRope::None;
   bool default_tie_word_embeddings = false;  // the config class's default when the field is absent
-  bool rope_interleaved = false;             // Helium: GPT-J style pairwise rotary
+  bool rope_interleaved = false;             // Helium, Cohere: GPT-J style pairwise rotary
+  bool layer_norm_bias = true;               // NormKind::Layer with a bias (Cohere's have none)
+  bool logit_scale = false;                  // Cohere: logits times the config's logit_scale
+  bool refuse_qk_norm_flag = false;          // Cohere: use_qk_norm is not built
 };
 
 struct DecoderConfig {
@@ -109,6 +113,7 @@ struct DecoderConfig {
   double embedding_multiplier = 1;   // embeddings times this (1 = none)
   double residual_multiplier = 1;    // branch outputs times this before the residual add (1 = none)
   double logits_scaling = 1;         // logits divided by this (1 = none)
+  double logit_scale = 1;            // logits multiplied by this (Cohere; 1 = none)
   std::vector<int64_t> sliding_window;  // per layer; 0 = full attention
   std::vector<RopeSpec> ropes;          // one per rope variant
   std::vector<size_t> layer_rope;       // per layer: index into ropes

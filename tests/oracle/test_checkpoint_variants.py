@@ -93,6 +93,7 @@ def test_export_is_deterministic(tmp_path):
     ("smollm3", ["layer_types", "no_rope_layers"], {"num_hidden_layers": 8}),  # every 4th layer NoPE, sliding
     ("exaone4", ["layer_types"], {"num_hidden_layers": 8}),     # every 4th layer full, and without rope
     ("exaone4", [], {"sliding_window": None, "layer_types": ["full_attention"] * 2}),  # no window: rope everywhere
+    ("cohere2", ["layer_types"], {"num_hidden_layers": 8}),     # every 4th layer full, and without rope
 ])
 def test_window_defaults_follow_the_config_class(case, drop, changes, tmp_path):
     """Configs without layer_types: hfx derives the sliding layers the way Transformers' config class
@@ -115,7 +116,8 @@ def test_window_defaults_follow_the_config_class(case, drop, changes, tmp_path):
     features = json.loads(run_hfx("inspect", "--json", src).stdout)["features"]
     assert features["sliding_window"] == want, (ref.layer_types, features)
     nope = {"smollm3": lambda: ref.no_rope_layers.count(0),  # Exaone4Attention: rope when no window or sliding
-            "exaone4": lambda: sum(ref.sliding_window is not None and t != "sliding_attention" for t in ref.layer_types)}
+            "exaone4": lambda: sum(ref.sliding_window is not None and t != "sliding_attention" for t in ref.layer_types),
+            "cohere2": lambda: sum(t != "sliding_attention" for t in ref.layer_types)}  # rope on sliding layers only
     if model_type in nope:
         n = nope[model_type]()
         assert features.get("no_rope_layers") == (f"{n} of {ref.num_hidden_layers} layers without rope" if n else None), features

@@ -50,6 +50,12 @@ def test_phi_qk_layernorm_is_refused(tmp_path):
     export_fails(model, tmp_path, "config.json", "qk_layernorm", "phi")
 
 
+def test_cohere_qk_norm_is_refused(tmp_path):
+    model = tiny_models.make("cohere", tmp_path / "model")
+    edit_config(model, use_qk_norm=True)
+    export_fails(model, tmp_path, "config.json", "use_qk_norm", "cohere")
+
+
 def test_pickle_only_folder_is_refused(good, tmp_path):
     (good / "model.safetensors").unlink()
     (good / "pytorch_model.bin").write_bytes(b"\x80\x04this would be a pickle")

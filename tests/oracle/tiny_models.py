@@ -50,6 +50,10 @@ CASES: dict[str, tuple[str, dict]] = {
     # helium: interleaved (GPT-J style) rotary, q/k/v bias without o_proj's (Helium's o_proj is
     # hidden x hidden, so head_dim stays hidden / heads)
     "helium": ("helium", dict(head_dim=16, attention_bias=True)),
+    # cohere: bias-free LayerNorm, parallel layer, interleaved rotary, logit_scale, tied (the default)
+    "cohere": ("cohere", dict(logit_scale=0.5)),
+    # cohere2: cohere + a sliding layer with rope and a full one without
+    "cohere2": ("cohere2", dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"], logit_scale=0.25)),
     # mistral: a sliding window shorter than the prompt
     "mistral-window": ("mistral", dict(sliding_window=4)),
     # ministral: the window on the layers layer_types names (a sliding one and a full one)
