@@ -36,7 +36,7 @@ std::vector<int64_t> parse_windows(const io::JsonFile& f, const DecoderTraits& t
       if (!types) {
         types = std::vector<std::string>();
         if (t.sliding_pattern > 0) {
-          // Gemma 2/3 config classes: every n-th layer is full attention.
+          // Gemma 2/3, OLMo 3, EXAONE 4, Cohere 2 config classes: every n-th layer is full attention.
           const int64_t n = io::optional_int(f, j, "sliding_window_pattern", 1).value_or(t.sliding_pattern);
           for (int64_t i = 0; i < layers; ++i) types->push_back((i + 1) % n ? "sliding_attention" : "full_attention");
         } else if (t.window_default == DecoderTraits::WindowDefault::AllLayers) {
