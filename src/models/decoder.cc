@@ -77,16 +77,16 @@ class Decoder final : public CausalLm {
       } else {
         ir::ValueId attn = a.out;
         if (t_.layout != Layout::PreNorm)
-          attn = norm(b, attn, p + "post_attention_layernorm", "post_attention_layernorm");
+          attn = norm(b, attn, p + t_.post_attn_norm_name, t_.post_attn_norm_name);
         h = b.plus(h, residual(attn));
         // MLP half.
-        const char* pre = t_.layout == Layout::Sandwich ? "pre_feedforward_layernorm"
+        const char* pre = t_.layout == Layout::Sandwich ? t_.pre_ffw_norm_name
                           : t_.layout == Layout::PreNorm ? "post_attention_layernorm"
                                                          : nullptr;
         x = pre ? norm(b, h, p + pre, pre) : h;
         ir::ValueId m = mlp(b, x, p);
         if (t_.layout != Layout::PreNorm)
-          m = norm(b, m, p + "post_feedforward_layernorm", "post_feedforward_layernorm");
+          m = norm(b, m, p + t_.post_ffw_norm_name, t_.post_ffw_norm_name);
         h = b.plus(h, residual(m));
       }
       // A stable debug name per layer: verification diffs hidden states layer by layer by it.

@@ -76,6 +76,11 @@ struct DecoderTraits {
   const char* plain_mlp_in = "c_fc";       // Mlp::Plain's projections; Phi: fc1, fc2
   const char* plain_mlp_out = "c_proj";
   const char* final_norm_name = "norm";    // model.<this>; Phi: final_layernorm
+  // Sandwich-layout norm names (Gemma 2's); GLM-4: post_self_attn_layernorm, post_attention_layernorm
+  // (before the MLP), post_mlp_layernorm.
+  const char* post_attn_norm_name = "post_attention_layernorm";
+  const char* pre_ffw_norm_name = "pre_feedforward_layernorm";
+  const char* post_ffw_norm_name = "post_feedforward_layernorm";
   // Layers without rope (NoPE): SmolLM3's no_rope_layers[i] == 0 (absent: every
   // no_rope_layer_interval-th layer, default 4); EXAONE 4's full-attention layers whenever the config
   // has a sliding_window.

@@ -50,6 +50,10 @@ CASES: dict[str, tuple[str, dict]] = {
     # helium: interleaved (GPT-J style) rotary, q/k/v bias without o_proj's (Helium's o_proj is
     # hidden x hidden, so head_dim stays hidden / heads)
     "helium": ("helium", dict(head_dim=16, attention_bias=True)),
+    # glm: fused gate_up_proj, q/k/v bias, partial (8 of 16) interleaved rotary
+    "glm": ("glm", dict(head_dim=16)),
+    # glm4: glm + sandwich norms; 32-dim heads (rotary 16 of 32: fused by the ort profile)
+    "glm4": ("glm4", dict(head_dim=32, num_attention_heads=2, num_key_value_heads=1)),
     # cohere: bias-free LayerNorm, parallel layer, interleaved rotary, logit_scale, tied (the default)
     "cohere": ("cohere", dict(logit_scale=0.5)),
     # cohere2: cohere + a sliding layer with rope and a full one without
