@@ -136,11 +136,7 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
   c.mlp_bias = io::optional_bool(f, j, "mlp_bias").value_or(false) || (t.bias_on_mlp && attention_bias);
   if (t.all_biases) c.qkv_bias = c.o_bias = c.mlp_bias = c.lm_head_bias = true;
   switch (t.qk_norm) {
-    case DecoderTraits::QkNorm::None:
-      // Phi's optional q/k LayerNorm (one over head_dim, shared by the heads) is not built.
-      if (io::optional_bool(f, j, "qk_layernorm").value_or(false))
-        unsupported("{}: qk_layernorm is not supported for model_type {}", file_name(f), c.model_type);
-      break;
+    case DecoderTraits::QkNorm::None: break;
     case DecoderTraits::QkNorm::PerHead:
     case DecoderTraits::QkNorm::Whole: c.qk_norm = true; break;
     case DecoderTraits::QkNorm::StableLm: c.qk_norm = io::optional_bool(f, j, "qk_layernorm").value_or(false); break;
@@ -162,8 +158,8 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     if (c.logits_scaling == 0) bad_input("{}: logits_scaling must not be 0", file_name(f));
   }
   if (t.logit_scale) c.logit_scale = io::optional_number(f, j, "logit_scale").value_or(0.0625);  // CohereConfig's default
-  if (t.refuse_qk_norm_flag && io::optional_bool(f, j, "use_qk_norm").value_or(false))
-    unsupported("{}: use_qk_norm is not supported for model_type {}", file_name(f), c.model_type);
+  if (t.refused_flag && io::optional_bool(f, j, t.refused_flag).value_or(false))
+    unsupported("{}: {} is not supported for model_type {}", file_name(f), t.refused_flag, c.model_type);
   c.attn_softcap = softcap_field(f, "attn_logit_softcapping", t.attn_softcap_default);
   c.final_softcap = softcap_field(f, "final_logit_softcapping", t.final_softcap_default);
 

@@ -90,7 +90,9 @@ struct DecoderTraits {
   bool rope_interleaved = false;             // Helium, Cohere: GPT-J style pairwise rotary
   bool layer_norm_bias = true;               // NormKind::Layer with a bias (Cohere's have none)
   bool logit_scale = false;                  // Cohere: logits times the config's logit_scale
-  bool refuse_qk_norm_flag = false;          // Cohere: use_qk_norm is not built
+  // A boolean config flag whose feature hfx does not build, refused in one line when true (Phi:
+  // qk_layernorm, one LayerNorm over head_dim shared by the heads; Cohere: use_qk_norm).
+  const char* refused_flag = nullptr;
 };
 
 struct DecoderConfig {
