@@ -8,6 +8,10 @@
 //   - scale_attn_weights / scale_attn_by_inverse_layer_idx; lm_head tied to wte unless the config unties it
 // Checkpoints name tensors transformer.h.{i}... (or h.{i}... without the base-model prefix, as the
 // original OpenAI conversions do; their attn.bias mask buffers are not weights).
+//
+// GPT-BigCode (StarCoder 1, SantaCoder: GPTBigCodeForCausalLM) is the same network with nn.Linear
+// [out, in] projections and, with multi_query (the default), one key/value head: c_attn gives
+// [q (n_embd) | k (head_dim) | v (head_dim)]; without it, c_attn is laid out per head as [q | k | v].
 #include "models/gpt2.h"
 
 #include <fmt/format.h>
@@ -28,16 +32,19 @@ struct Gpt2Config {
   double eps = 1e-5;
   Activation act = Activation::GeluTanh;
   bool scale_attn_weights = true, scale_by_inverse_layer_idx = false, tie_word_embeddings = true;
+  bool bigcode = false, multi_query = false;  // GPT-BigCode: Linear weights; one kv head with multi_query
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id, pad_token_id;
 };
 
-Gpt2Config parse_gpt2_config(const io::Checkpoint& ckpt) {
+Gpt2Config parse_gpt2_config(const io::Checkpoint& ckpt, bool bigcode) {
   const io::JsonFile& f = ckpt.config();
   const auto& j = f.json;
   const std::string file = f.path.filename().string();
   constexpr int64_t kMaxDim = int64_t(1) << 24;
   Gpt2Config c;
+  c.bigcode = bigcode;
+  c.multi_query = bigcode && io::optional_bool(f, j, "multi_query").value_or(true);
   c.vocab_size = io::require_int(f, j, "vocab_size", 1, int64_t(1) << 26);
   // GPT2Config's own names; hidden_size & co. are attribute aliases a hand-written file may use.
   auto dim = [&](const char* name, const char* alias, int64_t max) {
@@ -54,7 +61,7 @@ Gpt2Config parse_gpt2_config(const io::Checkpoint& ckpt) {
   c.head_dim = c.hidden_size / c.num_heads;
   c.eps = io::optional_number(f, j, "layer_norm_epsilon").value_or(1e-5);
   c.act = parse_activation(f, "activation_function",
-                           io::optional_string(f, j, "activation_function").value_or("gelu_new"));
+                           io::optional_string(f, j, "activation_function").value_or(bigcode ? "gelu_pytorch_tanh" : "gelu_new"));
   c.scale_attn_weights = io::optional_bool(f, j, "scale_attn_weights").value_or(true);
   c.scale_by_inverse_layer_idx = io::optional_bool(f, j, "scale_attn_by_inverse_layer_idx").value_or(false);
   c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(true);
@@ -69,9 +76,9 @@ class Gpt2 final : public CausalLm {
  public:
   Gpt2(const io::Checkpoint& ckpt, Gpt2Config cfg) : ckpt_(ckpt), c_(std::move(cfg)) {
     prefix_ = ckpt.find("transformer.wte.weight") || !ckpt.find("wte.weight") ? "transformer." : "";
-    s_ = summary_of(c_, ckpt.model_type(), "GPT2LMHeadModel");
+    s_ = summary_of(c_, ckpt.model_type(), c_.bigcode ? "GPTBigCodeForCausalLM" : "GPT2LMHeadModel");
     s_.features = {
-        {"attention", fmt::format("{} heads, head_dim {}", c_.num_heads, c_.head_dim)},
+        {"attention", fmt::format("{} heads, {} kv heads, head_dim {}", c_.num_heads, kv_heads(), c_.head_dim)},
         {"positions", fmt::format("learned absolute (n_positions {})", c_.max_positions)},
         {"activation", activation_name(c_.act)},
         {"tie_word_embeddings", c_.tie_word_embeddings ? "yes" : "no"},
@@ -80,7 +87,7 @@ class Gpt2 final : public CausalLm {
 
   const ModelSummary& summary() const override { return s_; }
   CacheGeometry cache() const override {
-    return {c_.num_layers, c_.num_heads, c_.head_dim, std::vector<int64_t>(size_t(c_.num_layers), 0)};
+    return {c_.num_layers, kv_heads(), c_.head_dim, std::vector<int64_t>(size_t(c_.num_layers), 0)};
   }
 
   CausalLmOutputs build(ir::Builder& b, const CausalLmInputs& in) const override {
@@ -115,8 +122,12 @@ class Gpt2 final : public CausalLm {
   }
 
  private:
+  int64_t kv_heads() const { return c_.multi_query ? 1 : c_.num_heads; }
+
   // Conv1D: y = x @ W + b with W stored [in, out]; bound as its transpose so Linear sees [out, in].
+  // GPT-BigCode's nn.Linear stores [out, in] already.
   ir::ValueId conv1d(ir::Builder& b, ir::ValueId x, const std::string& prefix, int64_t in, int64_t out) const {
+    if (c_.bigcode) return linear(b, ckpt_, x, prefix, in, out, true, fmt::format("Linear [out={}, in={}]", out, in));
     const std::string why = fmt::format("Conv1D [in={}, out={}]", in, out);
     auto t = [](ir::WeightRef w) { return w.transposed({1, 0}); };
     ir::ValueId w = bind_weight(b, ckpt_, prefix + ".weight", {in, out}, why, t);
@@ -127,10 +138,17 @@ class Gpt2 final : public CausalLm {
                          StepTables& tables) const {
     auto s = b.scope("attn");
     const int64_t H = c_.hidden_size;
-    ir::ValueId qkv = conv1d(b, x, p + "attn.c_attn", H, 3 * H);
-    ir::ValueId q = split_heads(b, b.slice(qkv, 0, H, -1), c_.num_heads, c_.head_dim);
-    ir::ValueId k = split_heads(b, b.slice(qkv, H, 2 * H, -1), c_.num_heads, c_.head_dim);
-    ir::ValueId v = split_heads(b, b.slice(qkv, 2 * H, 3 * H, -1), c_.num_heads, c_.head_dim);
+    const int64_t d = c_.head_dim, kv = kv_heads() * d;
+    ir::ValueId qkv = conv1d(b, x, p + "attn.c_attn", H, H + 2 * kv);
+    ir::ValueId q, k, v;
+    if (c_.bigcode && !c_.multi_query) {  // per head [q | k | v]: view [b, s, heads, 3d]
+      qkv = b.transpose(b.reshape(qkv, {0, 0, c_.num_heads, 3 * d}), {0, 2, 1, 3});
+      q = b.slice(qkv, 0, d, -1), k = b.slice(qkv, d, 2 * d, -1), v = b.slice(qkv, 2 * d, 3 * d, -1);
+    } else {
+      q = split_heads(b, b.slice(qkv, 0, H, -1), c_.num_heads, d);
+      k = split_heads(b, b.slice(qkv, H, H + kv, -1), kv_heads(), d);
+      v = split_heads(b, b.slice(qkv, H + kv, H + 2 * kv, -1), kv_heads(), d);
+    }
     double scale = c_.scale_attn_weights ? std::pow(double(c_.head_dim), -0.5) : 1.0;
     if (c_.scale_by_inverse_layer_idx) scale /= double(layer + 1);
     AttentionOut a = cached_attention(b, in, layer, q, k, v, tables.mask(0), scale);
@@ -147,7 +165,11 @@ class Gpt2 final : public CausalLm {
 }  // namespace
 
 std::unique_ptr<CausalLm> make_gpt2(const io::Checkpoint& ckpt) {
-  return std::make_unique<Gpt2>(ckpt, parse_gpt2_config(ckpt));
+  return std::make_unique<Gpt2>(ckpt, parse_gpt2_config(ckpt, false));
+}
+
+std::unique_ptr<CausalLm> make_gpt_bigcode(const io::Checkpoint& ckpt) {
+  return std::make_unique<Gpt2>(ckpt, parse_gpt2_config(ckpt, true));
 }
 
 }  // namespace hfx::models

@@ -126,6 +126,9 @@ const std::vector<ModelEntry>& model_registry() {
                      .rope_interleaved = true, .layer_norm_bias = false, .logit_scale = true}),
       {"gpt2", "GPT2LMHeadModel", "learned positions; LayerNorm; Conv1D [in, out] weights; fused c_attn; gelu_new",
        make_gpt2},
+      {"gpt_bigcode", "GPTBigCodeForCausalLM",
+       "GPT-2 with Linear weights and multi-query attention (one kv head; per-head q|k|v without multi_query)",
+       make_gpt_bigcode},
       {"gpt_neox", "GPTNeoXForCausalLM", "LayerNorm; per-head fused query_key_value; partial rotary; parallel residual",
        make_gpt_neox},
   };

@@ -33,7 +33,7 @@ NEW_TOKENS = 64
 SUPPORTED = ["llama", "llama-mha-tied", "llama-rope-llama3", "llama-rope-yarn", "qwen2-tied", "qwen3", "olmo2",
              "granite", "gemma2", "gemma3", "mistral-window", "qwen2-window", "phi3", "starcoder2",
              "gpt-neox-rotary16", "stablelm-rotary16", "phi3-longrope-full", "llama-rope-dynamic", "gpt2",
-             "gpt2-untied-scaled", "phi-rotary16-tied", "ministral", "olmo3", "seed-oss", "smollm3", "exaone4", "helium", "cohere", "cohere2", "glm4"]
+             "gpt2-untied-scaled", "phi-rotary16-tied", "ministral", "olmo3", "seed-oss", "smollm3", "exaone4", "helium", "cohere", "cohere2", "glm4", "gpt-bigcode", "gpt-bigcode-mha"]
 FALLBACK = {"phi3-longrope": "partial rotary over 8 of 16 dims", "phi": "partial rotary over 8 of 16 dims",
             "gpt-neox": "partial rotary over 4 of 16 dims", "stablelm-parallel": "partial rotary over 8 of 16 dims",
             "gemma": "head_dim 24 is not a multiple of 16", "glm": "partial rotary over 8 of 16 dims"}
@@ -248,7 +248,7 @@ def test_split_prefill_with_the_ort_profile(tiny_checkpoint, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["llama", "qwen3", "gemma2", "mistral-window", "phi3", "gpt2", "phi3-longrope-full",
-                                  "gpt-neox-rotary16", "phi-rotary16-tied", "smollm3"])
+                                  "gpt-neox-rotary16", "phi-rotary16-tied", "smollm3", "gpt-bigcode"])
 def test_left_padded_batch_matches_transformers(case, ort_export):
     """A left-padded batch (Transformers' convention for batched generation) through the ort graph: each
     row's new tokens are rolled to start at position 0 for GroupQueryAttention and the logits rolled back,

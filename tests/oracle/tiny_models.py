@@ -87,6 +87,11 @@ CASES: dict[str, tuple[str, dict]] = {
     "gpt2": ("gpt2", dict(num_key_value_heads=4, n_inner=80, max_position_embeddings=128)),
     "gpt2-untied-scaled": ("gpt2", dict(num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=False,
                                         activation_function="gelu", scale_attn_by_inverse_layer_idx=True)),
+    # gpt_bigcode (StarCoder 1, SantaCoder): multi-query attention (one kv head), tied; and the per-head
+    # q|k|v layout without multi_query
+    "gpt-bigcode": ("gpt_bigcode", dict(n_inner=80, max_position_embeddings=128, num_key_value_heads=1)),
+    "gpt-bigcode-mha": ("gpt_bigcode", dict(n_inner=80, max_position_embeddings=128, multi_query=False,
+                                            num_key_value_heads=4)),
     # phi3: fused qkv_proj / gate_up_proj, sliding window on every layer
     "phi3": ("phi3", dict(sliding_window=5)),
     # phi3 longrope with partial rotary: every step past the original context (long factors), and every
