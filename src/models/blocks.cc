@@ -11,7 +11,8 @@ Activation parse_activation(const io::JsonFile& f, const std::string& key, const
   if (value == "silu" || value == "swish") return Activation::Silu;
   if (value == "gelu") return Activation::Gelu;
   if (value == "gelu_pytorch_tanh" || value == "gelu_new" || value == "gelu_fast") return Activation::GeluTanh;
-  unsupported("{}: {} \"{}\" is not supported (supported: silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast)",
+  if (value == "relu2") return Activation::Relu2;
+  unsupported("{}: {} \"{}\" is not supported (supported: silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast, relu2)",
               f.path.filename().string(), key, value);
 }
 
@@ -20,6 +21,7 @@ const char* activation_name(Activation act) {
     case Activation::Silu: return "silu";
     case Activation::Gelu: return "gelu";
     case Activation::GeluTanh: return "gelu (tanh approximation)";
+    case Activation::Relu2: return "relu2 (squared relu)";
   }
   return "?";
 }
@@ -29,6 +31,10 @@ ir::ValueId activation(ir::Builder& b, ir::ValueId x, Activation act) {
     case Activation::Silu: return b.times(x, b.add1("Sigmoid", {x}));
     case Activation::Gelu: return b.add1("Gelu", {x}, {{"approximate", std::string("none")}});
     case Activation::GeluTanh: return b.add1("Gelu", {x}, {{"approximate", std::string("tanh")}});
+    case Activation::Relu2: {  // torch.square(relu(x))
+      ir::ValueId r = b.add1("Where", {b.add1("Greater", {x, b.f32(0.0f)}), x, b.f32(0.0f)});
+      return b.times(r, r);
+    }
   }
   HFX_CHECK(false, "unreachable");
 }
@@ -49,13 +55,16 @@ ir::ValueId norm(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, cons
                  NormKind kind, double eps, bool bias, const std::string& scope) {
   auto s = b.scope(scope);
   const std::string why = fmt::format("normalised size {}", n);
-  if (kind == NormKind::Layer) {
-    std::vector<ir::ValueId> inputs = {x, bind_weight(b, ckpt, prefix + ".weight", {n}, why)};
+  // Gemma's RMSNorm and Nemotron's LayerNorm1P multiply by (1 + w), computed in f32 like the
+  // (1.0 + weight.float()) they reproduce.
+  auto plus_one = [](ir::WeightRef w) { return w.plus_scalar(1.0); };
+  if (kind == NormKind::Layer || kind == NormKind::LayerPlusOne) {
+    std::vector<ir::ValueId> inputs = {x, kind == NormKind::LayerPlusOne
+                                              ? bind_weight(b, ckpt, prefix + ".weight", {n}, why, plus_one)
+                                              : bind_weight(b, ckpt, prefix + ".weight", {n}, why)};
     if (bias) inputs.push_back(bind_weight(b, ckpt, prefix + ".bias", {n}, why));
     return b.add1("LayerNorm", inputs, {{"epsilon", eps}});
   }
-  // Gemma's RMSNorm multiplies by (1 + w), computed in f32 like the (1.0 + weight.float()) it reproduces.
-  auto plus_one = [](ir::WeightRef w) { return w.plus_scalar(1.0); };
   ir::ValueId w = kind == NormKind::RmsPlusOne ? bind_weight(b, ckpt, prefix + ".weight", {n}, why, plus_one)
                                                : bind_weight(b, ckpt, prefix + ".weight", {n}, why);
   return b.add1("RMSNorm", {x, w}, {{"epsilon", eps}});

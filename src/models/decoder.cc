@@ -104,7 +104,7 @@ class Decoder final : public CausalLm {
  private:
   ir::ValueId norm(ir::Builder& b, ir::ValueId x, const std::string& prefix, const std::string& scope) const {
     return models::norm(b, ckpt_, x, prefix, c_.hidden_size, t_.norm, c_.norm_eps,
-                        t_.norm == NormKind::Layer && t_.layer_norm_bias, scope);
+                        (t_.norm == NormKind::Layer || t_.norm == NormKind::LayerPlusOne) && t_.layer_norm_bias, scope);
   }
 
   ir::ValueId linear(ir::Builder& b, ir::ValueId x, const std::string& prefix, int64_t in, int64_t out, bool bias,

@@ -58,6 +58,10 @@ CASES: dict[str, tuple[str, dict]] = {
     "cohere": ("cohere", dict(logit_scale=0.5)),
     # cohere2: cohere + a sliding layer with rope and a full one without
     "cohere2": ("cohere2", dict(sliding_window=4, layer_types=["sliding_attention", "full_attention"], logit_scale=0.25)),
+    # arcee: non-gated up/down MLP with relu2, attention and MLP biases
+    "arcee": ("arcee", dict(attention_bias=True, mlp_bias=True)),
+    # nemotron: (1 + w) LayerNorm with bias, relu2 MLP, partial rotary 16 of 32 (fused by the ort profile)
+    "nemotron": ("nemotron", dict(head_dim=32, num_attention_heads=2, num_key_value_heads=1)),
     # mistral: a sliding window shorter than the prompt
     "mistral-window": ("mistral", dict(sliding_window=4)),
     # ministral: the window on the layers layer_types names (a sliding one and a full one)
