@@ -41,6 +41,11 @@ class Decoder final : public CausalLm {
     if (c_.parallel_residual) s_.features.emplace_back("parallel_residual", "yes");
     if (c_.lm_head_bias) s_.features.emplace_back("lm_head_bias", "yes");
     if (t_.rope_interleaved) s_.features.emplace_back("rope_layout", "interleaved (GPT-J pairs)");
+    if (const auto moe = std::count(c_.layer_is_moe.begin(), c_.layer_is_moe.end(), true))
+      s_.features.emplace_back("mixture_of_experts", fmt::format("{} experts, top {}{} on {} of {} layers",
+                                                                  c_.moe.num_experts, c_.moe.top_k,
+                                                                  c_.moe.normalize_top_k ? " (renormalised)" : "", moe,
+                                                                  c_.num_layers));
     if (c_.logit_scale != 1.0) s_.features.emplace_back("logit_scale", fmt::format("{}", c_.logit_scale));
     if (const auto nope = std::count(c_.layer_has_rope.begin(), c_.layer_has_rope.end(), false))
       s_.features.emplace_back("no_rope_layers", fmt::format("{} of {} layers without rope", nope, c_.num_layers));
@@ -72,7 +77,7 @@ class Decoder final : public CausalLm {
       out.present_value.push_back(a.present_value);
       if (c_.parallel_residual) {
         // StableLM's use_parallel_residual, Phi: both branches read the same normed input.
-        ir::ValueId m = mlp(b, x, p);
+        ir::ValueId m = mlp(b, x, p, i);
         h = b.plus(b.plus(h, a.out), m);
       } else {
         ir::ValueId attn = a.out;
@@ -84,7 +89,7 @@ class Decoder final : public CausalLm {
                           : t_.layout == Layout::PreNorm ? "post_attention_layernorm"
                                                          : nullptr;
         x = pre ? norm(b, h, p + pre, pre) : h;
-        ir::ValueId m = mlp(b, x, p);
+        ir::ValueId m = mlp(b, x, p, i);
         if (t_.layout != Layout::PreNorm)
           m = norm(b, m, p + t_.post_ffw_norm_name, t_.post_ffw_norm_name);
         h = b.plus(h, residual(m));
@@ -170,7 +175,12 @@ class Decoder final : public CausalLm {
     return r;
   }
 
-  ir::ValueId mlp(ir::Builder& b, ir::ValueId x, const std::string& p) const {
+  ir::ValueId mlp(ir::Builder& b, ir::ValueId x, const std::string& p, int64_t layer) const {
+    if (c_.layer_is_moe[size_t(layer)]) {
+      const bool mixtral = t_.moe == DecoderTraits::Moe::Mixtral;
+      auto s = b.scope(mixtral ? "block_sparse_moe" : "mlp");
+      return sparse_moe(b, ckpt_, x, p + (mixtral ? "block_sparse_moe." : "mlp."), c_.moe);
+    }
     auto s = b.scope("mlp");
     const std::string why = fmt::format("hidden_size={}, intermediate_size={}", c_.hidden_size, c_.intermediate_size);
     const int64_t H = c_.hidden_size, I = c_.intermediate_size;

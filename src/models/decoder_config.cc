@@ -1,5 +1,6 @@
 #include "models/decoder_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -187,6 +188,23 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
   if (t.rope_per_layer_type) parse_layer_type_ropes(f, c);
   else c.ropes = {parse_rope(f, c.head_dim, c.max_position_embeddings, t.rope)};
 
+  c.layer_is_moe.assign(size_t(c.num_layers), false);
+  if (t.moe != DecoderTraits::Moe::None) {
+    const bool mixtral = t.moe == DecoderTraits::Moe::Mixtral;
+    // Qwen's config class names it num_experts, and v5 files save it under Mixtral's name.
+    const auto local = io::optional_int(f, j, "num_local_experts", 1, 4096);
+    c.moe.num_experts = local ? *local : io::require_int(f, j, "num_experts", 1, 4096);
+    c.moe.top_k = io::require_int(f, j, "num_experts_per_tok", 1, c.moe.num_experts);
+    c.moe.hidden = c.hidden_size;
+    c.moe.intermediate = mixtral ? c.intermediate_size : io::require_int(f, j, "moe_intermediate_size", 1, kMaxDim);
+    c.moe.normalize_top_k = mixtral || io::optional_bool(f, j, "norm_topk_prob").value_or(false);
+    c.moe.act = c.act;
+    if (mixtral) c.moe.gate = "w1", c.moe.up = "w3", c.moe.down = "w2";
+    const int64_t step = mixtral ? 1 : io::optional_int(f, j, "decoder_sparse_step", 1).value_or(1);
+    const auto dense = io::optional_int_list(f, j, "mlp_only_layers", 0).value_or(std::vector<int64_t>{});
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      c.layer_is_moe[size_t(i)] = (i + 1) % step == 0 && std::find(dense.begin(), dense.end(), i) == dense.end();
+  }
   read_generation_ids(ckpt, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
   return c;
 }

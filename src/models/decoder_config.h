@@ -8,6 +8,7 @@
 
 #include "io/checkpoint.h"
 #include "models/blocks.h"
+#include "models/moe.h"
 #include "models/rope.h"
 
 namespace hfx::models {
@@ -93,6 +94,10 @@ struct DecoderTraits {
   // A boolean config flag whose feature hfx does not build, refused in one line when true (Phi:
   // qk_layernorm, one LayerNorm over head_dim shared by the heads; Cohere: use_qk_norm).
   const char* refused_flag = nullptr;
+  // Sparse mixture-of-experts MLPs: Mixtral's block_sparse_moe (w1 / w3 / w2, every layer, top-k
+  // always renormalised) or Qwen's mlp (gate_proj / up_proj / down_proj, norm_topk_prob,
+  // moe_intermediate_size, decoder_sparse_step and mlp_only_layers choosing the MoE layers).
+  enum class Moe { None, Mixtral, Qwen } moe = Moe::None;
 };
 
 struct DecoderConfig {
@@ -125,6 +130,8 @@ struct DecoderConfig {
   std::vector<RopeSpec> ropes;          // one per rope variant
   std::vector<size_t> layer_rope;       // per layer: index into ropes
   std::vector<bool> layer_has_rope;     // per layer: false for a NoPE layer (SmolLM3)
+  std::vector<bool> layer_is_moe;       // per layer: the MLP is `moe` (DecoderTraits::moe)
+  MoeSpec moe;
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id, pad_token_id;
 

@@ -62,6 +62,14 @@ CASES: dict[str, tuple[str, dict]] = {
     "arcee": ("arcee", dict(attention_bias=True, mlp_bias=True)),
     # nemotron: (1 + w) LayerNorm with bias, relu2 MLP, partial rotary 16 of 32 (fused by the ort profile)
     "nemotron": ("nemotron", dict(head_dim=32, num_attention_heads=2, num_key_value_heads=1)),
+    # mixtral: 4 experts, top 2 (renormalised) on every layer
+    "mixtral": ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2)),
+    # qwen3_moe: 4 experts, top 2 renormalised on layer 0; layer 1 dense (mlp_only_layers)
+    "qwen3-moe": ("qwen3_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True,
+                                    mlp_only_layers=[1], head_dim=16)),
+    # qwen3_moe without renormalisation, top 3 of 4, every layer
+    "qwen3-moe-raw": ("qwen3_moe", dict(num_experts=4, num_experts_per_tok=3, moe_intermediate_size=48,
+                                        norm_topk_prob=False, head_dim=16)),
     # mistral: a sliding window shorter than the prompt
     "mistral-window": ("mistral", dict(sliding_window=4)),
     # ministral: the window on the layers layer_types names (a sliding one and a full one)

@@ -1,0 +1,48 @@
+#include "models/moe.h"
+
+#include <fmt/format.h>
+
+#include "models/weights.h"
+
+namespace hfx::models {
+
+ir::ValueId sparse_moe(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                       const MoeSpec& m) {
+  const std::string why = fmt::format("hidden_size={}, experts={}, expert intermediate size={}", m.hidden, m.num_experts,
+                                      m.intermediate);
+  // Router: softmax over the experts' logits (in f32), then the top_k probabilities. torch.topk is
+  // found by k rounds of "the largest remaining": probabilities are >= 0, so a picked one is set to -1.
+  ir::ValueId probs;
+  {
+    auto s = b.scope("router");
+    ir::ValueId logits = linear(b, ckpt, x, prefix + m.router, m.hidden, m.num_experts, false, why);
+    probs = b.add1("Softmax", {logits}, {{"axis", int64_t(-1)}});
+  }
+  ir::ValueId weights;
+  {
+    auto s = b.scope("top_k");
+    ir::ValueId remaining = probs, picked = ir::kNone;
+    for (int64_t i = 0; i < m.top_k; ++i) {
+      ir::ValueId largest = b.add1("ReduceMax", {remaining, b.i64s({-1})}, {{"keepdims", int64_t(1)}});
+      ir::ValueId hit = b.add1("Equal", {remaining, largest});
+      picked = picked == ir::kNone ? hit : b.add1("Or", {picked, hit});
+      remaining = b.add1("Where", {hit, b.f32(-1.0f), remaining});
+    }
+    weights = b.add1("Where", {picked, probs, b.f32(0.0f)});  // [b, s, E]
+    if (m.normalize_top_k)
+      weights = b.divide(weights, b.add1("ReduceSum", {weights, b.i64s({-1})}, {{"keepdims", int64_t(1)}}));
+  }
+  ir::ValueId out = ir::kNone;
+  for (int64_t e = 0; e < m.num_experts; ++e) {
+    auto s = b.scope(fmt::format("experts.{}", e));
+    const std::string p = fmt::format("{}experts.{}.", prefix, e);
+    ir::ValueId gate = linear(b, ckpt, x, p + m.gate, m.hidden, m.intermediate, false, why);
+    ir::ValueId up = linear(b, ckpt, x, p + m.up, m.hidden, m.intermediate, false, why);
+    ir::ValueId y = linear(b, ckpt, gated_activation(b, gate, up, m.act), p + m.down, m.intermediate, m.hidden, false, why);
+    y = b.times(y, b.slice(weights, e, e + 1, -1));
+    out = out == ir::kNone ? y : b.plus(out, y);
+  }
+  return out;
+}
+
+}  // namespace hfx::models

@@ -1,0 +1,29 @@
+// Sparse mixture-of-experts MLP (Transformers' MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock): a router
+// picks top_k of num_experts per token, and the block is the routing-weighted sum of those experts'
+// gated MLPs. Built from primitives, so every backend and the reference executor run it as they are.
+#pragma once
+
+#include <string>
+
+#include "io/checkpoint.h"
+#include "ir/builder.h"
+#include "models/blocks.h"
+
+namespace hfx::models {
+
+struct MoeSpec {
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t hidden = 0, intermediate = 0;  // each expert's MLP: [hidden] -> [intermediate] -> [hidden]
+  bool normalize_top_k = false;          // top-k weights divided by their sum (Mixtral always; Qwen's norm_topk_prob)
+  Activation act = Activation::Silu;
+  // Checkpoint names under the block: "<router>.weight" [E, hidden]; "experts.<e>.<gate|up|down>.weight".
+  std::string router = "gate", gate = "gate_proj", up = "up_proj", down = "down_proj";
+};
+
+// x [b, s, hidden] -> [b, s, hidden]. Every expert runs on every token (dense) with weight 0 where the
+// router did not pick it: the sum, over experts in index order, is what Transformers accumulates.
+ir::ValueId sparse_moe(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                       const MoeSpec& spec);
+
+}  // namespace hfx::models
