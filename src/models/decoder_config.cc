@@ -25,12 +25,13 @@ std::vector<int64_t> parse_windows(const io::JsonFile& f, const DecoderTraits& t
                                    const std::vector<bool>& has_rope) {
   const auto& j = f.json;
   std::vector<int64_t> windows(size_t(layers), 0);
-  auto window = io::optional_int(f, j, "sliding_window", 1);
-  if (!window && !j.contains("sliding_window") && t.default_sliding_window) window = t.default_sliding_window;
+  // 0: no window (null, absent without a family default, or Qwen2-MoE's explicit 0).
+  int64_t window = io::optional_int(f, j, "sliding_window", 0).value_or(0);
+  if (!j.contains("sliding_window")) window = t.default_sliding_window;
   switch (t.window) {
     case DecoderTraits::Window::None: break;
     case DecoderTraits::Window::AllLayers:
-      if (window) windows.assign(size_t(layers), *window);
+      if (window) windows.assign(size_t(layers), window);
       break;
     case DecoderTraits::Window::LayerTypes: {
       auto types = io::optional_string_list(f, j, "layer_types");
@@ -60,7 +61,7 @@ std::vector<int64_t> parse_windows(const io::JsonFile& f, const DecoderTraits& t
         const auto& type = (*types)[size_t(i)];
         if (type == "sliding_attention") {
           if (!window) bad_input("{}: layer {} is sliding_attention but sliding_window is not set", file_name(f), i);
-          windows[size_t(i)] = *window;
+          windows[size_t(i)] = window;
         } else if (type != "full_attention") {
           unsupported("{}: layer_types[{}] = \"{}\" (supported: full_attention, sliding_attention)", file_name(f), i,
                       type);
@@ -199,6 +200,8 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     c.moe.intermediate = mixtral ? c.intermediate_size : io::require_int(f, j, "moe_intermediate_size", 1, kMaxDim);
     c.moe.normalize_top_k = mixtral || io::optional_bool(f, j, "norm_topk_prob").value_or(false);
     c.moe.act = c.act;
+    if (t.moe_shared_expert)
+      c.moe.shared_intermediate = io::require_int(f, j, "shared_expert_intermediate_size", 1, kMaxDim);
     if (mixtral) c.moe.gate = "w1", c.moe.up = "w3", c.moe.down = "w2";
     const int64_t step = mixtral ? 1 : io::optional_int(f, j, "decoder_sparse_step", 1).value_or(1);
     const auto dense = io::optional_int_list(f, j, "mlp_only_layers", 0).value_or(std::vector<int64_t>{});

@@ -98,6 +98,7 @@ struct DecoderTraits {
   // always renormalised) or Qwen's mlp (gate_proj / up_proj / down_proj, norm_topk_prob,
   // moe_intermediate_size, decoder_sparse_step and mlp_only_layers choosing the MoE layers).
   enum class Moe { None, Mixtral, Qwen } moe = Moe::None;
+  bool moe_shared_expert = false;  // Qwen2-MoE: a gated shared expert beside the routed ones
 };
 
 struct DecoderConfig {

@@ -42,6 +42,16 @@ ir::ValueId sparse_moe(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x
     y = b.times(y, b.slice(weights, e, e + 1, -1));
     out = out == ir::kNone ? y : b.plus(out, y);
   }
+  if (m.shared_intermediate > 0) {
+    auto s = b.scope("shared_expert");
+    const std::string p = prefix + "shared_expert.";
+    ir::ValueId gate = linear(b, ckpt, x, p + m.gate, m.hidden, m.shared_intermediate, false, why);
+    ir::ValueId up = linear(b, ckpt, x, p + m.up, m.hidden, m.shared_intermediate, false, why);
+    ir::ValueId y = linear(b, ckpt, gated_activation(b, gate, up, m.act), p + m.down, m.shared_intermediate, m.hidden,
+                           false, why);
+    ir::ValueId share = b.add1("Sigmoid", {linear(b, ckpt, x, prefix + "shared_expert_gate", m.hidden, 1, false, why)});
+    out = b.plus(out, b.times(share, y));
+  }
   return out;
 }
 

@@ -19,6 +19,9 @@ struct MoeSpec {
   Activation act = Activation::Silu;
   // Checkpoint names under the block: "<router>.weight" [E, hidden]; "experts.<e>.<gate|up|down>.weight".
   std::string router = "gate", gate = "gate_proj", up = "up_proj", down = "down_proj";
+  // Qwen2-MoE's shared expert, added to every token as sigmoid(shared_expert_gate(x)) * shared_expert(x)
+  // (a gated MLP of this size; 0: none).
+  int64_t shared_intermediate = 0;
 };
 
 // x [b, s, hidden] -> [b, s, hidden]. Every expert runs on every token (dense) with weight 0 where the

@@ -33,7 +33,7 @@ NEW_TOKENS = 64
 SUPPORTED = ["llama", "llama-mha-tied", "llama-rope-llama3", "llama-rope-yarn", "qwen2-tied", "qwen3", "olmo2",
              "granite", "gemma2", "gemma3", "mistral-window", "qwen2-window", "phi3", "starcoder2",
              "gpt-neox-rotary16", "stablelm-rotary16", "phi3-longrope-full", "llama-rope-dynamic", "gpt2",
-             "gpt2-untied-scaled", "phi-rotary16-tied", "ministral", "olmo3", "seed-oss", "smollm3", "exaone4", "helium", "cohere", "cohere2", "glm4", "gpt-bigcode", "gpt-bigcode-mha", "arcee", "nemotron", "mixtral", "qwen3-moe", "qwen3-moe-raw"]
+             "gpt2-untied-scaled", "phi-rotary16-tied", "ministral", "olmo3", "seed-oss", "smollm3", "exaone4", "helium", "cohere", "cohere2", "glm4", "gpt-bigcode", "gpt-bigcode-mha", "arcee", "nemotron", "mixtral", "qwen3-moe", "qwen3-moe-raw", "qwen2-moe"]
 FALLBACK = {"phi3-longrope": "partial rotary over 8 of 16 dims", "phi": "partial rotary over 8 of 16 dims",
             "gpt-neox": "partial rotary over 4 of 16 dims", "stablelm-parallel": "partial rotary over 8 of 16 dims",
             "gemma": "head_dim 24 is not a multiple of 16", "glm": "partial rotary over 8 of 16 dims"}

@@ -67,6 +67,9 @@ CASES: dict[str, tuple[str, dict]] = {
     # qwen3_moe: 4 experts, top 2 renormalised on layer 0; layer 1 dense (mlp_only_layers)
     "qwen3-moe": ("qwen3_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True,
                                     mlp_only_layers=[1], head_dim=16)),
+    # qwen2_moe: top 2 of 4 experts plus the gated shared expert, q/k/v bias
+    "qwen2-moe": ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+                                    shared_expert_intermediate_size=80)),
     # qwen3_moe without renormalisation, top 3 of 4, every layer
     "qwen3-moe-raw": ("qwen3_moe", dict(num_experts=4, num_experts_per_tok=3, moe_intermediate_size=48,
                                         norm_topk_prob=False, head_dim=16)),
