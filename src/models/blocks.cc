@@ -51,27 +51,39 @@ ir::ValueId linear(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, co
   return b.add1("Linear", inputs);
 }
 
+ir::ValueId gated_mlp(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                      const GatedMlpNames& names, int64_t hidden, int64_t intermediate, bool bias, Activation act,
+                      const std::string& why) {
+  ir::ValueId gate = linear(b, ckpt, x, prefix + names.gate, hidden, intermediate, bias, why);
+  ir::ValueId up = linear(b, ckpt, x, prefix + names.up, hidden, intermediate, bias, why);
+  return linear(b, ckpt, gated_activation(b, gate, up, act), prefix + names.down, intermediate, hidden, bias, why);
+}
+
 ir::ValueId norm(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix, int64_t n,
                  NormKind kind, double eps, bool bias, const std::string& scope) {
   auto s = b.scope(scope);
   const std::string why = fmt::format("normalised size {}", n);
   // Gemma's RMSNorm and Nemotron's LayerNorm1P multiply by (1 + w), computed in f32 like the
   // (1.0 + weight.float()) they reproduce.
-  auto plus_one = [](ir::WeightRef w) { return w.plus_scalar(1.0); };
+  const ir::ValueId w = kind == NormKind::RmsPlusOne || kind == NormKind::LayerPlusOne
+                            ? bind_weight(b, ckpt, prefix + ".weight", {n}, why, [](ir::WeightRef r) { return r.plus_scalar(1.0); })
+                            : bind_weight(b, ckpt, prefix + ".weight", {n}, why);
   if (kind == NormKind::Layer || kind == NormKind::LayerPlusOne) {
-    std::vector<ir::ValueId> inputs = {x, kind == NormKind::LayerPlusOne
-                                              ? bind_weight(b, ckpt, prefix + ".weight", {n}, why, plus_one)
-                                              : bind_weight(b, ckpt, prefix + ".weight", {n}, why)};
+    std::vector<ir::ValueId> inputs = {x, w};
     if (bias) inputs.push_back(bind_weight(b, ckpt, prefix + ".bias", {n}, why));
     return b.add1("LayerNorm", inputs, {{"epsilon", eps}});
   }
-  ir::ValueId w = kind == NormKind::RmsPlusOne ? bind_weight(b, ckpt, prefix + ".weight", {n}, why, plus_one)
-                                               : bind_weight(b, ckpt, prefix + ".weight", {n}, why);
   return b.add1("RMSNorm", {x, w}, {{"epsilon", eps}});
 }
 
 ir::ValueId split_heads(ir::Builder& b, ir::ValueId x, int64_t heads, int64_t head_dim) {
   return b.transpose(b.reshape(x, {0, 0, heads, head_dim}), {0, 2, 1, 3});
+}
+
+std::array<ir::ValueId, 3> split_qkv_per_head(ir::Builder& b, ir::ValueId qkv, int64_t heads, int64_t head_dim) {
+  const int64_t d = head_dim;
+  qkv = b.transpose(b.reshape(qkv, {0, 0, heads, 3 * d}), {0, 2, 1, 3});  // [b, heads, s, 3d]
+  return {b.slice(qkv, 0, d, -1), b.slice(qkv, d, 2 * d, -1), b.slice(qkv, 2 * d, 3 * d, -1)};
 }
 
 const std::vector<ir::ValueId>& StepTables::rope(const RopeSpec& r, size_t key) {

@@ -3,6 +3,8 @@
 // emit canonical IR only (no target knowledge) and bind weights by their checkpoint names.
 #pragma once
 
+#include <array>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +32,14 @@ ir::ValueId gated_activation(ir::Builder& b, ir::ValueId gate, ir::ValueId up, A
 // x @ W^T (+ b) with W = `prefix`.weight [out, in] and b = `prefix`.bias [out].
 ir::ValueId linear(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix, int64_t in,
                    int64_t out, bool bias, const std::string& why);
+// Checkpoint names of a gated MLP's projections (Mixtral's experts: w1, w3, w2).
+struct GatedMlpNames {
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
+};
+// down(act(gate(x)) * up(x)) over `prefix`<name>: Llama's MLP, each routed expert, Qwen2-MoE's shared expert.
+ir::ValueId gated_mlp(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                      const GatedMlpNames& names, int64_t hidden, int64_t intermediate, bool bias, Activation act,
+                      const std::string& why);
 // A norm over the last axis (size n) with weights `prefix`.weight (and `prefix`.bias for a LayerNorm
 // with bias); opens a scope named `scope`.
 ir::ValueId norm(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix, int64_t n,
@@ -37,6 +47,9 @@ ir::ValueId norm(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, cons
 
 // [b, s, heads * d] -> [b, heads, s, d]
 ir::ValueId split_heads(ir::Builder& b, ir::ValueId x, int64_t heads, int64_t head_dim);
+// A fused projection laid out per head as [q | k | v] (GPT-NeoX, GPT-BigCode without multi_query):
+// [b, s, heads * 3d] -> q, k, v [b, heads, s, d].
+std::array<ir::ValueId, 3> split_qkv_per_head(ir::Builder& b, ir::ValueId qkv, int64_t heads, int64_t head_dim);
 
 // What every layer of one step shares: rope tables and attention masks, each built once on first use.
 class StepTables {

@@ -185,11 +185,7 @@ class Decoder final : public CausalLm {
     const std::string why = fmt::format("hidden_size={}, intermediate_size={}", c_.hidden_size, c_.intermediate_size);
     const int64_t H = c_.hidden_size, I = c_.intermediate_size;
     switch (t_.mlp) {
-      case Mlp::Gated: {
-        ir::ValueId gate = linear(b, x, p + "mlp.gate_proj", H, I, c_.mlp_bias, why);
-        ir::ValueId up = linear(b, x, p + "mlp.up_proj", H, I, c_.mlp_bias, why);
-        return linear(b, gated_activation(b, gate, up, c_.act), p + "mlp.down_proj", I, H, c_.mlp_bias, why);
-      }
+      case Mlp::Gated: return gated_mlp(b, ckpt_, x, p + "mlp.", {}, H, I, c_.mlp_bias, c_.act, why);
       case Mlp::GatedFused: {
         // Phi-3's gate_up_proj: one matmul, then gate = first half, up = second half.
         ir::ValueId gate_up = linear(b, x, p + "mlp.gate_up_proj", H, 2 * I, c_.mlp_bias, why);

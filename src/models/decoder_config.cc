@@ -202,7 +202,7 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     c.moe.act = c.act;
     if (t.moe_shared_expert)
       c.moe.shared_intermediate = io::require_int(f, j, "shared_expert_intermediate_size", 1, kMaxDim);
-    if (mixtral) c.moe.gate = "w1", c.moe.up = "w3", c.moe.down = "w2";
+    if (mixtral) c.moe.expert = {"w1", "w3", "w2"};
     const int64_t step = mixtral ? 1 : io::optional_int(f, j, "decoder_sparse_step", 1).value_or(1);
     const auto dense = io::optional_int_list(f, j, "mlp_only_layers", 0).value_or(std::vector<int64_t>{});
     for (int64_t i = 0; i < c.num_layers; ++i)

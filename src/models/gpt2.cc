@@ -141,9 +141,9 @@ class Gpt2 final : public CausalLm {
     const int64_t d = c_.head_dim, kv = kv_heads() * d;
     ir::ValueId qkv = conv1d(b, x, p + "attn.c_attn", H, H + 2 * kv);
     ir::ValueId q, k, v;
-    if (c_.bigcode && !c_.multi_query) {  // per head [q | k | v]: view [b, s, heads, 3d]
-      qkv = b.transpose(b.reshape(qkv, {0, 0, c_.num_heads, 3 * d}), {0, 2, 1, 3});
-      q = b.slice(qkv, 0, d, -1), k = b.slice(qkv, d, 2 * d, -1), v = b.slice(qkv, 2 * d, 3 * d, -1);
+    if (c_.bigcode && !c_.multi_query) {
+      const auto parts = split_qkv_per_head(b, qkv, c_.num_heads, d);
+      q = parts[0], k = parts[1], v = parts[2];
     } else {
       q = split_heads(b, b.slice(qkv, 0, H, -1), c_.num_heads, d);
       k = split_heads(b, b.slice(qkv, H, H + kv, -1), kv_heads(), d);

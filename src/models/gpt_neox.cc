@@ -131,8 +131,7 @@ class GptNeox final : public CausalLm {
     const int64_t H = c_.hidden_size, d = c_.head_dim;
     const std::string why = fmt::format("hidden_size={}, heads={}", H, c_.num_heads);
     ir::ValueId qkv = linear(b, ckpt_, x, p + "attention.query_key_value", H, 3 * H, c_.bias, why);
-    qkv = b.transpose(b.reshape(qkv, {0, 0, c_.num_heads, 3 * d}), {0, 2, 1, 3});  // [b, heads, s, 3d]
-    ir::ValueId q = b.slice(qkv, 0, d, -1), k = b.slice(qkv, d, 2 * d, -1), v = b.slice(qkv, 2 * d, 3 * d, -1);
+    auto [q, k, v] = split_qkv_per_head(b, qkv, c_.num_heads, d);
     const auto& cos_sin = tables.rope(c_.rope);
     q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});
     k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});

@@ -35,20 +35,15 @@ ir::ValueId sparse_moe(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x
   ir::ValueId out = ir::kNone;
   for (int64_t e = 0; e < m.num_experts; ++e) {
     auto s = b.scope(fmt::format("experts.{}", e));
-    const std::string p = fmt::format("{}experts.{}.", prefix, e);
-    ir::ValueId gate = linear(b, ckpt, x, p + m.gate, m.hidden, m.intermediate, false, why);
-    ir::ValueId up = linear(b, ckpt, x, p + m.up, m.hidden, m.intermediate, false, why);
-    ir::ValueId y = linear(b, ckpt, gated_activation(b, gate, up, m.act), p + m.down, m.intermediate, m.hidden, false, why);
+    ir::ValueId y = gated_mlp(b, ckpt, x, fmt::format("{}experts.{}.", prefix, e), m.expert, m.hidden, m.intermediate,
+                              false, m.act, why);
     y = b.times(y, b.slice(weights, e, e + 1, -1));
     out = out == ir::kNone ? y : b.plus(out, y);
   }
   if (m.shared_intermediate > 0) {
     auto s = b.scope("shared_expert");
-    const std::string p = prefix + "shared_expert.";
-    ir::ValueId gate = linear(b, ckpt, x, p + m.gate, m.hidden, m.shared_intermediate, false, why);
-    ir::ValueId up = linear(b, ckpt, x, p + m.up, m.hidden, m.shared_intermediate, false, why);
-    ir::ValueId y = linear(b, ckpt, gated_activation(b, gate, up, m.act), p + m.down, m.shared_intermediate, m.hidden,
-                           false, why);
+    ir::ValueId y = gated_mlp(b, ckpt, x, prefix + "shared_expert.", m.expert, m.hidden, m.shared_intermediate, false,
+                              m.act, why);
     ir::ValueId share = b.add1("Sigmoid", {linear(b, ckpt, x, prefix + "shared_expert_gate", m.hidden, 1, false, why)});
     out = b.plus(out, b.times(share, y));
   }

@@ -17,8 +17,9 @@ struct MoeSpec {
   int64_t hidden = 0, intermediate = 0;  // each expert's MLP: [hidden] -> [intermediate] -> [hidden]
   bool normalize_top_k = false;          // top-k weights divided by their sum (Mixtral always; Qwen's norm_topk_prob)
   Activation act = Activation::Silu;
-  // Checkpoint names under the block: "<router>.weight" [E, hidden]; "experts.<e>.<gate|up|down>.weight".
-  std::string router = "gate", gate = "gate_proj", up = "up_proj", down = "down_proj";
+  // Checkpoint names under the block: "<router>.weight" [E, hidden]; "experts.<e>.<expert names>.weight".
+  std::string router = "gate";
+  GatedMlpNames expert;
   // Qwen2-MoE's shared expert, added to every token as sigmoid(shared_expert_gate(x)) * shared_expert(x)
   // (a gated MLP of this size; 0: none).
   int64_t shared_intermediate = 0;

@@ -86,11 +86,7 @@ runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& o
     bad_input("reference weights `{}`: expected auto, hold or stream", opt.reference_weights);
   if (opt.reference_weights == "auto") {
     int64_t f32_bytes = 0;
-    for (auto id : g.weights()) {
-      int64_t n = 1;
-      for (int64_t d : g.weight(id)->shape()) n *= d;
-      f32_bytes += 4 * n;
-    }
+    for (auto id : g.weights()) f32_bytes += 4 * fixed_numel(g.value(id).shape).value_or(0);
     static const int64_t budget = available_memory_bytes().value_or(int64_t(8) << 30) / 2;
     o.cache_weights = 4 * f32_bytes <= budget;
   } else {

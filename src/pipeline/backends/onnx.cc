@@ -36,7 +36,8 @@ class OnnxBackend final : public Backend {
          "genai_config.json for onnxruntime-genai, falling back to portable per model; portable (the default with "
          "--onnx-opset 23): standard ops only"},
         {"--onnx-opset 21|23", "onnx_opset",
-         "21 (default): every composite decomposed; 23: RMSNormalization, RotaryEmbedding and Attention where they "
+         "21 (default): LayerNormalization and Gelu, every other composite decomposed; 23: also RMSNormalization, "
+         "RotaryEmbedding and Attention where they "
          "compute the model exactly, per node (portable profile and its fallbacks; docs/onnx_profiles.md)"},
         {"--split-prefill", "split_prefill", "prefill.onnx + decode.onnx instead of one decoder graph"},
         {"--static-cache --max-cache-len N", "static_cache, max_cache_len", "fixed-size KV buffers updated in place"},
