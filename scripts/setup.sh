@@ -10,7 +10,7 @@ cd "$root"
 apt_packages=(build-essential cmake ninja-build pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
-  libgtest-dev libgmock-dev libopenblas-dev libssl-dev
+  libgtest-dev libgmock-dev libopenblas-dev libssl-dev ccache
   clang libclang-rt-14-dev)  # clang + its sanitizer runtimes: the fuzz targets (scripts/fuzz.sh)
 
 missing=()
@@ -41,6 +41,9 @@ if ! cmp -s requirements-test.txt "$stamp" 2>/dev/null; then
   cp requirements-test.txt "$stamp"
 fi
 
-# Build (Release, warnings as errors).
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHFX_WERROR=ON >/dev/null
+# Build (Release, warnings as errors), through ccache where it is installed (rebuilds of a fresh
+# clone on the same machine then take seconds).
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHFX_WERROR=ON "${launcher[@]}" >/dev/null
 cmake --build build

@@ -115,7 +115,7 @@ void register_export(CLI::App& app, Action& action) {
         for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic", "--stateless",
                                  "--dtype", "--quantize", "--quantize-lm-head", "--quantize-embeddings", "--onnx-opset"})
           if (cmd->count(flag)) bad_input("{} cannot be combined with --recipe (the recipe fixes it)", flag);
-        const std::string text = read_text_file(s->recipe);
+        const std::string text = read_text_file(s->recipe, kMaxManifestBytes);  // a recipe may be an hfx.json
         io::check_json_depth(text, s->recipe.string());  // printing a 100000-deep value would overflow the stack
         const auto j = nlohmann::json::parse(text, nullptr, false);
         if (j.is_discarded()) bad_input("{}: not valid JSON", s->recipe.string());

@@ -29,13 +29,7 @@ namespace fs = std::filesystem;
 
 namespace hfx {
 
-std::string read_text_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, "{}: cannot open: {}", path.string(), std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text_file(const fs::path& path, uint64_t max_bytes) { return read_file_capped(path, max_bytes); }
 
 void write_text_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -47,7 +41,8 @@ std::string sha256_file(const fs::path& path) { return sha256_file(path, nullptr
 
 std::string sha256_file(const fs::path& path, const std::atomic<bool>* cancel) {
   // Read in chunks rather than map: hashing a multi-GB artifact must not count its pages in our RSS.
-  std::FILE* f = std::fopen(path.c_str(), "rb");
+  // A FIFO or device listed in a manifest must not hang or spin the hasher (open_regular_file).
+  std::FILE* f = ::fdopen(open_regular_file(path, nullptr), "rb");
   if (!f) fail(ErrorKind::Io, "{}: cannot open: {}", path.string(), std::strerror(errno));
   Sha256 sha;
   std::vector<uint8_t> buf(size_t(1) << 20);  // small: it runs beside the export, on its own thread

@@ -5,9 +5,13 @@
 #include <filesystem>
 #include <string>
 
+#include "core/safe_path.h"
+
 namespace hfx {
 
-std::string read_text_file(const std::filesystem::path& path);
+// A whole regular file of at most `max_bytes` (core/safe_path.h: no FIFO or device, BadInput past
+// the cap naming both sizes).
+std::string read_text_file(const std::filesystem::path& path, uint64_t max_bytes = kMaxTextBytes);
 void write_text_file(const std::filesystem::path& path, const std::string& text);
 std::string sha256_file(const std::filesystem::path& path);  // lower-case hex
 // The same, giving up (returning "") as soon as `*cancel` is set: for hashing on a background thread

@@ -9,20 +9,16 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/safe_path.h"
 
 namespace hfx {
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::Io, "{}: cannot open: {}", path.string(), std::strerror(errno));
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(ErrorKind::Io, "{}: not a regular file", path.string());
-  }
+  uint64_t size = 0;
+  const int fd = open_regular_file(path, &size);  // never blocks on a FIFO; refuses devices
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;
-  file->size_ = size_t(st.st_size);
+  file->size_ = size_t(size);
   if (file->size_ > 0) {
     void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

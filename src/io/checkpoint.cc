@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/safe_path.h"
 #include "core/mapped_file.h"
 
 namespace fs = std::filesystem;
@@ -12,11 +13,6 @@ namespace hfx::io {
 namespace {
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
-
-bool is_within(const fs::path& root, const fs::path& p) {
-  auto [r, _] = std::mismatch(root.begin(), root.end(), p.begin(), p.end());
-  return r == root.end();
-}
 
 // Resolves `dir/name`, which must be a regular file whose real location stays inside the folder.
 // The Hugging Face hub cache is the one allowed exception: snapshots/<rev>/<file> are symlinks into
@@ -29,8 +25,8 @@ fs::path checked_file(const fs::path& dir, const std::string& name, std::string_
   if (!fs::is_regular_file(real)) bad_input("{}: {} {} is not a regular file", dir.string(), role, name);
   fs::path root = fs::canonical(dir);
   bool hub_blob = root.parent_path().filename() == "snapshots" &&
-                  is_within(root.parent_path().parent_path() / "blobs", real);
-  if (!is_within(root, real) && !hub_blob)
+                  path_is_within(root.parent_path().parent_path() / "blobs", real);
+  if (!path_is_within(root, real) && !hub_blob)
     bad_input("{}: {} {} is a link to {}, outside the model folder", dir.string(), role, name,
               real.string());
   return p;

@@ -100,8 +100,8 @@ void check_json_depth(std::string_view text, const std::string& where, int max_d
   }
 }
 
-JsonFile JsonFile::load(const std::filesystem::path& path) {
-  std::string text = read_text_file(path);
+JsonFile JsonFile::load(const std::filesystem::path& path, uint64_t max_bytes) {
+  std::string text = read_text_file(path, max_bytes);
   check_json_depth(text, path.string());
   JsonFile f{path, {}};
   try {

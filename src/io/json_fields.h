@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "core/safe_path.h"
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,7 +21,7 @@ struct JsonFile {
   nlohmann::json json;  // always an object
 
   // Io when the file cannot be read; BadInput when it is not JSON or its top level is not an object.
-  static JsonFile load(const std::filesystem::path& path);
+  static JsonFile load(const std::filesystem::path& path, uint64_t max_bytes = kMaxConfigBytes);
 };
 
 // JSON nesting hfx accepts from user files. nlohmann parses iteratively, but printing, copying and

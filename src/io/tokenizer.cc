@@ -474,7 +474,7 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     if (!fs::exists(file, ec)) bad_input("{}: no tokenizer.json in this folder", path.string());
   }
   auto impl = std::make_shared<Impl>();
-  impl->file = JsonFile::load(file);
+  impl->file = JsonFile::load(file, kMaxTokenizerBytes);
   const JsonFile& f = impl->file;
   Node root(f, &f.json, "");
 

@@ -133,7 +133,7 @@ nlohmann::json read_manifest(const fs::path& out_dir) {
   if (!fs::exists(path)) bad_input("{}: no manifest ({}): not an hfx export, or an incomplete one", out_dir.string(), kManifestName);
   nlohmann::json j;
   try {
-    const std::string text = read_text_file(path);
+    const std::string text = read_text_file(path, kMaxManifestBytes);
     io::check_json_depth(text, path.string());
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
