@@ -95,7 +95,9 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_flag("--dynamic", s->dynamic, "All dims symbolic and unbounded (no contract bounds)");
   cmd->add_option("--recipe", s->recipe, "Take the options from a recipe JSON or an export's hfx.json (reproduces it)")
       ->check(CLI::ExistingFile);
-  cmd->add_flag("--overwrite", s->opt.overwrite, "Replace an existing output folder");
+  cmd->add_flag("--overwrite", s->opt.overwrite,
+                "Replace OUT when it is a previous hfx export (never the model folder, a folder holding or inside it, "
+                "another folder or a file)");
   cmd->add_flag("--no-verify", [s](int64_t) { s->opt.verify = false; },
                 "Skip the check of the export against the reference executor before it is published");
   cmd->add_flag("--quiet,-q", s->quiet, "Print nothing on success");
@@ -148,6 +150,7 @@ void register_export(CLI::App& app, Action& action) {
       }
       if (!o.model_dir.empty()) o.model_dir = fs::absolute(o.model_dir).lexically_normal();
       if (o.model_dir.empty()) bad_input("--model is required (or a --recipe taken from an export's hfx.json)");
+      o.out_dir = normalize_output_path(o.out_dir);  // D14: `newout/` is `newout`, never a folder inside it
       auto r = pipeline::run_export(o);
       for (const auto& note : r.notes) fmt::print(stderr, "hfx: note: {}\n", note);
       if (!s->quiet) {

@@ -49,7 +49,59 @@ void check_weight_accounting(const io::Checkpoint& ckpt, const std::string& mode
             leftovers.size() > shown ? ", ..." : "");
 }
 
+// The real location of `p`, following every symlink on the way (also `p` itself when it is one);
+// the part that does not exist yet is appended as written.
+fs::path real_location(const fs::path& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  return ec ? fs::absolute(p, ec).lexically_normal() : r;
+}
+
+// F#1 / D15: --overwrite removes what is at OUT, so OUT must never be, hold or lie in the source.
+void check_apart_from_source(const fs::path& model_dir, const fs::path& out) {
+  const fs::path model = real_location(model_dir);
+  // Where OUT's name lives (what a rename replaces) and where it leads (a symlink's target).
+  const fs::path out_name = real_location(out.parent_path().empty() ? fs::path(".") : out.parent_path()) / out.filename();
+  for (const fs::path& o : {real_location(out), out_name}) {
+    if (o == model)
+      bad_input("{}: --overwrite would replace the model folder being exported ({}); choose another output folder",
+                out.string(), model.string());
+    if (path_is_within(o, model))
+      bad_input("{}: --overwrite would replace a folder holding the model being exported ({}); choose another output folder",
+                out.string(), model.string());
+    if (path_is_within(model, o))
+      bad_input("{}: the output folder lies inside the model folder being exported ({}); with --overwrite choose a "
+                "folder outside it",
+                out.string(), model.string());
+  }
+}
+
 }  // namespace
+
+void check_replaceable_export(const fs::path& out) {
+  const std::string keep = "--overwrite only replaces a previous hfx export; remove it yourself or choose another folder";
+  std::error_code ec;
+  const auto st = fs::status(out, ec);  // follows a symlink: the link is replaced only if it leads to an export
+  if (!fs::exists(st)) bad_input("{}: a symlink that leads nowhere, not an hfx export; {}", out.string(), keep);
+  if (!fs::is_directory(st)) bad_input("{}: a file, not an hfx export; {}", out.string(), keep);
+  try {
+    read_manifest(out);
+  } catch (const Error& e) {
+    bad_input("{}: not an hfx export ({}); {}", out.string(), e.message(), keep);
+  } catch (const fs::filesystem_error& e) {  // hfx.json a symlink loop, an unreadable folder
+    bad_input("{}: not an hfx export ({}); {}", out.string(), e.code().message(), keep);
+  }
+}
+
+void check_output_target(const fs::path& model_dir, const fs::path& out_dir, bool overwrite) {
+  const fs::path out = normalize_output_path(out_dir);
+  std::error_code ec;
+  const bool exists = fs::exists(fs::symlink_status(out, ec));
+  if (exists && !overwrite) bad_input("{}: output exists (pass --overwrite to replace it)", out.string());
+  if (overwrite) check_apart_from_source(model_dir, out);
+  if (exists) check_replaceable_export(out);
+  check_output_creatable(out);
+}
 
 LoadedModel load_model(const fs::path& model_dir, const tasks::CausalLmOptions& task) {
   LoadedModel m{std::make_unique<io::Checkpoint>(io::Checkpoint::open(model_dir)), nullptr, nullptr, {}};
@@ -80,15 +132,16 @@ ExportResult run_export(const ExportOptions& opt) {
     if (std::find(backends.begin(), backends.end(), b) != backends.end()) ordered.push_back(b);
   check_onnx_profile(opt.recipe.onnx_profile, "--onnx-profile");
   tasks::validate(opt.recipe.task);
+  check_output_target(opt.model_dir, opt.out_dir, opt.overwrite);
   LoadedModel m = load_model(opt.model_dir, opt.recipe.task);
   {
     std::vector<std::string> roles;
     for (const auto& c : m.components) roles.push_back(c.role);
     opt.recipe.check_component_roles(roles, "export");
   }
-  StagedDirectory staged(opt.out_dir, opt.overwrite);
+  StagedDirectory staged(opt.out_dir, opt.overwrite, check_replaceable_export);
   ExportResult result;
-  result.out_dir = opt.out_dir;
+  result.out_dir = staged.final_path();
   result.source_weight_bytes = m.checkpoint->total_weight_bytes();
 
   ManifestBuilder manifest(*m.checkpoint, m, opt.recipe);
@@ -97,13 +150,15 @@ ExportResult run_export(const ExportOptions& opt) {
   for (const Backend* backend : ordered) {
     const std::string format = backend->info().name;
     const fs::path dir = staged.path() / format;
-    fs::create_directories(dir);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) fail(ErrorKind::Io, "{}: cannot create: {}", dir.string(), ec.message());
     for (const auto& c : m.components) backend->write_component(c, job);
     // Model config and tokenizer files beside the graphs, and at the top of the folder where
     // transformers.js and Optimum look for them.
     for (const auto& side : m.checkpoint->side_files()) {
-      fs::copy_file(side, dir / side.filename(), fs::copy_options::overwrite_existing);
-      fs::copy_file(side, staged.path() / side.filename(), fs::copy_options::overwrite_existing);
+      copy_file_checked(side, dir / side.filename());
+      copy_file_checked(side, staged.path() / side.filename());
     }
   }
   manifest.write(staged.path());

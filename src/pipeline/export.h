@@ -104,6 +104,16 @@ void check_onnx_profile(const std::string& profile, const std::string& where);
 // BadInput unless `opset` is 21 or 23.
 void check_onnx_opset(int64_t opset, const std::string& where);
 
+// Where run_export may write, checked before the model is loaded (nothing is read or written
+// before): BadInput when `out_dir` exists and `overwrite` is false; with `overwrite`, when `out_dir`
+// is the model folder, holds it or lies inside it (real paths, symlinks followed), or is anything but
+// a previous hfx export (check_replaceable_export). Io naming the folder that refuses when the
+// output folder cannot be created there.
+void check_output_target(const std::filesystem::path& model_dir, const std::filesystem::path& out_dir, bool overwrite);
+// BadInput unless `out` (followed if a symlink) is a folder whose hfx.json reads as an hfx manifest:
+// the only thing --overwrite replaces.
+void check_replaceable_export(const std::filesystem::path& out);
+
 ExportResult run_export(const ExportOptions& options);
 
 // What to do when this hfx was built without the OpenVINO backend (docs/openvino.md).

@@ -27,9 +27,31 @@ nlohmann::ordered_json io_json(const std::vector<tasks::IoSpec>& specs) {
 }  // namespace
 
 std::vector<fs::path> list_files(const fs::path& root) {
+  // D16: never a std::filesystem_error (exit 70). A folder that cannot be read (permissions, removed
+  // meanwhile) and an entry whose type cannot be found (a symlink loop) are an Io error naming the
+  // path: what check cannot see it cannot vouch for. Anything that is not, or does not lead to, a
+  // regular file (a dangling link, a FIFO) is skipped; folder symlinks are not followed.
   std::vector<fs::path> files;
-  for (const auto& e : fs::recursive_directory_iterator(root))
-    if (e.is_regular_file()) files.push_back(fs::relative(e.path(), root));
+  std::vector<fs::path> pending = {root};
+  while (!pending.empty()) {
+    const fs::path dir = std::move(pending.back());
+    pending.pop_back();
+    std::error_code ec;
+    fs::directory_iterator it(dir, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      std::error_code sec;
+      const auto st = it->symlink_status(sec);
+      if (fs::is_directory(st)) {
+        pending.push_back(it->path());
+        continue;
+      }
+      const auto target = fs::status(it->path(), sec);
+      if (sec && sec != std::errc::no_such_file_or_directory)
+        fail(ErrorKind::Io, "{}: cannot tell what it is: {}", it->path().string(), sec.message());
+      if (fs::is_regular_file(target)) files.push_back(it->path().lexically_relative(root));
+    }
+    if (ec) fail(ErrorKind::Io, "{}: cannot list: {}", dir.string(), ec.message());
+  }
   std::sort(files.begin(), files.end());
   return files;
 }

@@ -318,20 +318,10 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     }
     progress.finish();
   }
-  // mkdtemp, not the pid: a verify killed with SIGKILL leaves its folder, and pids are reused.
-  std::string scratch_name = (fs::temp_directory_path() / "hfx-verify-XXXXXX").string();
-  if (::mkdtemp(scratch_name.data()) == nullptr)
-    fail(ErrorKind::Io, "cannot create a scratch folder in {}: {}", fs::temp_directory_path().string(), std::strerror(errno));
-  const fs::path scratch = scratch_name;
-  remove_on_signal(scratch);  // a killed `hfx verify` leaves no scratch folder behind either
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() {
-      forget_on_signal(p);
-      std::error_code ec;
-      fs::remove_all(p, ec);
-    }
-  } cleanup{scratch};
+  // $TMPDIR/hfx-verify-<pid>-XXXXXX, removed on return and on signals; one a SIGKILL left behind is
+  // removed by the next verify (D23).
+  const ScratchDirectory scratch_dir({}, "hfx-verify-");
+  const fs::path& scratch = scratch_dir.path();
   nlohmann::json ort_result;
   // Prompts for the greedy check: batch 2 (left-padded) when the contract allows it.
   // Prompts and token count stay inside the contract: the prompt within sequence_length, prompt plus
