@@ -190,7 +190,9 @@ void register_check(CLI::App& app, Action& action) {
   cmd->add_option("out", *dir, "Export folder")->required();
   cmd->callback([dir, &action] {
     action = [dir] {
-      if (!fs::is_directory(*dir)) bad_input("{}: no such export folder", dir->string());
+      std::error_code ec;  // a symlink loop or an unreadable parent: one line, not exit 70 (D16)
+      if (!fs::is_directory(*dir, ec))
+        bad_input("{}: no such export folder{}", dir->string(), ec ? " (" + ec.message() + ")" : std::string());
       auto r = pipeline::check_export(*dir);
       if (!r.problems.empty()) {
         for (const auto& p : r.problems) fmt::print(stderr, "hfx: check: {}: {}\n", dir->string(), p);

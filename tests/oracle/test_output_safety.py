@@ -267,6 +267,12 @@ def test_check_on_a_symlink_loop(exported, tmp_path):
     assert_refused(proc, str(out / "loop"), "Too many levels of symbolic links")
 
 
+def test_check_on_a_looping_out(tmp_path):
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    assert_refused(run_hfx("check", tmp_path / "a", check=False), "no such export folder", "Too many levels")
+
+
 def test_check_on_an_unreadable_folder(exported, public_dir):
     out = public_dir / "out"
     shutil.copytree(exported("llama"), out)
