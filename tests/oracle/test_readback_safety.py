@@ -145,7 +145,7 @@ def test_d6_component_file_linked_outside(out, outside):
 
 
 def test_d6d_source_files_outside_the_model_folder(out, tmp_path):
-    """(d) source.files names `../outside/secret.bin` (with its true sha256, so the old code passed the
+    """(d) source.files names `../../…/secret.bin`, a file outside the model folder (with its true sha256, so the old code passed the
     check: an existence and content oracle) and `/etc/hostname`: refused by name, never opened."""
     m = load_manifest(out)
     source = Path(m["source"]["folder"])
