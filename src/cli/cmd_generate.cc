@@ -53,7 +53,8 @@ void register_generate(CLI::App& app, Action& action) {
       std::vector<std::vector<int64_t>> prompts;
       for (const auto& p : s->prompt_ids) prompts.push_back(parse_id_list(p, "--prompt-ids"));
       std::optional<io::Tokenizer> tok;
-      if (fs::exists(s->dir / "tokenizer.json")) tok = io::Tokenizer::load(s->dir / "tokenizer.json");
+      // Loaded from the folder: Tokenizer::load refuses a tokenizer.json that links outside the export.
+      if (fs::exists(s->dir / "tokenizer.json")) tok = io::Tokenizer::load(s->dir);
       if (!s->prompt.empty()) {
         if (!tok) bad_input("{}: --prompt needs tokenizer.json in the export; use --prompt-ids", s->dir.string());
         prompts.push_back(tok->encode(s->prompt, true));

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/safe_path.h"
 #include "io/tokenizer_internal.h"
 
 namespace hfx::io {
@@ -470,8 +471,12 @@ Tokenizer Tokenizer::load(const fs::path& path) {
   fs::path file = path;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    file = path / "tokenizer.json";
-    if (!fs::exists(file, ec)) bad_input("{}: no tokenizer.json in this folder", path.string());
+    // A folder (an export, a model folder) is someone else's: its tokenizer.json must be a regular
+    // file inside it, not a link to elsewhere. A file named directly is the user's own choice; the
+    // read below refuses FIFOs and devices either way and caps the size (kMaxTokenizerBytes).
+    if (!fs::exists(fs::symlink_status(path / "tokenizer.json", ec)))
+      bad_input("{}: no tokenizer.json in this folder", path.string());
+    file = file_inside(path, "tokenizer.json", "tokenizer");
   }
   auto impl = std::make_shared<Impl>();
   impl->file = JsonFile::load(file, kMaxTokenizerBytes);

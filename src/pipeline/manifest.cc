@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/safe_path.h"
 #include "io/json_fields.h"
 
 namespace fs = std::filesystem;
@@ -172,26 +173,91 @@ nlohmann::json read_manifest(const fs::path& out_dir) {
   return j;
 }
 
+namespace {
+
+// A listed name as a problem line shows it: a hand-edited manifest may hold a 5000-character one.
+std::string shown_name(const std::string& rel) {
+  constexpr size_t kShown = 120;
+  return rel.size() <= kShown ? rel : fmt::format("{}... ({} characters)", rel.substr(0, kShown), rel.size());
+}
+
+// What is wrong with the file `rel` listed in the manifest of `out_dir` (whose real location is
+// `real_root`), or "" when it is a regular file inside the export whose sha256 is `sha`. Never
+// throws: every answer is a problem line naming the entry. The checks follow symlinks, so a listed
+// file (or a folder on its way) linked to somewhere else is refused before anything opens it.
+std::string listed_file_problem(const fs::path& out_dir, const fs::path& real_root, const std::string& rel,
+                                const nlohmann::json& sha) {
+  const std::string name = shown_name(rel);
+  const fs::path p = out_dir / rel;
+  std::error_code ec;
+  const fs::path real = fs::canonical(p, ec);
+  if (ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory)
+    return fmt::format("{}: listed in the manifest but missing", name);
+  if (ec) return fmt::format("{}: listed in the manifest but cannot be looked up: {}", name, ec.message());
+  if (!path_is_within(real_root, real)) return fmt::format("{}: resolves outside the export (to {})", name, real.string());
+  if (!fs::is_regular_file(fs::status(real, ec))) return fmt::format("{}: not a regular file", name);
+  if (!sha.is_string()) return fmt::format("{}: its sha256 in the manifest is {}, not a string", name, sha.type_name());
+  try {
+    if (sha256_file(real) != sha.get<std::string>()) return fmt::format("{}: sha256 mismatch (the file changed after export)", name);
+  } catch (const Error& e) {
+    return fmt::format("{}: {}", name, e.message());
+  }
+  return "";
+}
+
+// Each symlink in the export, not listed in the manifest, that resolves outside it or not at all,
+// as problem lines. A linked-out folder is invisible to the listing (the walk does not follow it),
+// yet an ONNX location `sub/w.bin` under `sub -> /elsewhere` reads through it. Never throws: a walk
+// error ends the walk (list_files reports an unreadable tree).
+std::vector<std::string> links_out_of(const fs::path& out_dir, const fs::path& real_root,
+                                      const std::set<std::string>& listed) {
+  std::vector<std::string> problems;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(out_dir, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code lec;
+    if (!it->is_symlink(lec)) continue;
+    const fs::path real = fs::canonical(it->path(), lec);
+    const std::string rel = it->path().lexically_relative(out_dir).generic_string();
+    if (listed.count(rel)) continue;  // reported with its entry
+    if (lec) problems.push_back(fmt::format("{}: a symlink that does not resolve", shown_name(rel)));
+    else if (!path_is_within(real_root, real))
+      problems.push_back(fmt::format("{}: a symlink that resolves outside the export (to {})", shown_name(rel), real.string()));
+  }
+  return problems;
+}
+
+}  // namespace
+
+std::optional<fs::path> listed_file(const fs::path& out_dir, const std::string& rel) {
+  try {
+    return file_inside(out_dir, rel, "listed file");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 CheckReport check_export(const fs::path& out_dir) {
   const nlohmann::json m = read_manifest(out_dir);
   CheckReport r;
+  std::error_code ec;
+  const fs::path real_root = fs::canonical(out_dir, ec);
+  if (ec) bad_input("{}: no such export folder", out_dir.string());
   std::set<std::string> listed;
   for (const auto& [rel, sha] : m["files"].items()) {
     listed.insert(rel);
-    const fs::path p = out_dir / rel;
     if (rel.find("..") != std::string::npos || fs::path(rel).is_absolute()) {
-      r.problems.push_back(fmt::format("{}: listed path escapes the folder", rel));
+      r.problems.push_back(fmt::format("{}: listed path escapes the folder", shown_name(rel)));
       continue;
     }
     ++r.files_checked;
-    std::error_code ec;  // a hand-edited name may be too long, or name a folder
-    if (!fs::is_regular_file(p, ec)) r.problems.push_back(fmt::format("{}: listed in the manifest but missing", rel));
-    else if (!sha.is_string() || sha256_file(p) != sha.get<std::string>())
-      r.problems.push_back(fmt::format("{}: sha256 mismatch (the file changed after export)", rel));
+    if (std::string problem = listed_file_problem(out_dir, real_root, rel, sha); !problem.empty())
+      r.problems.push_back(std::move(problem));
   }
   for (const auto& rel : list_files(out_dir))
     if (rel != kManifestName && !listed.count(rel.generic_string()) && *rel.begin() != kReportDir)
       r.problems.push_back(fmt::format("{}: present but not in the manifest", rel.generic_string()));
+  for (auto& p : links_out_of(out_dir, real_root, listed)) r.problems.push_back(std::move(p));
   for (const auto& c : m["components"]) {
     // A hand-edited manifest may hold anything here: report it, never throw a JSON type error.
     auto text = [&](const char* key, const char* fallback) {

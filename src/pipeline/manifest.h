@@ -8,6 +8,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,13 @@ struct CheckReport {
   int64_t files_checked = 0;
   std::vector<std::string> problems;  // empty when the folder is consistent
 };
-// Re-verifies every checksum and that each component file is present and listed.
+// Re-verifies every checksum and that each component file is present and listed. Each listed file
+// must be a regular file inside the export after every symlink; a missing, linked-out, non-regular
+// or unreadable one is a problem line naming it, never an exception (docs/fuzzing.md, read-back).
 CheckReport check_export(const std::filesystem::path& out_dir);
+
+// The path of `rel`, a name from the manifest's "files", when it is a regular file inside `out_dir`
+// (symlinks followed); nullopt otherwise (check_export says why). Never throws.
+std::optional<std::filesystem::path> listed_file(const std::filesystem::path& out_dir, const std::string& rel);
 
 }  // namespace hfx::pipeline

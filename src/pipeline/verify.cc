@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cerrno>
@@ -202,6 +203,35 @@ void write_reports(const VerifyReport& r) {
   write_text_file(dir / "report.md", r.to_markdown());
 }
 
+namespace {
+
+// What is wrong with `name` from the manifest's source.files (sha256 `sha`), or "" when the model
+// folder's file still hashes so. The names are the manifest's, which whoever shipped the export
+// wrote: one that is not a regular file of the model folder (`../../etc/shadow`, `/dev/zero`, a link
+// out of the folder) is refused before anything opens it, so verify is no oracle for other files.
+std::string source_file_problem(const fs::path& source, const std::string& name, const nlohmann::json& sha) {
+  const fs::path p = source / name;
+  std::error_code ec;
+  const fs::path rel(name);
+  const bool plain = !name.empty() && !rel.is_absolute() && std::find(rel.begin(), rel.end(), "..") == rel.end();
+  if (plain && !fs::exists(fs::symlink_status(p, ec))) return fmt::format("{} is missing", p.string());
+  fs::path file;
+  try {
+    file = file_inside(source, name, "source file");
+  } catch (const Error&) {
+    return fmt::format("source.files lists `{}`, which is not a file of the model folder", name);
+  }
+  if (!sha.is_string()) return fmt::format("source.files[\"{}\"] is {}, not a sha256 string", name, sha.type_name());
+  try {
+    if (sha256_file(file) != sha.get<std::string>()) return fmt::format("{} changed since the export", name);
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+}  // namespace
+
 VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   // The format the runtime runs: onnx (reference executor over the graphs read back, or ONNX Runtime
   // through its python driver), or another backend's files through its step runner in this process.
@@ -239,8 +269,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   {
     std::string problem;
     for (const auto& [name, sha] : manifest["source"]["files"].items()) {
-      if (!fs::exists(source / name)) problem = fmt::format("{} is missing", (source / name).string());
-      else if (sha256_file(source / name) != sha.get<std::string>()) problem = fmt::format("{} changed since the export", name);
+      problem = source_file_problem(source, name, sha);
       if (!problem.empty()) break;
     }
     add({"source unchanged", problem.empty(), problem.empty() ? "config and weights hash as at export" : problem, "sha256 equal", {}});
@@ -522,7 +551,13 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   // 7. Latency, memory, size (measured, not gated: timings depend on the machine).
   {
     int64_t size = 0;
-    for (const auto& [rel, sha] : manifest["files"].items()) size += int64_t(fs::file_size(out / rel));
+    // Only listed files that are regular files inside OUT: the others failed "artifact checksums".
+    for (const auto& [rel, sha] : manifest["files"].items()) {
+      std::error_code ec;
+      const auto p = listed_file(out, rel);
+      const uintmax_t n = p ? fs::file_size(*p, ec) : 0;
+      if (!ec) size += int64_t(n);
+    }
     int64_t new_tokens = 0;
     for (const auto& r : actual_tokens) new_tokens += int64_t(r.size());
     CheckResult c{"performance", true, "", "measured only (no timing gate)", {}};
@@ -548,7 +583,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     run_export(eo);
     std::string problem;
     for (const auto& [rel, sha] : manifest["files"].items())
-      if (!fs::exists(again / rel) || sha256_file(again / rel) != sha.get<std::string>()) {
+      if (auto p = listed_file(again, rel); !p || !sha.is_string() || sha256_file(*p) != sha.get<std::string>()) {
         problem = rel + " differs";
         break;
       }

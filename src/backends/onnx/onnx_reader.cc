@@ -16,6 +16,7 @@
 #include "backends/onnx/onnx_writer.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/safe_path.h"
 #include "core/tensor.h"
 #include "ir/ops.h"
 
@@ -73,6 +74,8 @@ class Reader {
       : model_path_(std::move(model_path)), base_dir_(model_path_.parent_path()) {}
 
   ir::Graph read() {
+    // Mapped, not read whole; protobuf parses at most INT_MAX bytes (2 GiB), which is the cap on a
+    // .onnx file (docs/fuzzing.md). MappedFile refuses FIFOs and devices without blocking.
     auto file = MappedFile::open(model_path_);
     if (file->size() > size_t(INT_MAX)) bad_input("{} bytes is above protobuf's 2 GB limit", file->size());
     onnx::ModelProto model;
@@ -229,7 +232,17 @@ class Reader {
                 shape_str(fixed_shape(dims)), nbytes);
 
     auto& file = files_[location];
-    if (!file) file = MappedFile::open(base_dir_ / loc);
+    if (!file) {
+      // The lexical checks above do not see symlinks: `model.onnx_data -> /elsewhere`, or a location
+      // `sub/w.bin` under a linked folder `sub`, must not read weights from outside the .onnx file's
+      // folder (the export shipped by someone else). Regular files only: a FIFO would block.
+      // (A missing file stays an i/o error from the open below.)
+      const fs::path data = base_dir_ / loc;
+      std::error_code ec;
+      if (fs::exists(fs::symlink_status(data, ec)))
+        check_file_inside(base_dir_.empty() ? fs::path(".") : base_dir_, data, "external data file");
+      file = MappedFile::open(data);
+    }
     if (offset > file->size() || nbytes > file->size() - offset)
       bad_input("external data [{}, {}) is outside {} ({} bytes)", offset, offset + nbytes, location,
                 file->size());

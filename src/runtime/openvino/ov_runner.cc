@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/safe_path.h"
 #include "runtime/tested_runtimes.h"
 
 namespace hfx::runtime {
@@ -43,6 +44,20 @@ ov::AnyMap f32_config() {
   fail(ErrorKind::Io, "{}: OpenVINO cannot compile it: {}", xml.string(), msg);
 }
 
+// OpenVINO opens `xml` and the .bin beside it by path, with plain reads: refuse first what would
+// read outside the IR's folder through a symlink, or block on a FIFO (the export is someone else's;
+// the component file has been checked inside the export already, its .bin is found by name here).
+// A missing .bin is left to OpenVINO, which says so.
+const std::filesystem::path& checked_ir(const std::filesystem::path& xml) {
+  const std::filesystem::path dir = xml.has_parent_path() ? xml.parent_path() : std::filesystem::path(".");
+  check_file_inside(dir, xml, "OpenVINO model");
+  std::filesystem::path bin = xml;
+  bin.replace_extension(".bin");
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(bin, ec))) check_file_inside(dir, bin, "OpenVINO weights");
+  return xml;
+}
+
 std::string port_sig(const ov::Output<const ov::Node>& port) {
   std::vector<std::string> dims;
   const auto& shape = port.get_partial_shape();
@@ -57,7 +72,7 @@ class OpenVinoRunner final : public StepRunner {
     warn_if_untested("OpenVINO", ov::get_openvino_version().buildNumber, kTestedOpenVino);
     try {
       ov::Core core;
-      compiled_ = core.compile_model(xml.string(), device, f32_config());
+      compiled_ = core.compile_model(checked_ir(xml).string(), device, f32_config());
       request_ = compiled_.create_infer_request();
     } catch (const ov::Exception& e) {
       compile_failed(xml, e);
@@ -122,7 +137,7 @@ std::unique_ptr<StepRunner> make_openvino_runner(const std::filesystem::path& xm
 OpenVinoSignature openvino_signature(const std::filesystem::path& xml) {
   OpenVinoSignature sig;
   try {
-    std::shared_ptr<const ov::Model> model = ov::Core().read_model(xml.string());
+    std::shared_ptr<const ov::Model> model = ov::Core().read_model(checked_ir(xml).string());
     for (const auto& in : model->inputs()) sig.inputs.emplace_back(in.get_any_name(), port_sig(in));
     for (const auto& out : model->outputs()) sig.outputs.emplace_back(out.get_any_name(), port_sig(out));
   } catch (const ov::Exception& e) {
@@ -135,7 +150,7 @@ std::map<std::string, std::map<std::string, int>> openvino_exec_summary(const st
   std::map<std::string, std::map<std::string, int>> summary;
   try {
     ov::Core core;
-    auto compiled = core.compile_model(xml.string(), "CPU", f32_config());
+    auto compiled = core.compile_model(checked_ir(xml).string(), "CPU", f32_config());
     for (const auto& node : compiled.get_runtime_model()->get_ops()) {
       const auto& rt = node->get_rt_info();
       auto text = [&](const char* key) {
