@@ -100,7 +100,8 @@ void register_export(CLI::App& app, Action& action) {
                 "Skip the check of the export against the reference executor before it is published");
   cmd->add_flag("--quiet,-q", s->quiet, "Print nothing on success");
   cmd->add_option("--verify-runtime", s->opt.verify_runtime,
-                  "Also run the built-in verification on this runtime (onnxruntime)");
+                  "Runtimes of the built-in check: onnxruntime (also ONNX Runtime; the default whenever $HFX_PYTHON, else "
+                  "python3, imports onnxruntime) or reference (hfx's reference executor only)");
   cmd->footer(
       "Output layout:\n"
       "  OUT/onnx/model.onnx + model.onnx_data   one decoder graph (or prefill.onnx + decode.onnx)\n"
