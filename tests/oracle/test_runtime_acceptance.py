@@ -124,6 +124,25 @@ def test_builtin_check_says_reference_only_without_onnxruntime(tiny_checkpoint, 
             "Python with onnxruntime)") in proc.stdout, proc.stdout
 
 
+def test_builtin_check_refusal_publishes_nothing(tiny_checkpoint, tmp_path):
+    """The built-in check's ONNX Runtime pass failing (an interpreter that imports onnxruntime but whose
+    driver run refuses the graph, as ORT's kernels do): the export is not published, and the line carries
+    the runtime's words and how to publish without it."""
+    fake = tmp_path / "python-ort-refuses"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = -c ]; then echo 1.31.1; exit 0; fi\n"  # the probe
+                    "echo '{\"error\": \"InvalidArgument: [ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "
+                    "head_size must be a multiple of 8. Got head_size % 8 == 4\"}' > \"$3\"\nexit 1\n")
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    proc = run_hfx_env(hfx_env(HFX_PYTHON=fake), "export", "--model", tiny_checkpoint("llama"), out)
+    assert proc.returncode != 0 and not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")], list(tmp_path.iterdir())
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "head_size must be a multiple of 8" in line and "nothing was written" in line, line
+    assert "--verify-runtime reference" in line, line
+
+
 def test_graph_ort_refuses_shows_its_own_error(tiny_checkpoint, tmp_path):
     """An ort export whose GroupQueryAttention is edited to 8 query heads over the packed 64 + 2 x 32
     columns (128 / (8 + 2 x 2) is no head size): ORT refuses the model at load. verify shows ORT's own
