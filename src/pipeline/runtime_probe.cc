@@ -106,7 +106,7 @@ nlohmann::json run_ort_driver(const std::string& python, const fs::path& job, co
   // no numpy): its stderr's last line says why.
   std::string why = out.is_object() && out.contains("error") ? out["error"].get<std::string>() : last_line(log);
   if (why.empty()) why = fmt::format("exit status {}", status);
-  fail(ErrorKind::Mismatch, "ONNX Runtime ({}) refused the artifact: {}", python, why);
+  fail(ErrorKind::Mismatch, "ONNX Runtime (run by {}) failed on the artifact: {}", python, why);
 }
 
 }  // namespace hfx::pipeline

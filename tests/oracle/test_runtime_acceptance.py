@@ -162,7 +162,7 @@ def test_graph_ort_refuses_shows_its_own_error(tiny_checkpoint, tmp_path):
     proc = run_hfx_env(env, "verify", out, "--runtime", "onnxruntime", "--no-reexport", "--tokens", "2")
     assert proc.returncode != 0
     line = proc.stderr.strip().splitlines()[-1]
-    assert "ONNX Runtime" in line and "refused the artifact" in line, proc.stderr
+    assert "ONNX Runtime (run by" in line and "failed on the artifact" in line, proc.stderr
     assert "[ONNXRuntimeError]" in line and "GroupQueryAttention" in line, proc.stderr
     assert "is onnxruntime installed" not in proc.stderr
 
