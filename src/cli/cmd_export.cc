@@ -97,7 +97,8 @@ void register_export(CLI::App& app, Action& action) {
       ->check(CLI::ExistingFile);
   cmd->add_flag("--overwrite", s->opt.overwrite, "Replace an existing output folder");
   cmd->add_flag("--no-verify", [s](int64_t) { s->opt.verify = false; },
-                "Skip the check of the export against the reference executor before it is published");
+                "Skip the built-in check before the export is published (reference executor, and ONNX Runtime "
+                "when found)");
   cmd->add_flag("--quiet,-q", s->quiet, "Print nothing on success");
   cmd->add_option("--verify-runtime", s->opt.verify_runtime,
                   "Runtimes of the built-in check: onnxruntime (also ONNX Runtime; the default whenever $HFX_PYTHON, else "

@@ -74,7 +74,8 @@ class OnnxBackend final : public Backend {
     BackendInfo i;
     i.name = "onnx";
     i.status = "available (ai.onnx opset 21, IR 10; --onnx-opset 23: IR 11)";
-    i.files = "onnx/model.onnx + model.onnx_data (or prefill.onnx + decode.onnx), genai_config.json (ort profile)";
+    i.files = "onnx/model.onnx + model.onnx_data (or prefill.onnx + decode.onnx), genai_config.json (ort profile, "
+              "not with --static-cache)";
     i.options = {
         {"--onnx-profile ort|portable", "onnx_profile",
          "ort (default): com.microsoft GroupQueryAttention, packed QKV, SkipSimplifiedLayerNormalization and "
