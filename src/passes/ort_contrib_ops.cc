@@ -14,8 +14,8 @@
 //       norms in between (Qwen3, Gemma 3, OLMo 2, StableLM 2) it is sliced back into q, k, v for the norms
 //   RMSNorm(a + b), a + b reused as the residual        -> SkipSimplifiedLayerNormalization
 //   other RMSNorm                                       -> SimplifiedLayerNormalization
-// Attention the fused op cannot express is reported by ort_profile_blockers(); the export then keeps
-// the portable lowering for that model.
+// Attention the fused op cannot express, or that ONNX Runtime's kernel refuses (kGqaConstraints), is
+// reported by ort_profile_blockers(); the export then keeps the portable lowering for that model.
 #include <fmt/format.h>
 
 #include <algorithm>
