@@ -6,6 +6,10 @@ machine; its Python wheel is). Reads a job file, writes a result file, both JSON
    "profile": "...onnx" | null}
   -> {"placements": {"<op type>": {"<provider>": count}}, "generate": {"tokens": [[...]],
       "cold_start_s": .., "step_s": [..]}, "ort_version": ".."}
+
+When ONNX Runtime refuses the model (a kernel's check, "Got invalid dimensions ...") the result file is
+{"error": "<the exception's last line>", "ort_version": ".."} and the exit status 1: hfx shows the
+runtime's own words.
 """
 from __future__ import annotations
 
@@ -60,16 +64,31 @@ def placements(model_path, feeds):
     return {op: dict(p) for op, p in sorted(counts.items())}
 
 
+def error_line(exc: BaseException) -> str:
+    """The exception as Python's last traceback line, on one line (ORT's messages span several)."""
+    import traceback
+    text = traceback.format_exception_only(type(exc), exc)[-1]
+    return " ".join(text.split())[:2000]
+
+
 def main():
-    job = json.loads(Path(sys.argv[1]).read_text())
     result = {"ort_version": ort.__version__}
+    try:
+        run(json.loads(Path(sys.argv[1]).read_text()), result)
+    except Exception as exc:  # noqa: BLE001 - any refusal is reported, with its own text
+        Path(sys.argv[2]).write_text(json.dumps({"error": error_line(exc), "ort_version": ort.__version__}))
+        raise SystemExit(1) from exc
+    Path(sys.argv[2]).write_text(json.dumps(result))
+
+
+def run(job, result):
     cache = {}
-    for run in job.get("runs", []):
-        sess = cache.get(run["model"]) or cache.setdefault(run["model"], session(run["model"]))
-        feeds = load_file(run["inputs"])
+    for case in job.get("runs", []):
+        sess = cache.get(case["model"]) or cache.setdefault(case["model"], session(case["model"]))
+        feeds = load_file(case["inputs"])
         wanted = {i.name for i in sess.get_inputs()}
         outs = sess.run(None, {k: v for k, v in feeds.items() if k in wanted})
-        save_file({o.name: np.ascontiguousarray(v) for o, v in zip(sess.get_outputs(), outs)}, run["outputs"])
+        save_file({o.name: np.ascontiguousarray(v) for o, v in zip(sess.get_outputs(), outs)}, case["outputs"])
     if job.get("profile"):
         p = job["profile"]
         result["placements"] = placements(p["model"], load_file(p["inputs"]))
@@ -82,7 +101,6 @@ def main():
         tokens = gen.generate(g["prompts"], g["max_new_tokens"])
         total = time.perf_counter() - t1
         result["generate"] = {"tokens": tokens, "cold_start_s": cold, "total_s": total}
-    Path(sys.argv[2]).write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -99,10 +99,12 @@ void register_export(CLI::App& app, Action& action) {
                 "Replace OUT when it is a previous hfx export (never the model folder, a folder holding or inside it, "
                 "another folder or a file)");
   cmd->add_flag("--no-verify", [s](int64_t) { s->opt.verify = false; },
-                "Skip the check of the export against the reference executor before it is published");
+                "Skip the built-in check before the export is published (reference executor, and ONNX Runtime "
+                "when found)");
   cmd->add_flag("--quiet,-q", s->quiet, "Print nothing on success");
   cmd->add_option("--verify-runtime", s->opt.verify_runtime,
-                  "Also run the built-in verification on this runtime (onnxruntime)");
+                  "Runtimes of the built-in check: onnxruntime (also ONNX Runtime; the default whenever $HFX_PYTHON, else "
+                  "python3, imports onnxruntime) or reference (hfx's reference executor only)");
   cmd->footer(
       "Output layout:\n"
       "  OUT/onnx/model.onnx + model.onnx_data   one decoder graph (or prefill.onnx + decode.onnx)\n"

@@ -14,8 +14,8 @@
 //       norms in between (Qwen3, Gemma 3, OLMo 2, StableLM 2) it is sliced back into q, k, v for the norms
 //   RMSNorm(a + b), a + b reused as the residual        -> SkipSimplifiedLayerNormalization
 //   other RMSNorm                                       -> SimplifiedLayerNormalization
-// Attention the fused op cannot express is reported by ort_profile_blockers(); the export then keeps
-// the portable lowering for that model.
+// Attention the fused op cannot express, or that ONNX Runtime's kernel refuses (kGqaConstraints), is
+// reported by ort_profile_blockers(); the export then keeps the portable lowering for that model.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -71,6 +71,50 @@ struct Plan {
   ValueId packed_source = kNone;  // phi-3 style fused projection output feeding all three
   bool pack_linears = false;      // q/k/v Linears on one input, packed by this pass
 };
+
+// What ONNX Runtime 1.31's CPU GroupQueryAttention accepts, as data: the kernel's own input checks
+// (contrib_ops/cpu/bert/group_query_attention_helper.h, CheckInputs), each confirmed by exporting a
+// tiny model that breaks it and running it (tests/oracle/test_runtime_acceptance.py). ORT refuses such a
+// graph at its first run, so an attention outside one keeps the portable lowering for the whole model,
+// the note and hfx.json naming the constraint. In checking order: the first broken one is reported.
+struct FusedOpConstraint {
+  const char* op;
+  bool (*holds)(const Plan&);
+  std::string (*reason)(const Plan&);  // why it does not hold, for the fallback note
+};
+
+const FusedOpConstraint kGqaConstraints[] = {
+    {"GroupQueryAttention", [](const Plan& p) { return p.hkv > 0 && p.hq % p.hkv == 0; },
+     [](const Plan& p) {
+       return fmt::format("{} query heads are not a multiple of {} kv heads (GroupQueryAttention: \"num_heads must be a "
+                          "multiple of kv_num_heads\")",
+                          p.hq, p.hkv);
+     }},
+    {"GroupQueryAttention", [](const Plan& p) { return p.d % 8 == 0; },
+     [](const Plan& p) {
+       return fmt::format("head_dim {} is not a multiple of 8 (GroupQueryAttention: \"head_size must be a multiple of 8\")",
+                          p.d);
+     }},
+    // cos/sin caches present (do_rotary): the kernel asks head_size % 16, also for partial rotary.
+    {"GroupQueryAttention", [](const Plan& p) { return !p.rope || p.d % 16 == 0; },
+     [](const Plan& p) {
+       return fmt::format("head_dim {} is not a multiple of 16 (GroupQueryAttention's rotary needs it)", p.d);
+     }},
+    // cos_cache width rotary_dim / 2: a multiple of 8 (and <= head_size / 2: rotary <= head_dim, matched above).
+    {"GroupQueryAttention", [](const Plan& p) { return !p.rope || (p.rotary / 2) % 8 == 0; },
+     [](const Plan& p) {
+       return fmt::format("partial rotary over {} of {} dims (GroupQueryAttention's cos/sin caches need rotary_dim / 2 "
+                          "a multiple of 8)",
+                          p.rotary, p.d);
+     }},
+};
+
+// The first GroupQueryAttention constraint the plan breaks, as the reason text.
+std::optional<std::string> gqa_constraint_broken(const Plan& p) {
+  for (const auto& c : kGqaConstraints)
+    if (!c.holds(p)) return c.reason(p);
+  return std::nullopt;
+}
 
 // Side of the attention: Transpose{0,2,1,3}(heads4), heads4 = Reshape(flat) optionally; else any
 // [b, h, s, d] value (transposed back and flattened for GroupQueryAttention).
@@ -175,15 +219,8 @@ std::optional<Plan> match(const ir::Graph& g, const ir::Node& attn, std::string&
     return std::nullopt;
   }
   p.rotary = r.value;
-  // ORT's kernel: cos_cache width (rotary / 2) <= head_size / 2 and a multiple of 8.
-  if (qrot && p.rotary == p.d && p.d % 16 != 0) {
-    why = fmt::format("head_dim {} is not a multiple of 16 (GroupQueryAttention's rotary needs it)", p.d);
-    return std::nullopt;
-  }
-  if (qrot && p.rotary < p.d && (p.rotary / 2) % 8 != 0) {
-    why = fmt::format("partial rotary over {} of {} dims (GroupQueryAttention's cos/sin caches need rotary_dim / 2 "
-                      "a multiple of 8)",
-                      p.rotary, p.d);
+  if (auto broken = gqa_constraint_broken(p)) {
+    why = *broken;
     return std::nullopt;
   }
   // k: [Concat(past, ]RotaryEmbedding(Transpose(k4))[)]; v: [Concat(past, ]Transpose(v4)[)].

@@ -21,6 +21,7 @@
 #include "pipeline/backend.h"
 #include "pipeline/export.h"
 #include "pipeline/manifest.h"
+#include "pipeline/runtime_probe.h"
 #include "pipeline/verify_cases.h"
 #include "runtime/executor.h"
 #include "runtime/generate.h"
@@ -117,12 +118,7 @@ std::string first_diverging_layer(const ir::Graph& ref, const ir::Graph& art, co
   return "all layer outputs agree; the difference is in the final norm or lm_head";
 }
 
-std::string python_interpreter(const VerifyOptions& o) {
-  if (!o.python.empty()) return o.python;
-  if (const char* p = std::getenv("HFX_PYTHON")) return p;
-  const fs::path venv = fs::path(HFX_SOURCE_DIR) / ".venv" / "bin" / "python";
-  return fs::exists(venv) ? venv.string() : "python3";
-}
+std::string python_interpreter(const VerifyOptions& o) { return driver_python(o.python); }
 
 std::string sig_str(const std::vector<std::pair<std::string, std::string>>& sig) {
   std::string s;
@@ -380,11 +376,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     if (!runs.empty()) job["profile"] = {{"model", runs[0].comp->file.string()}, {"inputs", (scratch / "in0.safetensors").string()}};
     if (causal) job["generate"] = {{"export", fs::absolute(out).string()}, {"prompts", prompts}, {"max_new_tokens", tokens}};
     write_text_file(scratch / "job.json", job.dump());
-    const std::string cmd = fmt::format("'{}' '{}/hfx_ort_runner.py' '{}' '{}'", python_interpreter(opt), HFX_PYTHON_DIR,
-                                        (scratch / "job.json").string(), (scratch / "result.json").string());
-    if (std::system(cmd.c_str()) != 0)
-      fail(ErrorKind::Io, "onnxruntime driver failed: {} (is onnxruntime installed for that interpreter? set HFX_PYTHON)", cmd);
-    ort_result = nlohmann::json::parse(read_text_file(scratch / "result.json"));
+    ort_result = run_ort_driver(python_interpreter(opt), scratch / "job.json", scratch / "result.json");
     runtime::warn_if_untested("onnxruntime", ort_result.value("ort_version", "?"), runtime::kTestedOnnxRuntime);
     for (size_t i = 0; i < runs.size(); ++i) runs[i].actual = io::load_safetensors(scratch / fmt::format("out{}.safetensors", i));
   } else if (step_runtime) {

@@ -1,0 +1,37 @@
+// The real runtimes behind hfx's Python drivers: whether an interpreter can run ONNX Runtime (probed
+// once per process), and running python/hfx_ort_runner.py so that a failure reads as the runtime's
+// own error, not as a guess about the installation.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace hfx::pipeline {
+
+// The interpreter python/hfx_ort_runner.py runs with for `hfx verify --runtime onnxruntime` and
+// `--verify-runtime onnxruntime`: `chosen` (VerifyOptions::python) when given, else $HFX_PYTHON,
+// else this source tree's .venv/bin/python (a developer build), else python3.
+std::string driver_python(const std::string& chosen);
+
+// The interpreter the built-in check of `hfx export` probes for ONNX Runtime: $HFX_PYTHON, else
+// python3 as the caller's PATH resolves it (what the user's own shell would run).
+std::string export_check_python();
+
+// onnxruntime.__version__ as `python` imports it, or nullopt when it cannot (no such interpreter, no
+// onnxruntime module). One `python -c` per interpreter per process; later calls are answered from
+// the first.
+std::optional<std::string> onnxruntime_version(const std::string& python);
+
+// Runs `python hfx_ort_runner.py job result` and returns the result file. When the driver fails it
+// throws ErrorKind::Mismatch with the Python exception's last line (ONNX Runtime's refusal of a node,
+// "Got invalid dimensions ...", or "No module named 'onnxruntime'"), whitespace collapsed.
+nlohmann::json run_ort_driver(const std::string& python, const std::filesystem::path& job,
+                              const std::filesystem::path& result);
+
+// `s` as one single-quoted shell word.
+std::string shell_quote(const std::string& s);
+
+}  // namespace hfx::pipeline

@@ -1,0 +1,87 @@
+// pipeline/runtime_probe: the ONNX Runtime probe runs an interpreter once per process, and a failing
+// driver reads as its own last error line. Fake interpreters (shell scripts) stand in for Python.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+#include "pipeline/runtime_probe.h"
+
+namespace fs = std::filesystem;
+using namespace hfx;
+
+namespace {
+
+fs::path scratch_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("hfx_probe_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+fs::path script(const fs::path& dir, const std::string& name, const std::string& body) {
+  const fs::path p = dir / name;
+  std::ofstream(p) << "#!/bin/sh\n" << body;
+  ::chmod(p.c_str(), 0755);
+  return p;
+}
+
+size_t lines_in(const fs::path& p) {
+  std::ifstream in(p);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(RuntimeProbe, ShellQuoteKeepsOneWord) {
+  EXPECT_EQ(pipeline::shell_quote("a b"), "'a b'");
+  EXPECT_EQ(pipeline::shell_quote("it's"), "'it'\\''s'");
+}
+
+TEST(RuntimeProbe, OnnxRuntimeVersionIsProbedOncePerInterpreter) {
+  const fs::path d = scratch_dir("once");
+  const fs::path calls = d / "calls";
+  const fs::path py = script(d, "python", "echo x >> '" + calls.string() + "'\necho 1.31.1\n");
+  EXPECT_EQ(pipeline::onnxruntime_version(py.string()).value_or(""), "1.31.1");
+  EXPECT_EQ(pipeline::onnxruntime_version(py.string()).value_or(""), "1.31.1");
+  EXPECT_EQ(lines_in(calls), 1u);
+  fs::remove_all(d);
+}
+
+TEST(RuntimeProbe, NoOnnxRuntimeIsNoVersion) {
+  const fs::path d = scratch_dir("none");
+  const fs::path py = script(d, "python", "echo \"ModuleNotFoundError: No module named 'onnxruntime'\" >&2\nexit 1\n");
+  EXPECT_FALSE(pipeline::onnxruntime_version(py.string()).has_value());
+  EXPECT_FALSE(pipeline::onnxruntime_version((d / "no-such-python").string()).has_value());
+  fs::remove_all(d);
+}
+
+TEST(RuntimeProbe, DriverFailureShowsTheRuntimesOwnError) {
+  const fs::path d = scratch_dir("driver");
+  // The runner caught ORT's exception and wrote it ($3 is the result file).
+  const fs::path refused = script(d, "refused",
+                                  "echo '{\"error\": \"InvalidArgument: head_size must be a multiple of 8\"}' > \"$3\"\nexit 1\n");
+  try {
+    pipeline::run_ort_driver(refused.string(), d / "job.json", d / "result.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Mismatch);
+    EXPECT_NE(e.message().find("head_size must be a multiple of 8"), std::string::npos) << e.message();
+  }
+  // It died before writing a result: the last line of its stderr.
+  fs::remove(d / "result.json");
+  const fs::path died = script(d, "died", "echo 'Traceback ...' >&2\necho \"ModuleNotFoundError: No module named 'numpy'\" >&2\nexit 1\n");
+  try {
+    pipeline::run_ort_driver(died.string(), d / "job.json", d / "result.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("ModuleNotFoundError: No module named 'numpy'"), std::string::npos) << e.message();
+  }
+  fs::remove_all(d);
+}
