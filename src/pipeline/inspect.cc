@@ -7,6 +7,8 @@
 #include <map>
 
 #include "backends/onnx/onnx_writer.h"
+#include "backends/onnx/ort_profile.h"
+#include "core/error.h"
 #include "core/progress.h"
 #include "passes/pass.h"
 #include "pipeline/backend.h"
@@ -37,6 +39,20 @@ namespace {
 // weights) runs the reference executor over the checkpoint and over the artifact: each caches every
 // weight in f32 (2 W), and the pages read to fill them stay resident (the artifact's data file, W,
 // and the checkpoint, S): baseline + 3 W + S.
+//
+// The default (ort) profile of a decoder adds GroupQueryAttention's cos/sin caches: weights computed
+// whole before writing (held until the export ends) and written like the others; above
+// passes::kMaxRopeCacheRows rows they are computed in the graph and add nothing.
+int64_t ort_rope_cache_bytes(const LoadedModel& m) {
+  const ir::Graph& g = m.components.at(0).graph;
+  if (!m.model || !passes::ort_profile_blockers(g).empty()) return 0;
+  try {
+    return passes::ort_rope_cache_bytes(g, onnx_backend::ort_context_length(*m.checkpoint, g));
+  } catch (const Error&) {
+    return 0;  // no context length: the ort export itself says so; the preflight reports the rest
+  }
+}
+
 Preflight preflight(const LoadedModel& m) {
   Preflight p;
   ir::Graph g = passes::run_pipeline(m.components.at(0).graph, find_backend("onnx").passes());
@@ -64,7 +80,9 @@ Preflight preflight(const LoadedModel& m) {
   for (const auto& f : m.checkpoint->side_files()) p.disk_bytes += 2 * int64_t(fs::file_size(f));
   p.disk_bytes += int64_t(g.nodes().size()) * 256;  // model.onnx: a few hundred bytes a node
   constexpr int64_t kBaseline = 28ll << 20;         // binary, libraries, allocator, checkpoint index
-  const int64_t baseline = kBaseline + int64_t(g.nodes().size()) * 1024;  // + IR and protobuf per node
+  const int64_t caches = ort_rope_cache_bytes(m);
+  p.disk_bytes += caches;
+  const int64_t baseline = kBaseline + int64_t(g.nodes().size()) * 1024 + caches;  // + IR and protobuf per node
   p.peak_memory_no_verify_bytes = baseline + worst_transient;
   static const ExportOptions defaults;  // the limit `hfx export` applies without flags
   p.verify_runs = f32_weights <= defaults.verify_max_bytes;
