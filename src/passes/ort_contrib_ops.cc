@@ -363,7 +363,7 @@ std::pair<ValueId, ValueId> step_rope_caches(const ir::Graph& graph, ir::Rewrite
     const ValueId positions = b.unsqueeze(b.add1("Range", {b.i64(0), total, b.i64(1)}), {0});  // [1, T]
     const auto tables = b.add("RopeCosSin", {positions, inv}, p.rope->attrs);  // [1, T, r]
     auto half = [&](ValueId t) { return b.squeeze(b.slice(t, 0, p.rotary / 2, -1), {0}); };
-    return std::make_pair(half(tables[0]), half(tables[1]));
+    return std::pair<ValueId, ValueId>{half(tables[0]), half(tables[1])};  // braces: cos's nodes first
   };
   if (p.rope->attr_int("dynamic", 0)) {
     auto s = b.scope(base + "dynamic_ntk");
