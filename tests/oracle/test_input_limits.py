@@ -207,15 +207,25 @@ def test_config_over_cap_is_one_line(tiny_checkpoint, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_large_config_under_cap_bounded_memory(tiny_checkpoint, tmp_path):
+@pytest.mark.parametrize("shape", ["array", "keys"])
+def test_large_config_under_cap_bounded_memory(tiny_checkpoint, tmp_path, shape):
+    """A 12-16 MB config.json (6 M numbers, or 1.3 M keys) exports in bounded memory, and the preflight
+    counts the parsed document (held for the export, parsed again by the verification)."""
     model = copy_of(tiny_checkpoint, "llama", tmp_path / "model")
     cfg = json.loads((model / "config.json").read_text())
-    cfg["long_list"] = [1] * (6 << 20)  # 12 MiB of "1, ": 6 M JSON values
+    if shape == "array":
+        cfg["long_list"] = [1] * (6 << 20)  # 12 MiB of "1,"
+    else:
+        cfg.update({f"k{i}": 0 for i in range(1_300_000)})  # 15 MiB of "k123456":0
     (model / "config.json").write_text(json.dumps(cfg, separators=(",", ":")))
     assert (model / "config.json").stat().st_size < 16 << 20
-    proc, rss = measured("export", "--model", model, "--quiet", tmp_path / "out")  # verified: reads it again
-    assert proc.returncode == 0, proc.stderr
-    assert rss < 500 << 20, f"peak RSS {rss / 2**20:.0f} MiB"  # 357 MiB measured (the tiny weights: < 1 MiB)
+    pre = json.loads(run_hfx("inspect", "--json", model).stdout)["preflight"]
+    for extra, key in ((["--no-verify"], "peak_memory_no_verify_bytes"), ([], "peak_memory_bytes")):
+        out = tmp_path / f"out{len(extra)}"
+        proc, rss = measured("export", "--model", model, "--quiet", *extra, out)
+        assert proc.returncode == 0, proc.stderr
+        assert rss < 500 << 20, f"peak RSS {rss / 2**20:.0f} MiB"  # 350 MiB measured for the array, verified
+        assert abs(pre[key] - rss) <= 0.15 * rss + (8 << 20), (key, pre[key], rss)
 
 
 # ---- D18: non-finite weights and a negative epsilon
