@@ -105,6 +105,11 @@ std::string Node::type() const {
 
 namespace {
 
+// The longest padding a tokenizer.json may ask for (padding.strategy.Fixed, pad_to_multiple_of): 2^20
+// ids, past the contexts hfx exports; the padded ids are allocated whole, so a file's 2^62 would
+// otherwise be an allocation sized by the file.
+constexpr int64_t kMaxPaddedLength = int64_t(1) << 20;
+
 struct AddedToken {
   std::string content;
   bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
@@ -504,11 +509,11 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     Impl::Padding pad{};
     Node strategy = p["strategy"];
     if (strategy.present() && strategy.value().is_object()) {
-      pad.fixed = strategy["Fixed"].integer(0);
+      pad.fixed = strategy["Fixed"].integer(0, kMaxPaddedLength);
     } else if (strategy.present() && strategy.str() != "BatchLongest") {
       strategy.wrong("\"BatchLongest\" or {\"Fixed\": n}");
     }
-    pad.multiple = p["pad_to_multiple_of"].integer_opt(0);
+    pad.multiple = p["pad_to_multiple_of"].integer_opt(0, kMaxPaddedLength);
     pad.pad_id = p["pad_id"].integer_opt(0, UINT32_MAX).value_or(0);
     pad.left = is_left(p["direction"]);
     impl->padding = pad;

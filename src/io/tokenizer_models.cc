@@ -1,4 +1,5 @@
 // Models of tokenizer.json: BPE (tokenizers/src/models/bpe), WordPiece and WordLevel.
+#include <algorithm>
 #include <queue>
 
 #include "core/error.h"
@@ -227,6 +228,7 @@ class WordPiece : public Model {
     unk_token_ = node["unk_token"].str_or("[UNK]");
     prefix_ = node["continuing_subword_prefix"].str_or("##");
     max_chars_ = size_t(node["max_input_chars_per_word"].integer_opt(0).value_or(100));
+    for (const auto& [token, id] : vocab_) longest_ = std::max(longest_, token.size());
   }
 
   void tokenize(const std::string& w, std::vector<int64_t>& out) const override {
@@ -239,7 +241,12 @@ class WordPiece : public Model {
     size_t mark = out.size();
     std::string sub;
     for (size_t start = 0; start < w.size();) {
-      size_t end = w.size();
+      // Greedy longest match, from the longest candidate that can be a token: no vocabulary entry is
+      // longer than longest_ bytes, so this skips only candidates that cannot match (the result is
+      // tokenizers' own) and the work per position is bounded by the vocabulary, not the word (a long
+      // word under a large max_input_chars_per_word was cubic in its length).
+      size_t end = w.size() - start > longest_ ? start + longest_ : w.size();
+      while (end > start && end < w.size() && (uint8_t(w[end]) & 0xC0) == 0x80) --end;  // a whole character
       std::optional<int64_t> found;
       while (start < end) {
         sub.clear();
@@ -264,6 +271,7 @@ class WordPiece : public Model {
   TokenSite unk_site_;
   std::string unk_token_, prefix_;
   size_t max_chars_;
+  size_t longest_ = 0;  // bytes of the longest vocabulary entry (continuing ones with their prefix)
 };
 
 class WordLevel : public Model {

@@ -9,6 +9,21 @@ namespace {
 using unicode::has;
 using unicode::Prop;
 
+// Normalized text may be at most kGrowthFactor x the input + kGrowthSlack characters: real normalizers
+// grow text by a small factor (NFKC at most 18x a character, BertNormalizer's Chinese spacing 3x,
+// Prepend one piece), while a Sequence of Replace "a" -> "aa" doubles it per step. The limit of the
+// normalization under way (one text at a time per thread); every step that can grow text checks it.
+constexpr size_t kGrowthFactor = 64, kGrowthSlack = 4096;
+thread_local size_t growth_limit = SIZE_MAX;
+thread_local const std::filesystem::path* growth_file = nullptr;
+
+void check_growth(size_t length) {
+  if (length <= growth_limit) return;
+  bad_input("{}: the normalizer makes the text longer than {} characters ({} x the input + {}): a normalizer that "
+            "grows text without bound (e.g. a Sequence of Replace steps that each lengthen it) is refused",
+            growth_file ? growth_file->string() : std::string("tokenizer.json"), growth_limit, kGrowthFactor, kGrowthSlack);
+}
+
 class UnicodeForm : public Normalizer {
  public:
   explicit UnicodeForm(unicode::Form form) : form_(form) {}
@@ -61,6 +76,7 @@ void replace_all(std::u32string& s, const std::u32string& pattern, const std::u3
     size_t hit = s.find(pattern, pos);
     if (hit == std::u32string::npos) break;
     out.append(s, pos, hit - pos);
+    check_growth(out.size() + content.size());
     out += content;
     pos = hit + pattern.size();
   }
@@ -140,11 +156,38 @@ class Sequence : public Normalizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
   void normalize(std::u32string& s) const override {
-    for (const auto& n : steps_) n->normalize(s);
+    for (const auto& n : steps_) {
+      n->normalize(s);
+      check_growth(s.size());  // each step grows by a bounded factor; a chain of them must not multiply
+    }
   }
 
  private:
   std::vector<std::unique_ptr<Normalizer>> steps_;
+};
+
+// The whole normalizer of a tokenizer.json: sets the growth limit from the input's length.
+class Bounded : public Normalizer {
+ public:
+  Bounded(std::unique_ptr<Normalizer> inner, std::filesystem::path file) : inner_(std::move(inner)), file_(std::move(file)) {}
+  void normalize(std::u32string& s) const override {
+    struct Scope {  // restores the enclosing limit (none) however normalize() leaves
+      size_t limit = growth_limit;
+      const std::filesystem::path* file = growth_file;
+      ~Scope() {
+        growth_limit = limit;
+        growth_file = file;
+      }
+    } scope;
+    growth_limit = s.size() > (SIZE_MAX - kGrowthSlack) / kGrowthFactor ? SIZE_MAX : s.size() * kGrowthFactor + kGrowthSlack;
+    growth_file = &file_;
+    inner_->normalize(s);
+    check_growth(s.size());
+  }
+
+ private:
+  std::unique_ptr<Normalizer> inner_;
+  std::filesystem::path file_;
 };
 
 // The pattern of Replace: {"String": "..."}; a {"Regex": ...} is refused.
@@ -157,7 +200,8 @@ std::u32string string_pattern(const Node& pattern) {
 
 }  // namespace
 
-std::unique_ptr<Normalizer> make_normalizer(const Node& node) {
+// One normalizer of the tree (a Sequence builds its steps with it), without the growth limit.
+static std::unique_ptr<Normalizer> make_step(const Node& node) {
   std::string type = node.type();
   if (type == "NFC") return std::make_unique<UnicodeForm>(unicode::Form::NFC);
   if (type == "NFD") return std::make_unique<UnicodeForm>(unicode::Form::NFD);
@@ -179,10 +223,14 @@ std::unique_ptr<Normalizer> make_normalizer(const Node& node) {
   if (type == "Sequence") {
     Node list = node["normalizers"];
     std::vector<std::unique_ptr<Normalizer>> steps;
-    for (size_t i = 0; i < list.array().size(); ++i) steps.push_back(make_normalizer(list[i]));
+    for (size_t i = 0; i < list.array().size(); ++i) steps.push_back(make_step(list[i]));
     return std::make_unique<Sequence>(std::move(steps));
   }
   node["type"].unsupported_value("normalizer");
+}
+
+std::unique_ptr<Normalizer> make_normalizer(const Node& node) {
+  return std::make_unique<Bounded>(make_step(node), node.file().path);
 }
 
 }  // namespace hfx::io::tok

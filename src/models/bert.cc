@@ -92,7 +92,7 @@ EncoderConfig parse_config(const io::Checkpoint& ckpt, Family family) {
     c.intermediate_size = io::require_int(f, j, "intermediate_size", 1, kMaxDim);
     c.act = parse_hidden_act(f, "hidden_act", io::optional_string(f, j, "hidden_act").value_or("gelu"));
     c.type_vocab_size = io::optional_int(f, j, "type_vocab_size", 1, kMaxDim).value_or(2);
-    c.eps = io::optional_number(f, j, "layer_norm_eps").value_or(1e-12);
+    c.eps = norm_eps(f, j, "layer_norm_eps", 1e-12);
     // BertConfig defaults pad_token_id to 0, RobertaConfig / XLMRobertaConfig to 1; null means none.
     const int64_t default_pad = family == Family::Roberta ? 1 : 0;
     if (!j.contains("pad_token_id")) c.pad_token_id = default_pad;

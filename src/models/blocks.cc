@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "models/weights.h"
 
@@ -57,6 +59,14 @@ ir::ValueId gated_mlp(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x,
   ir::ValueId gate = linear(b, ckpt, x, prefix + names.gate, hidden, intermediate, bias, why);
   ir::ValueId up = linear(b, ckpt, x, prefix + names.up, hidden, intermediate, bias, why);
   return linear(b, ckpt, gated_activation(b, gate, up, act), prefix + names.down, intermediate, hidden, bias, why);
+}
+
+double norm_eps(const io::JsonFile& f, const nlohmann::json& obj, std::string_view key, double fallback) {
+  const double eps = io::optional_number(f, obj, key).value_or(fallback);
+  if (!std::isfinite(eps) || eps < 0)
+    bad_input("{}: {} is {}: a norm's epsilon must be a finite number >= 0 (it is added to the variance before the "
+              "square root; typical values 1e-5 .. 1e-12)", f.path.filename().string(), key, eps);
+  return eps;
 }
 
 ir::ValueId norm(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix, int64_t n,

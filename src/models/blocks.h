@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/checkpoint.h"
@@ -40,6 +41,9 @@ struct GatedMlpNames {
 ir::ValueId gated_mlp(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
                       const GatedMlpNames& names, int64_t hidden, int64_t intermediate, bool bias, Activation act,
                       const std::string& why);
+// A norm's epsilon from config.json (`key`, else `fallback`): refused unless finite and >= 0, since it
+// is added to the variance under a square root (a negative one turns every small variance into NaN).
+double norm_eps(const io::JsonFile& f, const nlohmann::json& obj, std::string_view key, double fallback);
 // A norm over the last axis (size n) with weights `prefix`.weight (and `prefix`.bias for a LayerNorm
 // with bias); opens a scope named `scope`.
 ir::ValueId norm(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix, int64_t n,

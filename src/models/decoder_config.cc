@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/blocks.h"
 
 namespace hfx::models {
 
@@ -129,7 +130,7 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
   if (t.gelu_means_tanh && act == "gelu") act = "gelu_pytorch_tanh";
   c.act = parse_activation(f, t.act_key, act);
   c.max_position_embeddings = io::optional_int(f, j, "max_position_embeddings", 1).value_or(2048);
-  c.norm_eps = io::optional_number(f, j, t.eps_key).value_or(t.default_eps);
+  c.norm_eps = norm_eps(f, j, t.eps_key, t.default_eps);
   c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(t.default_tie_word_embeddings);
   const bool attention_bias = io::optional_bool(f, j, t.attention_bias_key).value_or(t.default_attention_bias);
   c.qkv_bias = t.qkv_bias_always || attention_bias;

@@ -59,7 +59,7 @@ Gpt2Config parse_gpt2_config(const io::Checkpoint& ckpt, bool bigcode) {
   if (c.hidden_size % c.num_heads)
     bad_input("{}: n_embd ({}) is not a multiple of n_head ({})", file, c.hidden_size, c.num_heads);
   c.head_dim = c.hidden_size / c.num_heads;
-  c.eps = io::optional_number(f, j, "layer_norm_epsilon").value_or(1e-5);
+  c.eps = norm_eps(f, j, "layer_norm_epsilon", 1e-5);
   c.act = parse_activation(f, "activation_function",
                            io::optional_string(f, j, "activation_function").value_or(bigcode ? "gelu_pytorch_tanh" : "gelu_new"));
   c.scale_attn_weights = io::optional_bool(f, j, "scale_attn_weights").value_or(true);

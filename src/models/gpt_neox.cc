@@ -46,7 +46,7 @@ NeoxConfig parse_neox_config(const io::Checkpoint& ckpt) {
     bad_input("{}: hidden_size ({}) is not a multiple of num_attention_heads ({})", f.path.filename().string(),
               c.hidden_size, c.num_heads);
   c.head_dim = c.hidden_size / c.num_heads;
-  c.eps = io::optional_number(f, j, "layer_norm_eps").value_or(1e-5);
+  c.eps = norm_eps(f, j, "layer_norm_eps", 1e-5);
   c.act = parse_activation(f, "hidden_act", io::optional_string(f, j, "hidden_act").value_or("gelu"));
   c.parallel_residual = io::optional_bool(f, j, "use_parallel_residual").value_or(true);
   c.bias = io::optional_bool(f, j, "attention_bias").value_or(true);

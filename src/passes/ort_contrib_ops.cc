@@ -3,7 +3,8 @@
 //   Attention / SoftcapAttention + RotaryEmbedding (+ the cache Concat)
 //                                                      -> com.microsoft GroupQueryAttention, do_rotary=1,
 //       cos/sin caches precomputed from the step's RopeCosSin table (longrope: a short and a long pair,
-//       chosen per step from the total length; dynamic NTK: the step's rows computed in the graph;
+//       chosen per step from the total length; dynamic NTK, and tables over kMaxRopeCacheRows rows: the
+//       step's rows computed in the graph;
 //       partial rotary: caches [rows, r/2],
 //       GQA rotates the first r dims and passes the rest), seqlens_k / total_sequence_length derived once
 //       from attention_mask (position_ids is no longer read; learned positions, GPT-2's, run without
@@ -352,6 +353,18 @@ std::string packed_name(const std::string& q_name) {
 
 }  // namespace
 
+int64_t ort_rope_cache_bytes(const ir::Graph& graph, int64_t rows) {
+  if (rows > kMaxRopeCacheRows) return 0;
+  std::set<const ir::Node*> tables;  // one pair (longrope: two) per RopeCosSin, shared by its layers
+  int64_t bytes = 0;
+  for (const Plan& p : plans(graph, nullptr)) {
+    if (!p.rope || p.rope->attr_int("dynamic", 0) || !tables.insert(p.rope).second) continue;
+    const int64_t pairs = p.long_inv ? 2 : 1;
+    bytes += pairs * 2 * rows * (p.rotary / 2) * int64_t(sizeof(float));
+  }
+  return bytes;
+}
+
 std::vector<std::string> ort_profile_blockers(const ir::Graph& graph) {
   std::vector<std::string> blockers;
   auto found = plans(graph, &blockers);
@@ -365,7 +378,10 @@ std::vector<std::string> ort_profile_blockers(const ir::Graph& graph) {
 // the short pair, sliced first so a step copies T rows, not the context; for dynamic NTK the step's T
 // rows computed by the model's own RopeCosSin over positions 0..T-1 (its longest position + 1 = T
 // rescales the frequencies past max_position, as Transformers' dynamic_rope_update), halved to [T, r/2]:
-// no precomputed table, its rows change with T.
+// no precomputed table, its rows change with T. A table of more than kMaxRopeCacheRows rows (a config's
+// max_position_embeddings can say 10^7 and more) is computed the same way, per step in the graph, from
+// the fixed frequencies (longrope: the pair picked by T): precomputed, it would grow with the config
+// field instead of the weights (16 M rows of a tiny model: a 1 GiB model.onnx).
 std::pair<ValueId, ValueId> step_rope_caches(const ir::Graph& graph, ir::Rewriter& r, const Plan& p, ValueId mask,
                                              int64_t rows) {
   ir::Builder& b = r.builder();
@@ -378,20 +394,34 @@ std::pair<ValueId, ValueId> step_rope_caches(const ir::Graph& graph, ir::Rewrite
     return std::make_pair(b.weight(stem + "cos_cache" + tag, ir::WeightRef::constant(std::move(c))),
                           b.weight(stem + "sin_cache" + tag, ir::WeightRef::constant(std::move(s))));
   };
-  if (p.rope->attr_int("dynamic", 0)) {
-    auto s = b.scope(base + "dynamic_ntk");
+  // The step's rows 0..T-1 from the frequencies `inv`: RopeCosSin [1, T, r] halved to [T, r/2].
+  auto computed = [&](ValueId inv) {
     const ValueId total = b.squeeze(b.shape_of(mask, 1, 2), {0});
     const ValueId positions = b.unsqueeze(b.add1("Range", {b.i64(0), total, b.i64(1)}), {0});  // [1, T]
-    const auto tables = b.add("RopeCosSin", {positions, r.mapped(*p.rope).inputs[1]}, p.rope->attrs);  // [1, T, r]
+    const auto tables = b.add("RopeCosSin", {positions, inv}, p.rope->attrs);  // [1, T, r]
     auto half = [&](ValueId t) { return b.squeeze(b.slice(t, 0, p.rotary / 2, -1), {0}); };
-    return {half(tables[0]), half(tables[1])};
+    return std::pair<ValueId, ValueId>{half(tables[0]), half(tables[1])};  // braces: cos's nodes first
+  };
+  if (p.rope->attr_int("dynamic", 0)) {
+    auto s = b.scope(base + "dynamic_ntk");
+    return computed(r.mapped(*p.rope).inputs[1]);
   }
-  if (!p.long_inv) return cache(*graph.constant(p.rope->inputs[1]), "");
+  const bool in_graph = rows > kMaxRopeCacheRows;
+  if (!p.long_inv) {
+    if (!in_graph) return cache(*graph.constant(p.rope->inputs[1]), "");
+    auto s = b.scope(base + "computed");
+    return computed(r.mapped(*p.rope).inputs[1]);
+  }
   auto s = b.scope(base + "longrope");
-  const auto [short_cos, short_sin] = cache(*p.short_inv, "_short");
-  const auto [long_cos, long_sin] = cache(*p.long_inv, "_long");
   const ValueId total = b.shape_of(mask, 1, 2);
   const ValueId is_long = b.add1("Greater", {total, b.i64s({p.longrope_original})});
+  if (in_graph) {
+    const ValueId inv = b.add1("Where", {is_long, b.weight(stem + "inv_freq_long", ir::WeightRef::constant(*p.long_inv)),
+                                         b.weight(stem + "inv_freq_short", ir::WeightRef::constant(*p.short_inv))});
+    return computed(inv);
+  }
+  const auto [short_cos, short_sin] = cache(*p.short_inv, "_short");
+  const auto [long_cos, long_sin] = cache(*p.long_inv, "_long");
   auto pick = [&](ValueId long_cache, ValueId short_cache) {
     return b.add1("Where", {is_long, b.add1("Slice", {long_cache, b.i64s({0}), total, b.i64s({0})}),
                             b.add1("Slice", {short_cache, b.i64s({0}), total, b.i64s({0})})});
@@ -624,8 +654,9 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
   ir::Graph out = drop_unused_input(r.finish(), "position_ids");
   // Precomputed cos/sin caches serve the positions they have rows for. The contract says so, so `hfx
   // run`, `hfx generate` and verify stop at a named bound, not at an out-of-range Gather inside GQA.
-  const bool precomputed = std::any_of(found.begin(), found.end(),
-                                       [](const Plan& p) { return p.rope && !p.rope->attr_int("dynamic", 0); });
+  const bool precomputed =
+      opt.rope_cache_rows <= kMaxRopeCacheRows &&
+      std::any_of(found.begin(), found.end(), [](const Plan& p) { return p.rope && !p.rope->attr_int("dynamic", 0); });
   const std::string total = "total_sequence_length";
   if (precomputed && out.symbols().has(total)) {
     SymbolBounds bounds = out.symbols().bounds(total);

@@ -39,6 +39,12 @@ ir::Graph fold_weight_transforms(const ir::Graph& graph);
 struct OrtContribOptions {
   int64_t rope_cache_rows = 0;  // rows of the cos/sin caches: the longest sequence the export serves
 };
+// Above this many rows (2^20: every released context length up to 1 M tokens keeps its table) the
+// cos/sin caches are computed per step in the graph instead of written as tables.
+inline constexpr int64_t kMaxRopeCacheRows = int64_t(1) << 20;
+// Bytes of the precomputed cos/sin caches ort_contrib_ops writes for `graph` with `rows` rows (0 when
+// computed in the graph), for the preflight.
+int64_t ort_rope_cache_bytes(const ir::Graph& graph, int64_t rows);
 ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& options);
 // Why the fused lowering cannot express this graph's attention (empty: it can).
 std::vector<std::string> ort_profile_blockers(const ir::Graph& graph);

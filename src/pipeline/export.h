@@ -82,6 +82,9 @@ struct ExportResult {
   double seconds = 0;
   std::string verify_summary;  // empty when not verified
   std::vector<std::string> notes;  // choices the export made on its own (e.g. an onnx profile fallback)
+  // Weights written with NaN or Inf, one line each (ir::describe_non_finite): also in `notes`, and the
+  // diagnosis when the built-in verification then fails on non-finite outputs.
+  std::vector<std::string> non_finite_weights;
 };
 
 // A checkpoint, its model definition, and the task's components, with strict weight accounting.

@@ -7,6 +7,8 @@
 #include <map>
 
 #include "backends/onnx/onnx_writer.h"
+#include "backends/onnx/ort_profile.h"
+#include "core/error.h"
 #include "core/progress.h"
 #include "passes/pass.h"
 #include "pipeline/backend.h"
@@ -37,6 +39,63 @@ namespace {
 // weights) runs the reference executor over the checkpoint and over the artifact: each caches every
 // weight in f32 (2 W), and the pages read to fill them stay resident (the artifact's data file, W,
 // and the checkpoint, S): baseline + 3 W + S.
+//
+// The default (ort) profile of a decoder adds GroupQueryAttention's cos/sin caches: weights computed
+// whole before writing (held until the export ends) and written like the others; above
+// passes::kMaxRopeCacheRows rows they are computed in the graph and add nothing.
+int64_t ort_rope_cache_bytes(const LoadedModel& m) {
+  const ir::Graph& g = m.components.at(0).graph;
+  if (!m.model || !passes::ort_profile_blockers(g).empty()) return 0;
+  try {
+    return passes::ort_rope_cache_bytes(g, onnx_backend::ort_context_length(*m.checkpoint, g));
+  } catch (const Error&) {
+    return 0;  // no context length: the ort export itself says so; the preflight reports the rest
+  }
+}
+
+// A config.json is held parsed for the whole export (nlohmann::json over libstdc++ containers), and
+// the built-in verification parses it a second time while the first is held. Small for real configs;
+// a 12 MB one of 6 M numbers takes ~130 MB parsed and ~210 MB while parsing. Per node, in glibc
+// malloc chunks: an object's std::map (48 B) and per member a tree node (80 B: links, key, value) plus
+// a key past the 15-character small-string buffer; an array's std::vector (24 B) and its buffer of
+// 16-byte values, grown by doubling while parsing (capacity: the next power of two; the old buffer
+// is live during the last copy); a string's std::string (32 B) plus its characters past 15.
+struct JsonMemory {
+  int64_t held = 0;           // bytes the parsed document keeps
+  int64_t largest_array = 0;  // the largest array buffer, for the parse's transient
+};
+
+int64_t malloc_chunk(int64_t n) { return (n + 8 + 15) / 16 * 16; }
+
+void json_memory(const nlohmann::json& j, JsonMemory& m) {
+  if (j.is_object()) {
+    m.held += malloc_chunk(48);
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      m.held += malloc_chunk(80) + (it.key().size() > 15 ? malloc_chunk(int64_t(it.key().size()) + 1) : 0);
+      json_memory(*it, m);
+    }
+  } else if (j.is_array()) {
+    int64_t capacity = j.empty() ? 0 : 1;
+    while (capacity < int64_t(j.size())) capacity *= 2;
+    m.held += malloc_chunk(24) + (capacity ? malloc_chunk(capacity * 16) : 0);
+    m.largest_array = std::max(m.largest_array, capacity * 16);
+    for (const auto& v : j) json_memory(v, m);
+  } else if (j.is_string()) {
+    const auto n = int64_t(j.get_ref<const std::string&>().size());
+    m.held += malloc_chunk(32) + (n > 15 ? malloc_chunk(n + 1) : 0);
+  }
+}
+
+// (held, peak while parsing: the document, the old buffer of its last array doubling, the file's text)
+std::pair<int64_t, int64_t> config_memory(const LoadedModel& m) {
+  JsonMemory mem;
+  const auto& config = m.checkpoint->config();
+  json_memory(config.json, mem);
+  std::error_code ec;
+  const auto text = fs::file_size(config.path, ec);
+  return {mem.held, mem.held + mem.largest_array / 2 + (ec ? 0 : int64_t(text))};
+}
+
 Preflight preflight(const LoadedModel& m) {
   Preflight p;
   ir::Graph g = passes::run_pipeline(m.components.at(0).graph, find_backend("onnx").passes());
@@ -64,12 +123,17 @@ Preflight preflight(const LoadedModel& m) {
   for (const auto& f : m.checkpoint->side_files()) p.disk_bytes += 2 * int64_t(fs::file_size(f));
   p.disk_bytes += int64_t(g.nodes().size()) * 256;  // model.onnx: a few hundred bytes a node
   constexpr int64_t kBaseline = 28ll << 20;         // binary, libraries, allocator, checkpoint index
-  const int64_t baseline = kBaseline + int64_t(g.nodes().size()) * 1024;  // + IR and protobuf per node
-  p.peak_memory_no_verify_bytes = baseline + worst_transient;
+  const int64_t caches = ort_rope_cache_bytes(m);
+  p.disk_bytes += caches;
+  const int64_t baseline = kBaseline + int64_t(g.nodes().size()) * 1024 + caches;  // + IR and protobuf per node
+  const auto [config_held, config_parse] = config_memory(m);
+  p.peak_memory_no_verify_bytes = baseline + std::max(config_held + worst_transient, config_parse);
   static const ExportOptions defaults;  // the limit `hfx export` applies without flags
   p.verify_runs = f32_weights <= defaults.verify_max_bytes;
   p.peak_memory_bytes = p.peak_memory_no_verify_bytes;
-  if (p.verify_runs) p.peak_memory_bytes = std::max(p.peak_memory_bytes, baseline + 3 * f32_weights + source);
+  if (p.verify_runs)
+    p.peak_memory_bytes = std::max({p.peak_memory_bytes, baseline + config_held + config_parse,
+                                    baseline + 2 * config_held + 3 * f32_weights + source});
   return p;
 }
 

@@ -151,6 +151,12 @@ void validate(const CausalLmOptions& o) {
     if (b.min && b.max && *b.min > *b.max) bad_input("--dim {}: min {} is above max {}", name, *b.min, *b.max);
   }
   if (o.static_cache && o.max_cache_len <= 0) bad_input("--static-cache needs --max-cache-len N (N > 0)");
+  // The static cache is allocated whole (2 x layers x max_cache_len x kv heads x head_dim floats, by
+  // the verification and by every runtime): a length past any model's context is a typo, not a plan.
+  if (o.max_cache_len > kMaxCacheLen)
+    bad_input("--max-cache-len {}: above the limit of {} (2^24) tokens; the static cache is allocated whole at that "
+              "length, so give the longest sequence the export must serve (at most the model's max_position_embeddings)",
+              o.max_cache_len, kMaxCacheLen);
   if (!o.static_cache && o.max_cache_len > 0) bad_input("--max-cache-len is only meaningful with --static-cache");
   if (o.dynamic && !o.dims.empty()) bad_input("--dynamic and --dim contradict each other: --dynamic drops all bounds");
 }

@@ -41,6 +41,10 @@ struct Component {
   std::vector<std::pair<std::string, std::string>> shared_buffers;
 };
 
+// The longest static cache (--max-cache-len) an export accepts: 2^24 tokens, past every released
+// model's context (Llama 4 Scout: 10,485,760).
+inline constexpr int64_t kMaxCacheLen = int64_t(1) << 24;
+
 struct CausalLmOptions {
   bool split_prefill = false;
   bool static_cache = false;

@@ -182,6 +182,66 @@ TEST_F(TokenizerTest, InvalidUtf8TextIsBadInput) {
   }
 }
 
+// tokenizer.json resource bombs (hostile-input report D9): every allocation and all work stay bounded by
+// the text and the file, and what exceeds the bounds is one BadInput line naming the file or field.
+TEST_F(TokenizerTest, NormalizerGrowthIsBounded) {
+  json j = tiny_bpe();
+  json steps = json::array();
+  for (int i = 0; i < 64; ++i)  // each step doubles the a's: 2^64 x the input unbounded
+    steps.push_back({{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "aa"}});
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", steps}};
+  auto tok = load(j);
+  try {
+    tok.encode("abc");
+    FAIL() << "the growth should be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    EXPECT_EQ(e.describe().find('\n'), std::string::npos);
+    EXPECT_NE(e.describe().find("tokenizer.json"), std::string::npos) << e.describe();
+    EXPECT_NE(e.describe().find("64 x the input + 4096"), std::string::npos) << e.describe();
+  }
+  // One Replace with a long content on a long text is refused inside the step, before its output.
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", std::string(1000, 'b')}};
+  EXPECT_THROW(load(j).encode(std::string(100000, 'a')), Error);
+  // Growth a real normalizer makes (a few times the text) passes, and a tokenizer is usable after a refusal.
+  steps = json::array();
+  for (int i = 0; i < 5; ++i) steps.push_back({{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "aa"}});
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", steps}};
+  EXPECT_EQ(load(j).encode(std::string(1000, 'a')), std::vector<int64_t>(32000, 0));  // 32x: allowed
+}
+
+TEST_F(TokenizerTest, PaddingLengthsAreBounded) {
+  json j = tiny_bpe();
+  j["padding"] = {{"strategy", {{"Fixed", int64_t(1) << 29}}}, {"pad_id", 5}};
+  expect_error(j, ErrorKind::BadInput, {"padding.strategy.Fixed", "1048576"});
+  j["padding"] = {{"strategy", "BatchLongest"}, {"pad_to_multiple_of", int64_t(1) << 62}};
+  expect_error(j, ErrorKind::BadInput, {"padding.pad_to_multiple_of", "1048576"});
+  j["padding"] = {{"strategy", {{"Fixed", 4}}}, {"pad_id", 5}, {"pad_to_multiple_of", 3}};
+  EXPECT_EQ(load(j).encode("ab"), (std::vector<int64_t>{3, 5, 5, 5, 5, 5}));  // 4 rounded up to 6
+}
+
+TEST_F(TokenizerTest, WordPieceLongWordIsLinear) {
+  // max_input_chars_per_word far above the word: the greedy longest match tries candidates no longer
+  // than the longest vocabulary entry, so a 200 000-character word takes linear work (it was cubic).
+  json j = tiny_wordpiece();
+  j["model"]["max_input_chars_per_word"] = 1000000000;
+  j["model"]["vocab"]["##e"] = 8;
+  auto tok = load(j);
+  std::vector<int64_t> ids = tok.encode("e" + std::string(200000, 'e'), false);
+  ASSERT_EQ(ids.size(), 200001u);
+  EXPECT_EQ(ids[0], 7);
+  EXPECT_EQ(ids[1], 8);
+  // The first candidate ends at the longest entry's length (6 bytes), backed off to a whole
+  // character when that falls inside one: the same tokens as trying every length.
+  EXPECT_EQ(tok.encode("unaffable", false), (std::vector<int64_t>{1, 2, 3}));
+  j["model"]["vocab"]["u"] = 11;
+  j["model"]["vocab"]["##\xD0\xB6\xD0\xB6"] = 9;  // "##жж", 6 bytes
+  j["model"]["vocab"]["##\xD0\xB6"] = 10;           // "##ж"
+  tok = load(j);
+  EXPECT_EQ(tok.encode("u\xD0\xB6\xD0\xB6\xD0\xB6", false), (std::vector<int64_t>{11, 9, 10}));  // "uжжж"
+  EXPECT_EQ(tok.encode("u\xD0\xB6\xD0\xB6\xD0\xB6x", false), (std::vector<int64_t>{0}));  // no "##x": [UNK]
+}
+
 TEST(Unicode, NormalizationForms) {
   using unicode::Form;
   using unicode::normalize;

@@ -19,6 +19,7 @@
 #include "core/pipelined_file.h"
 #include "core/sha256.h"
 #include "core/tensor.h"
+#include "ir/weight_scan.h"
 
 namespace fs = std::filesystem;
 
@@ -214,10 +215,12 @@ class OutFile {
 };
 
 // One weight into the external data file, hashed and queued while the writer thread writes the
-// previous blocks. Returns true when the queued bytes are the mapped source itself (the writer thread
-// then releases its pages once written).
-bool write_external(const ir::WeightRef& w, PipelinedFile& out) {
+// previous blocks; its bytes are scanned for NaN / Inf on the way (`non_finite`). Returns true when
+// the queued bytes are the mapped source itself (the writer thread then releases its pages once
+// written).
+bool write_external(const ir::WeightRef& w, PipelinedFile& out, ir::NonFiniteCount& non_finite) {
   if (auto raw = w.raw_bytes()) {  // straight from the mapped checkpoint
+    ir::count_non_finite(*raw, w.dtype(), 0, non_finite);
     out.write(*raw, [w] { w.release_source_pages(); });
     return true;
   }
@@ -226,16 +229,19 @@ bool write_external(const ir::WeightRef& w, PipelinedFile& out) {
     const size_t row = w.row_bytes();
     if (row == 0) return false;
     const int64_t step = onnx_block_rows(rows, row);
+    const int64_t row_elements = int64_t(row / dtype_size(w.dtype()));
     for (int64_t r0 = 0; r0 < rows; r0 += step) {
       const int64_t r1 = std::min(rows, r0 + step);
       PipelinedFile::Buffer b = out.buffer(size_t(r1 - r0) * row);
       w.write_rows(r0, r1, b.data.get(), row);
+      ir::count_non_finite({b.data.get(), size_t(r1 - r0) * row}, w.dtype(), r0 * row_elements, non_finite);
       out.write(std::move(b));
     }
     return false;
   }
   auto tensor = std::make_shared<const Tensor>(w.materialize());  // kept until written
   HFX_CHECK(tensor->nbytes() == w.nbytes(), "{} bytes for a tensor of {}", tensor->nbytes(), w.nbytes());
+  ir::count_non_finite({tensor->data(), tensor->nbytes()}, w.dtype(), 0, non_finite);
   out.write({tensor->data(), tensor->nbytes()}, [tensor] {});
   return false;
 }
@@ -384,6 +390,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     HFX_CHECK(w, "weight value {} has no WeightRef", value.name);
     bool release_later = false;  // the writer thread releases the source pages it writes from
     bool reused = false;         // the bytes came from an earlier graph's file, not the checkpoint
+    ir::NonFiniteCount non_finite;  // (bytes reused from an earlier graph were scanned there)
     with_context("onnx: writing weight " + value.name, [&] {
       onnx::TensorProto* t = g->add_initializer();
       t->set_name(value.name);
@@ -409,6 +416,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
         const std::span<const uint8_t> bytes = raw ? *raw : std::span<const uint8_t>(tensor.data(), tensor.nbytes());
         HFX_CHECK(bytes.size() == nbytes, "{} bytes for a tensor of {}", bytes.size(), nbytes);
         t->set_raw_data(bytes.data(), bytes.size());
+        if (!reused) ir::count_non_finite(bytes, w->dtype(), 0, non_finite);
         if (opts.written) opts.written->add_inline(*w, bytes);
       } else if (auto earlier = opts.written ? opts.written->bytes(*w) : std::nullopt) {
         // Written by an earlier graph of this export (prefill before decode): copied from that file,
@@ -419,7 +427,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
           if (e.map) e.map->release(at, e.bytes.size());
         });
       } else {
-        release_later = write_external(*w, *data);
+        release_later = write_external(*w, *data, non_finite);
       }
       if (!inline_data) {
         t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
@@ -430,6 +438,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
       }
     });
     if (!reused) result.source_bytes_read += int64_t(w->source_bytes());
+    if (non_finite.total()) result.non_finite.push_back(ir::describe_non_finite(*w, non_finite));
     if (!release_later) w->release_source_pages();
     ++result.num_weights;
     if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));

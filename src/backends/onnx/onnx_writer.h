@@ -45,6 +45,8 @@ struct OnnxWriteResult {
   int64_t source_bytes_read = 0;    // checkpoint bytes read to write the weights
   // sha256 (hex) of the files as written, hashed on the way out so the manifest need not re-read them.
   std::string model_sha256, data_sha256;
+  // One line per weight holding NaN or Inf (ir::describe_non_finite), in write order.
+  std::vector<std::string> non_finite;
 };
 
 // Bytes the external-data writer keeps queued for its writer thread (a weight is converted in blocks

@@ -68,6 +68,14 @@ CheckRuntimes check_runtimes(const ExportOptions& opt) {
   return plan;
 }
 
+// A verification detail that reports NaN or Inf differences ("max abs inf", "mean abs nan"): outputs
+// that are not finite, on the artifact or on the reference.
+bool non_finite_detail(const std::string& detail) {
+  for (const char* word : {"abs inf", "abs nan", "abs -nan", "abs -inf"})
+    if (detail.find(word) != std::string::npos) return true;
+  return false;
+}
+
 class OnnxBackend final : public Backend {
  public:
   BackendInfo info() const override {
@@ -172,6 +180,10 @@ class OnnxBackend final : public Backend {
     if (!written.data_path.empty())
       job.manifest.add_file_digest(fs::path("onnx") / wo.data_file, written.data_sha256, uintmax_t(written.data_bytes));
     job.result.source_bytes_read += written.source_bytes_read;
+    for (const auto& line : written.non_finite) {
+      job.result.notes.push_back("non-finite weight, written as the checkpoint holds it: " + line);
+      job.result.non_finite_weights.push_back(line);
+    }
     // The contract as written: the ort profile derives positions in the graph (no position_ids input)
     // and bounds the total length by its rotary caches' rows.
     tasks::Component contract{c.role, c.file_stem, c.graph, {}, c.outputs, c.shared_buffers};
@@ -233,9 +245,14 @@ class OnnxBackend final : public Backend {
       }
       checks += report.checks.size();
       for (const auto& c : report.checks)
-        if (!c.passed)
+        if (!c.passed) {
+          if (!job.result.non_finite_weights.empty() && non_finite_detail(c.detail))
+            bad_input("the export cannot be verified: its outputs are not finite ({}: {}) because the checkpoint holds "
+                      "non-finite weights: {} (the checkpoint's values, not the export's; --no-verify writes it anyway)",
+                      c.name, c.detail, fmt::join(job.result.non_finite_weights, "; "));
           fail(ErrorKind::Mismatch, "the export does not match its reference ({}): {}: {} (nothing was written; {})", rt,
                c.name, c.detail, skip);
+        }
     }
     return fmt::format("{}: {} checks passed", plan.summary, checks);
   }
