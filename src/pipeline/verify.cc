@@ -15,6 +15,7 @@
 #include "core/files.h"
 #include "core/progress.h"
 #include "io/safetensors_write.h"
+#include "ir/rewrite.h"
 #include "passes/precision.h"
 #include "pipeline/artifact.h"
 #include "pipeline/backend.h"
@@ -112,6 +113,67 @@ std::vector<LayerDiff> layer_diffs(const ir::Graph& ref, const ir::Graph& art, c
     Diff d;
     accumulate(d, name, a.at(name), r.at(name), atol);
     out.push_back({d.max_abs, d.mean_abs});
+  }
+  return out;
+}
+
+// `g` with MatMulNBits accuracy_level 4 computed on f32 activations (the attribute dropped). Verifying
+// on the reference runtime, the reference and the artifact's graphs differ in summation order only
+// (ONNX Runtime's fused ops against the checkpoint's graph), so rounding their activations to int8
+// would turn near-ties into int8 steps; in f32 both compute the weights' own numbers, gated at fp32's
+// tolerance. Only a run against ONNX Runtime, whose kernel does round, keeps the rounding.
+ir::Graph with_f32_activations(const ir::Graph& g) {
+  const bool any = std::any_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node& n) {
+    return n.op == "MatMulNBits" && n.attr_int("accuracy_level", 0) == 4;
+  });
+  if (!any) return g;
+  ir::Rewriter r(g);
+  for (const auto& node : g.nodes()) {
+    ir::Node n = r.mapped(node);
+    if (n.op == "MatMulNBits") n.attrs.erase("accuracy_level");
+    r.copy(node, n);
+  }
+  return r.finish();
+}
+
+// The logits budget of MatMulNBits accuracy_level 4 on ONNX Runtime (see atol_for in verify_export):
+// measured worst max abs 3.3e-6 on the tiny test models, 0.066 (keys behind Qwen3's k_norm; logits 0.024)
+// on a 13 M-parameter bf16 qwen3 and 0.059 on a 56 M-parameter bf16 llama; about 4x that, as f16's.
+constexpr double kInt8ActivationAtol = 0.25;
+
+// Where the artifact's greedy tokens first part from the reference's in a row, and by how much the
+// reference prefers its own token there (its best logit minus its logit of the artifact's token).
+struct Parting {
+  size_t row;
+  size_t step;
+  double margin;
+};
+
+// Re-runs the reference (`first`: the decoder or prefill graph) at batch 1 on each parting row's prompt
+// plus the tokens both agreed on, and reads the scores at the parting step.
+std::vector<Parting> near_tie_partings(const ir::Graph& first, const runtime::CacheSpec& cache, int64_t vocab,
+                                       const std::vector<std::vector<int64_t>>& prompts,
+                                       const std::vector<std::vector<int64_t>>& expected,
+                                       const std::vector<std::vector<int64_t>>& actual) {
+  std::vector<Parting> out;
+  for (size_t b = 0; b < expected.size(); ++b) {
+    const auto& e = expected[b];
+    const auto a = b < actual.size() ? actual[b] : std::vector<int64_t>{};
+    size_t i = 0;
+    while (i < e.size() && i < a.size() && e[i] == a[i]) ++i;
+    if (i == e.size() && i == a.size()) continue;
+    if (i >= e.size() || i >= a.size() || a[i] < 0 || a[i] >= vocab) {  // one stopped early: not a near-tie
+      out.push_back({b, i, INFINITY});
+      continue;
+    }
+    std::vector<int64_t> ids = prompts[b];
+    ids.insert(ids.end(), e.begin(), e.begin() + long(i));
+    const int64_t T = int64_t(ids.size());
+    auto in = make_inputs(first, {"parting", 1, T, 0}, cache, vocab, 0);  // one unpadded row, empty cache
+    in["input_ids"] = Tensor::from_vector<int64_t>(DType::I64, {1, T}, ids);
+    const Tensor logits = runtime::Executor(first).run(in).at("logits");
+    const float* last = logits.as<float>() + (T - 1) * vocab;
+    out.push_back({b, i, double(*std::max_element(last, last + vocab)) - double(last[a[i]])});
   }
   return out;
 }
@@ -218,9 +280,25 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   } catch (const Error&) {
   }
   // Each component's gate follows its own precision (recipe "components" may override it).
-  auto atol_for = [&](const std::string& role) { return opt.atol.value_or(parsed ? parsed->tolerance_for(role) : kF32Atol); };
+  // MatMulNBits accuracy_level 4 run by ONNX Runtime: its CPU kernel rounds the activations to int8 and
+  // the reference rounds them alike (runtime/kernels_quant.cc), but an activation that the two f32
+  // summation orders put on either side of a rounding step (a near-tie; frequent with bf16 weights,
+  // whose values sit on a coarse grid) rounds one int8 step apart, and that step travels on.
+  auto int8_activations = [&](const std::string& role) {
+    return opt.runtime == "onnxruntime" && parsed && parsed->precision_for(role).quant.enabled() &&
+           parsed->precision_for(role).quant.accuracy_level == 4;
+  };
+  auto atol_for = [&](const std::string& role) {
+    if (opt.atol) return *opt.atol;
+    const double t = parsed ? parsed->tolerance_for(role) : kF32Atol;
+    return int8_activations(role) ? std::max(t, kInt8ActivationAtol) : t;
+  };
   auto tol_numbers = [&](const std::string& role) {
     const std::string precision = parsed ? parsed->precision_for(role).str() : "f32";
+    if (int8_activations(role) && !opt.atol)
+      return fmt::format("max abs <= {:g}, no mismatching element (accuracy_level 4: ONNX Runtime and the reference round "
+                         "activations to int8 alike; a near-tie rounds one step apart and travels on: measured up to 0.066 "
+                         "on 13-56 M-parameter bf16 models, docs/verify.md)", atol_for(role));
     return precision == "f32"
                ? fmt::format("max abs <= {:g}, no mismatching element (fp32: only summation order differs)", atol_for(role))
                : fmt::format("max abs <= {:g}, no mismatching element (the reference runs the same precision, {})",
@@ -257,6 +335,10 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   for (auto& c : ref.components)
     c.graph = passes::apply_precision(c.graph, recipe.precision_for(c.role),
                                       passes::precision_target(format, recipe.onnx_profile_for(c.role)));
+  if (opt.runtime != "onnxruntime") {
+    for (auto& c : ref.components) c.graph = with_f32_activations(c.graph);
+    for (auto& c : art.components) c.graph = with_f32_activations(c.graph);
+  }
   const int64_t vocab = ref.summary().vocab_size;
   const bool causal = ref.model != nullptr;
 
@@ -484,9 +566,26 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     for (size_t b = 0; b < expected_tokens.size(); ++b)
       for (size_t i = 0; i < expected_tokens[b].size(); ++i, ++total)
         same += b < actual_tokens.size() && i < actual_tokens[b].size() && actual_tokens[b][i] == expected_tokens[b][i];
-    const bool ok = expected_tokens == actual_tokens;
-    CheckResult c{fmt::format("greedy generation ({} tokens, batch {})", tokens, prompts.size()), ok,
-                  ok ? "identical tokens" : fmt::format("{} of {} tokens agree", same, total), "identical tokens", {}};
+    bool ok = expected_tokens == actual_tokens;
+    std::string detail = ok ? "identical tokens" : fmt::format("{} of {} tokens agree", same, total);
+    std::string gate = "identical tokens";
+    const tasks::Component& first_ref = ref.components.front();
+    if (int8_activations(first_ref.role)) {
+      // Where the numbers may differ by the budget, greedy paths may part at a near-tie and then differ
+      // (chaos): each row must agree up to a step where the reference's own top score and its score of
+      // the artifact's token are within twice the logits budget.
+      const double margin_gate = 2 * atol_for(first_ref.role);
+      gate = fmt::format("identical tokens, or parting only where the reference's best and the artifact's token score "
+                         "within {:g} (2x the logits budget: accuracy_level 4 on ONNX Runtime)", margin_gate);
+      if (!ok) {
+        const auto parts = near_tie_partings(first_ref.graph, art.cache, vocab, prompts, expected_tokens, actual_tokens);
+        ok = std::all_of(parts.begin(), parts.end(), [&](const Parting& p) { return p.margin <= margin_gate; });
+        for (const auto& p : parts)
+          detail += fmt::format("; row {} parts at token {} where the reference scores the artifact's token {:.3g} below its own",
+                                p.row, p.step, p.margin);
+      }
+    }
+    CheckResult c{fmt::format("greedy generation ({} tokens, batch {})", tokens, prompts.size()), ok, detail, gate, {}};
     c.measured = {{"expected", expected_tokens}, {"actual", actual_tokens}};
     add(std::move(c));
   }
