@@ -28,8 +28,9 @@ std::vector<uint8_t> bytes_of(const ir::Node& node, const Tensor& t, const char*
 // row of A per block of block_size along K, symmetrically, scale = max|a| / 127 and q = a * (127 /
 // max|a|) rounded half to even, then sums the integer products per block times both scales. The same
 // rounding applied here (a replaced by q * scale, in place) makes the reference compute what ONNX
-// Runtime computes, up to the order of summation, so `hfx verify --runtime onnxruntime` keeps its
-// fp32 gate on such exports. A row shorter than a block ends in a short block, as in MLAS.
+// Runtime computes, up to the order of summation (and the near-ties that order decides: see
+// docs/verify.md, "Tolerances"); verify on the reference runtime drops the attribute on both sides.
+// A row shorter than a block ends in a short block, as in MLAS.
 void quantize_activations_int8(float* a, int64_t rows, int64_t K, int64_t block) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t k0 = 0; k0 < K; k0 += block) {
