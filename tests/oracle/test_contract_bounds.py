@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from conftest import run_hfx
+from conftest import hfx_has_openvino, run_hfx
 
 
 def manifest(out):
@@ -48,6 +48,17 @@ def test_small_total_bound_exports_and_verifies(tiny_checkpoint, tmp_path, profi
             m = c["name"]  # "... (batch B, seq S, past P)"
             seq, past = (int(x.split()[-1]) for x in m[m.rindex("(") + 1:-1].split(",")[1:])
             assert seq + past <= 5, m
+
+
+@pytest.mark.skipif(not hfx_has_openvino(), reason="hfx built without OpenVINO")
+def test_small_total_bound_openvino_check(tiny_checkpoint, tmp_path):
+    """The OpenVINO export check picks its own prompts: they stay inside the bounds too."""
+    out = tmp_path / "ov5"
+    proc = run_hfx("export", "-m", tiny_checkpoint("llama"), "--format", "onnx,openvino",
+                   "--dim", "total_sequence_length=1:5", out)
+    assert "openvino: 1 greedy tokens x 2 rows" in proc.stdout, proc.stdout
+    proc = run_hfx("verify", out, "--runtime", "openvino", "--no-reexport", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_total_bound_of_one_verifies(tiny_checkpoint, tmp_path):
