@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <map>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -145,8 +146,11 @@ void register_export(CLI::App& app, Action& action) {
         o.recipe.onnx_opset = s->onnx_opset;
         o.recipe.onnx_profile = s->onnx_profile.empty() ? pipeline::default_onnx_profile(s->onnx_opset) : s->onnx_profile;
         pipeline::check_onnx_profile(o.recipe.onnx_profile, "--onnx-profile");
+        std::map<std::string, std::string> dim_given;  // name -> the --dim text, to name both of a duplicate
         for (const auto& d : s->dims) {
           auto [name, b] = parse_dim(d);
+          if (auto [it, fresh] = dim_given.emplace(name, d); !fresh)
+            bad_input("--dim {} is given twice ({} and {}): give each dim once", name, it->second, d);
           o.recipe.task.dims[name] = b;
         }
       }

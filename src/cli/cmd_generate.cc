@@ -2,6 +2,7 @@
 // export's files (not the in-memory model), so it checks what would ship.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -9,11 +10,43 @@
 #include "io/tokenizer.h"
 #include "pipeline/artifact.h"
 #include "pipeline/backend.h"
+#include "pipeline/verify_cases.h"
 #include "runtime/generate.h"
 
 namespace fs = std::filesystem;
 
 namespace hfx::cli {
+
+namespace {
+
+// Refuses up front what the export cannot run, naming the numbers, rather than failing mid-way inside
+// a graph (an out-of-range Gather, a bound check after the tokens so far were lost).
+void check_prompts_fit(const pipeline::Artifact& art, const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens) {
+  if (new_tokens < 1) bad_input("--max-new-tokens {}: expected at least 1", new_tokens);
+  const auto& model = art.manifest["model"];
+  if (model.contains("vocab_size") && model["vocab_size"].is_number_integer()) {
+    const auto vocab = model["vocab_size"].get<int64_t>();
+    for (const auto& p : prompts)
+      for (int64_t id : p)
+        if (id >= vocab) bad_input("--prompt-ids: token {} \u2265 vocab {} (the export's vocab_size)", id, vocab);
+  }
+  std::vector<const ir::Graph*> graphs;
+  for (const auto& c : art.components) graphs.push_back(&c.graph);
+  const auto b = pipeline::step_bounds(graphs);
+  if (b.batch_max && int64_t(prompts.size()) > *b.batch_max)
+    bad_input("{} prompts, the export takes at most {} (batch_size max)", prompts.size(), *b.batch_max);
+  if (int64_t(prompts.size()) < b.batch_min)
+    bad_input("{} prompt(s), the export takes at least {} (batch_size min): repeat --prompt-ids", prompts.size(), b.batch_min);
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const std::optional<int64_t> context = art.cache.static_cache ? std::optional<int64_t>(art.cache.max_cache_len) : b.total_max;
+  if (context && int64_t(longest) + new_tokens > *context)
+    bad_input("prompt {} + {} new tokens > context {} (the export's {}); use -n {} at most", longest, new_tokens, *context,
+              art.cache.static_cache ? "max_cache_len" : "total_sequence_length max",
+              std::max<int64_t>(0, *context - int64_t(longest)));
+}
+
+}  // namespace
 
 void register_generate(CLI::App& app, Action& action) {
   struct State {
@@ -42,8 +75,8 @@ void register_generate(CLI::App& app, Action& action) {
                   "reference (the onnx graphs on hfx's executor) | openvino (openvino/*.xml on OpenVINO's CPU plugin, f32)")
       ->capture_default_str();
   cmd->add_flag("--print-ids", s->print_ids, "Print each row's new token ids (comma separated, one row a line)");
-  cmd->callback([s, &action] {
-    action = [s] {
+  cmd->callback([s, text, &action] {
+    action = [s, text] {
       if (!fs::is_directory(s->dir)) bad_input("{}: no such export folder", s->dir.string());
       const pipeline::Backend& backend = pipeline::backend_for_runtime(s->runtime);
       auto art = pipeline::open_artifact(s->dir, backend.info().name);
@@ -59,7 +92,9 @@ void register_generate(CLI::App& app, Action& action) {
         if (!tok) bad_input("{}: --prompt needs tokenizer.json in the export; use --prompt-ids", s->dir.string());
         prompts.push_back(tok->encode(s->prompt, true));
       }
+      if (text->count() && s->prompt.empty()) bad_input("--prompt is empty: give some text (or --prompt-ids 1,2,3)");
       if (prompts.empty()) bad_input("give --prompt TEXT or --prompt-ids 1,2,3");
+      check_prompts_fit(art, prompts, s->sampling.max_new_tokens);
       auto opts = s->sampling;
       opts.eos_token_ids = art.eos_token_ids;
       opts.pad_token_id = art.pad_token_id;

@@ -1,6 +1,8 @@
 // `hfx verify`: the artifact contract, checked against the source checkpoint.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "cli/commands.h"
 #include "core/error.h"
 #include "pipeline/verify.h"
@@ -17,8 +19,8 @@ void register_verify(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("verify", "Prove an export: numbers, shapes, greedy tokens, ops, speed, reproducibility.");
   cmd->add_option("out", *dir, "Export folder (with hfx.json)")->required();
   cmd->add_option("--runtime", opt->runtime, "Runtime that runs the artifact: reference | onnxruntime (the onnx files) | openvino (the openvino files, CPU plugin in f32); `hfx formats` lists them")->capture_default_str();
-  cmd->add_option("--tokens", opt->tokens, "Greedy tokens compared with the reference")->capture_default_str();
-  cmd->add_option("--atol", *atol, "Override the fp32 tolerance (default 1e-4)");
+  cmd->add_option("--tokens", opt->tokens, "Greedy tokens compared with the reference (at least 1)")->capture_default_str();
+  auto* atol_option = cmd->add_option("--atol", *atol, "Override every component's tolerance (a positive number; default per precision, docs/verify.md)");
   cmd->add_flag("--no-reexport", *no_reexport, "Skip the re-export byte comparison");
   cmd->add_option("--reference-weights", opt->reference_weights,
                   "How the reference executor holds weights: hold (converted to f32 once: fast, ~4x the model's f32 "
@@ -31,7 +33,13 @@ void register_verify(CLI::App& app, Action& action) {
   cmd->callback([=, &action] {
     action = [=] {
       if (!fs::is_directory(*dir)) bad_input("{}: no such export folder", dir->string());
-      if (*atol > 0) opt->atol = *atol;
+      // Strict like every other option: 0 or a negative number is a mistake, not "the default".
+      if (atol_option->count()) {
+        if (!(*atol > 0) || !std::isfinite(*atol))
+          bad_input("--atol {}: expected a positive number (the largest allowed absolute difference, e.g. 1e-4)", *atol);
+        opt->atol = *atol;
+      }
+      if (opt->tokens < 1) bad_input("--tokens {}: expected at least 1 (the greedy tokens compared)", opt->tokens);
       opt->reexport = !*no_reexport;
       auto report = pipeline::verify_export(*dir, *opt);
       pipeline::write_reports(report);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <mutex>
+#include <set>
 
 #include "core/error.h"
 #include "models/weights.h"
@@ -164,15 +166,39 @@ ir::ValueId lm_head(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId h, i
   return b.add1("Linear", inputs);
 }
 
-void read_generation_ids(const io::Checkpoint& ckpt, std::vector<int64_t>& eos, std::optional<int64_t>& bos,
-                         std::optional<int64_t>& pad) {
+namespace {
+
+// One warning per message and process: the config is parsed again by verify, inspect and the check.
+void warn_once(const std::string& message) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  if (said.insert(message).second) fmt::print(stderr, "hfx: warning: {}\n", message);
+}
+
+}  // namespace
+
+void read_generation_ids(const io::Checkpoint& ckpt, int64_t vocab_size, std::vector<int64_t>& eos,
+                         std::optional<int64_t>& bos, std::optional<int64_t>& pad) {
   const io::JsonFile& f = ckpt.config();
+  std::string eos_from, bos_from, pad_from;  // the file each id was read from, for the warning
   for (const io::JsonFile* src : {&f, ckpt.generation_config() ? &*ckpt.generation_config() : nullptr}) {
     if (!src) continue;
-    if (auto e = io::optional_int_list(*src, src->json, "eos_token_id", 0)) eos = *e;
-    if (auto b = io::optional_int(*src, src->json, "bos_token_id", 0)) bos = b;
-    if (auto p = io::optional_int(*src, src->json, "pad_token_id", 0)) pad = p;
+    const std::string name = src->path.filename().string();
+    if (auto e = io::optional_int_list(*src, src->json, "eos_token_id", 0)) eos = *e, eos_from = name;
+    if (auto b = io::optional_int(*src, src->json, "bos_token_id", 0)) bos = b, bos_from = name;
+    if (auto p = io::optional_int(*src, src->json, "pad_token_id", 0)) pad = p, pad_from = name;
   }
+  // Tiny test models often keep GPT-2's 50256 with a vocabulary of a few hundred: Transformers never
+  // generates such an id, so ignoring it changes no output, while padding with it would fail.
+  auto outside = [&](int64_t id, const char* field, const std::string& from) {
+    if (id < vocab_size) return false;
+    warn_once(fmt::format("{}: {} {} \u2265 vocab_size {}: ignored for generation", from, field, id, vocab_size));
+    return true;
+  };
+  std::erase_if(eos, [&](int64_t id) { return outside(id, "eos_token_id", eos_from); });
+  if (bos && outside(*bos, "bos_token_id", bos_from)) bos.reset();
+  if (pad && outside(*pad, "pad_token_id", pad_from)) pad.reset();
 }
 
 }  // namespace hfx::models

@@ -86,8 +86,10 @@ AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t 
 ir::ValueId lm_head(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId h, ir::ValueId embed, bool tied,
                     int64_t vocab, int64_t hidden, const std::string& head_name = "lm_head.weight", bool bias = false);
 
-// eos/bos/pad ids: generation_config.json wins over config.json, as in Transformers' generate().
-void read_generation_ids(const io::Checkpoint& ckpt, std::vector<int64_t>& eos, std::optional<int64_t>& bos,
-                         std::optional<int64_t>& pad);
+// eos/bos/pad ids: generation_config.json wins over config.json, as in Transformers' generate(). An
+// id at or past `vocab_size` is dropped with a warning naming the file and field: no step can produce
+// it, and as padding it would index past the embedding.
+void read_generation_ids(const io::Checkpoint& ckpt, int64_t vocab_size, std::vector<int64_t>& eos,
+                         std::optional<int64_t>& bos, std::optional<int64_t>& pad);
 
 }  // namespace hfx::models

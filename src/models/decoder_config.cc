@@ -209,7 +209,7 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     for (int64_t i = 0; i < c.num_layers; ++i)
       c.layer_is_moe[size_t(i)] = (i + 1) % step == 0 && std::find(dense.begin(), dense.end(), i) == dense.end();
   }
-  read_generation_ids(ckpt, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
+  read_generation_ids(ckpt, c.vocab_size, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
   return c;
 }
 

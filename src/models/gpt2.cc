@@ -68,7 +68,7 @@ Gpt2Config parse_gpt2_config(const io::Checkpoint& ckpt, bool bigcode) {
   if (io::optional_bool(f, j, "add_cross_attention").value_or(false))
     unsupported("{}: add_cross_attention (an encoder-decoder GPT-2) is not supported", file);
   // reorder_and_upcast_attn only changes the order of f32 operations: the same numbers in an f32 graph.
-  read_generation_ids(ckpt, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
+  read_generation_ids(ckpt, c.vocab_size, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
   return c;
 }
 

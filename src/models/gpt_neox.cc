@@ -61,7 +61,7 @@ NeoxConfig parse_neox_config(const io::Checkpoint& ckpt) {
   defaults.partial_rotary_factor = io::optional_number(f, j, "rotary_pct").value_or(0.25);
   c.rope = parse_rope_params(f, params, io::optional_number(f, j, "rotary_emb_base").value_or(10000.0), c.head_dim,
                              max_pos, defaults);
-  read_generation_ids(ckpt, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
+  read_generation_ids(ckpt, c.vocab_size, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
   return c;
 }
 

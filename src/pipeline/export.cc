@@ -76,6 +76,19 @@ void check_apart_from_source(const fs::path& model_dir, const fs::path& out) {
   }
 }
 
+// Bounds past the model's positions are warned about (tasks::fit_to_context); where they are lowered (a
+// learned position table) the components are rebuilt, so the recipe and the components both record
+// the bound that was used.
+void fit_bounds_to_context(LoadedModel& m, tasks::CausalLmOptions& task) {
+  if (!m.model) return;
+  const auto limit = tasks::model_context(m.checkpoint->config(), m.components);
+  if (!limit) return;
+  const auto warnings = tasks::fit_to_context(task, *limit);
+  for (const auto& w : warnings) fmt::print(stderr, "hfx: warning: {}\n", w);
+  if (limit->learned && !warnings.empty())
+    m.components = with_context(m.checkpoint->dir().string(), [&] { return tasks::build_causal_lm(*m.model, task); });
+}
+
 }  // namespace
 
 void check_replaceable_export(const fs::path& out) {
@@ -133,20 +146,22 @@ ExportResult run_export(const ExportOptions& opt) {
   check_onnx_profile(opt.recipe.onnx_profile, "--onnx-profile");
   tasks::validate(opt.recipe.task);
   check_output_target(opt.model_dir, opt.out_dir, opt.overwrite);
-  LoadedModel m = load_model(opt.model_dir, opt.recipe.task);
+  Recipe recipe = opt.recipe;  // with the bounds actually used
+  LoadedModel m = load_model(opt.model_dir, recipe.task);
+  fit_bounds_to_context(m, recipe.task);
   {
     std::vector<std::string> roles;
     for (const auto& c : m.components) roles.push_back(c.role);
-    opt.recipe.check_component_roles(roles, "export");
+    recipe.check_component_roles(roles, "export");
   }
   StagedDirectory staged(opt.out_dir, opt.overwrite, check_replaceable_export);
   ExportResult result;
   result.out_dir = staged.final_path();
   result.source_weight_bytes = m.checkpoint->total_weight_bytes();
 
-  ManifestBuilder manifest(*m.checkpoint, m, opt.recipe);
+  ManifestBuilder manifest(*m.checkpoint, m, recipe);
   ir::WrittenWeights written;
-  ExportJob job{m, opt.recipe, staged.path(), manifest, result, written};
+  ExportJob job{m, recipe, staged.path(), manifest, result, written};
   for (const Backend* backend : ordered) {
     const std::string format = backend->info().name;
     const fs::path dir = staged.path() / format;

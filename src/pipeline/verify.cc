@@ -16,6 +16,7 @@
 #include "core/files.h"
 #include "core/progress.h"
 #include "io/safetensors_write.h"
+#include "ir/rewrite.h"
 #include "passes/precision.h"
 #include "pipeline/artifact.h"
 #include "pipeline/backend.h"
@@ -97,10 +98,10 @@ runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& o
   return o;
 }
 
-// Re-runs one failing case with every layer's output kept, and returns the first layer whose output
-// differs by more than atol, with its max and mean error.
-std::string first_diverging_layer(const ir::Graph& ref, const ir::Graph& art, const std::map<std::string, Tensor>& in,
-                                  int64_t layers, double atol) {
+// Re-runs one failing case with every layer's output kept, and returns each layer's output difference
+// (empty when the graphs do not expose them), for diagnose_divergence.
+std::vector<LayerDiff> layer_diffs(const ir::Graph& ref, const ir::Graph& art, const std::map<std::string, Tensor>& in,
+                                   int64_t layers, double atol) {
   std::vector<std::string> keep;
   for (int64_t i = 0; i < layers; ++i) keep.push_back(fmt::format("/model/layers.{}/output", i));
   runtime::ExecOptions o;
@@ -108,14 +109,75 @@ std::string first_diverging_layer(const ir::Graph& ref, const ir::Graph& art, co
   o.keep_values = keep;
   auto r = runtime::Executor(ref, o).run(in);
   auto a = runtime::Executor(art, o).run(own_inputs(art, in));
-  for (int64_t i = 0; i < layers; ++i) {
-    const auto& name = keep[size_t(i)];
-    if (!r.count(name) || !a.count(name)) return "layer outputs are not exposed by this graph";
+  std::vector<LayerDiff> out;
+  for (const auto& name : keep) {
+    if (!r.count(name) || !a.count(name)) return {};
     Diff d;
     accumulate(d, name, a.at(name), r.at(name), atol);
-    if (d.mismatched) return fmt::format("first diverging layer: {} (max abs {:.3g}, mean abs {:.3g})", i, d.max_abs, d.mean_abs);
+    out.push_back({d.max_abs, d.mean_abs});
   }
-  return "all layer outputs agree; the difference is in the final norm or lm_head";
+  return out;
+}
+
+// `g` with MatMulNBits accuracy_level 4 computed on f32 activations (the attribute dropped). Verifying
+// on the reference runtime, the reference and the artifact's graphs differ in summation order only
+// (ONNX Runtime's fused ops against the checkpoint's graph), so rounding their activations to int8
+// would turn near-ties into int8 steps; in f32 both compute the weights' own numbers, gated at fp32's
+// tolerance. Only a run against ONNX Runtime, whose kernel does round, keeps the rounding.
+ir::Graph with_f32_activations(const ir::Graph& g) {
+  const bool any = std::any_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node& n) {
+    return n.op == "MatMulNBits" && n.attr_int("accuracy_level", 0) == 4;
+  });
+  if (!any) return g;
+  ir::Rewriter r(g);
+  for (const auto& node : g.nodes()) {
+    ir::Node n = r.mapped(node);
+    if (n.op == "MatMulNBits") n.attrs.erase("accuracy_level");
+    r.copy(node, n);
+  }
+  return r.finish();
+}
+
+// The logits budget of MatMulNBits accuracy_level 4 on ONNX Runtime (see atol_for in verify_export):
+// measured worst max abs 3.3e-6 on the tiny test models, 0.066 (keys behind Qwen3's k_norm; logits 0.024)
+// on a 13 M-parameter bf16 qwen3 and 0.059 on a 56 M-parameter bf16 llama; about 4x that, as f16's.
+constexpr double kInt8ActivationAtol = 0.25;
+
+// Where the artifact's greedy tokens first part from the reference's in a row, and by how much the
+// reference prefers its own token there (its best logit minus its logit of the artifact's token).
+struct Parting {
+  size_t row;
+  size_t step;
+  double margin;
+};
+
+// Re-runs the reference (`first`: the decoder or prefill graph) at batch 1 on each parting row's prompt
+// plus the tokens both agreed on, and reads the scores at the parting step.
+std::vector<Parting> near_tie_partings(const ir::Graph& first, const runtime::CacheSpec& cache, int64_t vocab,
+                                       const std::vector<std::vector<int64_t>>& prompts,
+                                       const std::vector<std::vector<int64_t>>& expected,
+                                       const std::vector<std::vector<int64_t>>& actual) {
+  std::vector<Parting> out;
+  for (size_t b = 0; b < expected.size(); ++b) {
+    const auto& e = expected[b];
+    const auto a = b < actual.size() ? actual[b] : std::vector<int64_t>{};
+    size_t i = 0;
+    while (i < e.size() && i < a.size() && e[i] == a[i]) ++i;
+    if (i == e.size() && i == a.size()) continue;
+    if (i >= e.size() || i >= a.size() || a[i] < 0 || a[i] >= vocab) {  // one stopped early: not a near-tie
+      out.push_back({b, i, INFINITY});
+      continue;
+    }
+    std::vector<int64_t> ids = prompts[b];
+    ids.insert(ids.end(), e.begin(), e.begin() + long(i));
+    const int64_t T = int64_t(ids.size());
+    auto in = make_inputs(first, {"parting", 1, T, 0}, cache, vocab, 0);  // one unpadded row, empty cache
+    in["input_ids"] = Tensor::from_vector<int64_t>(DType::I64, {1, T}, ids);
+    const Tensor logits = runtime::Executor(first).run(in).at("logits");
+    const float* last = logits.as<float>() + (T - 1) * vocab;
+    out.push_back({b, i, double(*std::max_element(last, last + vocab)) - double(last[a[i]])});
+  }
+  return out;
 }
 
 std::string python_interpreter(const VerifyOptions& o) { return driver_python(o.python); }
@@ -244,9 +306,25 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   } catch (const Error&) {
   }
   // Each component's gate follows its own precision (recipe "components" may override it).
-  auto atol_for = [&](const std::string& role) { return opt.atol.value_or(parsed ? parsed->tolerance_for(role) : kF32Atol); };
+  // MatMulNBits accuracy_level 4 run by ONNX Runtime: its CPU kernel rounds the activations to int8 and
+  // the reference rounds them alike (runtime/kernels_quant.cc), but an activation that the two f32
+  // summation orders put on either side of a rounding step (a near-tie; frequent with bf16 weights,
+  // whose values sit on a coarse grid) rounds one int8 step apart, and that step travels on.
+  auto int8_activations = [&](const std::string& role) {
+    return opt.runtime == "onnxruntime" && parsed && parsed->precision_for(role).quant.enabled() &&
+           parsed->precision_for(role).quant.accuracy_level == 4;
+  };
+  auto atol_for = [&](const std::string& role) {
+    if (opt.atol) return *opt.atol;
+    const double t = parsed ? parsed->tolerance_for(role) : kF32Atol;
+    return int8_activations(role) ? std::max(t, kInt8ActivationAtol) : t;
+  };
   auto tol_numbers = [&](const std::string& role) {
     const std::string precision = parsed ? parsed->precision_for(role).str() : "f32";
+    if (int8_activations(role) && !opt.atol)
+      return fmt::format("max abs <= {:g}, no mismatching element (accuracy_level 4: ONNX Runtime and the reference round "
+                         "activations to int8 alike; a near-tie rounds one step apart and travels on: measured up to 0.066 "
+                         "on 13-56 M-parameter bf16 models, docs/verify.md)", atol_for(role));
     return precision == "f32"
                ? fmt::format("max abs <= {:g}, no mismatching element (fp32: only summation order differs)", atol_for(role))
                : fmt::format("max abs <= {:g}, no mismatching element (the reference runs the same precision, {})",
@@ -282,6 +360,10 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   for (auto& c : ref.components)
     c.graph = passes::apply_precision(c.graph, recipe.precision_for(c.role),
                                       passes::precision_target(format, recipe.onnx_profile_for(c.role)));
+  if (opt.runtime != "onnxruntime") {
+    for (auto& c : ref.components) c.graph = with_f32_activations(c.graph);
+    for (auto& c : art.components) c.graph = with_f32_activations(c.graph);
+  }
   const int64_t vocab = ref.summary().vocab_size;
   const bool causal = ref.model != nullptr;
 
@@ -329,7 +411,11 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
         }
     // One executor over the reference component for every shape (it converts the weights once).
     runtime::Executor expected(rc->graph, executor_options(rc->graph, opt));
-    const auto cases = shape_matrix(c.graph, c.role, art.cache, opt.full_shape_matrix, positions || !cached);
+    std::vector<std::string> skipped;
+    const auto cases = shape_matrix(c.graph, c.role, art.cache, opt.full_shape_matrix, positions || !cached, &skipped);
+    // Said, not failed: the contract's bounds leave no room for these shapes, so no runtime can be asked them.
+    if (!skipped.empty())
+      add({"shape cases skipped: " + c.role, true, fmt::format("{}", fmt::join(skipped, "; ")), "every case inside the contract's bounds", {}});
     Progress progress = Progress::steps("verify: checkpoint reference, " + c.role, int64_t(cases.size()), "shape cases");
     for (const auto& sc : cases) {
       Run r{&c, rc, sc, {}, {}, {}, std::nullopt, stateful};
@@ -348,23 +434,14 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   const ScratchDirectory scratch_dir({}, "hfx-verify-");
   const fs::path& scratch = scratch_dir.path();
   nlohmann::json ort_result;
-  // Prompts for the greedy check: batch 2 (left-padded) when the contract allows it.
-  // Prompts and token count stay inside the contract: the prompt within sequence_length, prompt plus
-  // new tokens within total_sequence_length (or the static cache).
-  const ir::Graph& g0 = art.components[0].graph;
-  const int64_t prompt_len = std::min<int64_t>(7, bound(g0, "sequence_length", true).value_or(7));
-  int64_t total_max = art.cache.static_cache ? art.cache.max_cache_len : bound(g0, "total_sequence_length", true).value_or(INT64_MAX);
-  if (auto p = bound(g0, "past_sequence_length", true)) total_max = std::min(total_max, *p + 1);
-  const int64_t tokens = std::max<int64_t>(1, std::min<int64_t>(opt.tokens, total_max - prompt_len));
-  std::vector<std::vector<int64_t>> prompts = {{}};
-  for (int64_t i = 0; i < prompt_len; ++i) prompts[0].push_back(3 + (i * 37) % std::max<int64_t>(1, vocab - 3));
-  // Batch 2 has a left-padded row: every causal decoder serves one (graphs with position_ids take the
-  // padding from it; the onnx ort profile's GroupQueryAttention graphs roll padded rows themselves).
-  if (causal && bound(g0, "batch_size", true).value_or(2) >= 2) {
-    prompts.push_back({});
-    for (int64_t i = 0; i < std::max<int64_t>(1, prompt_len - 3); ++i)
-      prompts[1].push_back(3 + (i * 53 + 11) % std::max<int64_t>(1, vocab - 3));
-  }
+  // Prompts for the greedy check: batch 2 (left-padded) when the contract allows it (every causal
+  // decoder serves a padded row: graphs with position_ids take the padding from it; the onnx ort
+  // profile's GroupQueryAttention graphs roll padded rows themselves). Prompts and token count stay
+  // inside the contract's bounds over every component (verify_cases.h).
+  std::vector<const ir::Graph*> bounded;
+  for (const auto& c : art.components) bounded.push_back(&c.graph);
+  int64_t tokens = opt.tokens;
+  const auto prompts = greedy_prompts(step_bounds(bounded), art.cache, vocab, causal, tokens);
   if (opt.runtime == "onnxruntime") {
     nlohmann::json job;
     job["runs"] = nlohmann::json::array();
@@ -408,13 +485,18 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   }
   for (auto& r : runs) {
     Diff d;
+    std::vector<OutputDiff> per_output;  // for the diagnosis of a failing case
     for (const auto& [name, t] : r.expected) {
       if (r.stateful && name.starts_with("present.")) continue;
       if (!r.actual.count(name)) {
         d.mismatched += 1;
         d.worst = name + " (missing)";
+        per_output.push_back({name, INFINITY});
         continue;
       }
+      Diff one;
+      accumulate(one, name, r.actual.at(name), t, atol_for(r.comp->role));
+      per_output.push_back({name, one.max_abs});
       accumulate(d, name, r.actual.at(name), t, atol_for(r.comp->role));
     }
     const std::string label = fmt::format("numbers: {} / {} (batch {}, seq {}, past {})", r.comp->role, r.sc.name, r.sc.batch,
@@ -428,8 +510,10 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       c.detail += "; worst output " + d.worst + "; " +
                   (step_runtime ? std::string("layer outputs are not exposed by the compiled model (`hfx verify --runtime "
                                               "reference` localises the first diverging layer)")
-                                : first_diverging_layer(r.refc->graph, r.comp->graph, r.inputs, art.cache.num_layers,
-                                                        atol_for(r.comp->role)));
+                                : diagnose_divergence(per_output,
+                                                      layer_diffs(r.refc->graph, r.comp->graph, r.inputs,
+                                                                  art.cache.num_layers, atol_for(r.comp->role)),
+                                                      atol_for(r.comp->role)));
     add(std::move(c));
   }
 
@@ -493,9 +577,26 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     for (size_t b = 0; b < expected_tokens.size(); ++b)
       for (size_t i = 0; i < expected_tokens[b].size(); ++i, ++total)
         same += b < actual_tokens.size() && i < actual_tokens[b].size() && actual_tokens[b][i] == expected_tokens[b][i];
-    const bool ok = expected_tokens == actual_tokens;
-    CheckResult c{fmt::format("greedy generation ({} tokens, batch {})", tokens, prompts.size()), ok,
-                  ok ? "identical tokens" : fmt::format("{} of {} tokens agree", same, total), "identical tokens", {}};
+    bool ok = expected_tokens == actual_tokens;
+    std::string detail = ok ? "identical tokens" : fmt::format("{} of {} tokens agree", same, total);
+    std::string gate = "identical tokens";
+    const tasks::Component& first_ref = ref.components.front();
+    if (int8_activations(first_ref.role)) {
+      // Where the numbers may differ by the budget, greedy paths may part at a near-tie and then differ
+      // (chaos): each row must agree up to a step where the reference's own top score and its score of
+      // the artifact's token are within twice the logits budget.
+      const double margin_gate = 2 * atol_for(first_ref.role);
+      gate = fmt::format("identical tokens, or parting only where the reference's best and the artifact's token score "
+                         "within {:g} (2x the logits budget: accuracy_level 4 on ONNX Runtime)", margin_gate);
+      if (!ok) {
+        const auto parts = near_tie_partings(first_ref.graph, art.cache, vocab, prompts, expected_tokens, actual_tokens);
+        ok = std::all_of(parts.begin(), parts.end(), [&](const Parting& p) { return p.margin <= margin_gate; });
+        for (const auto& p : parts)
+          detail += fmt::format("; row {} parts at token {} where the reference scores the artifact's token {:.3g} below its own",
+                                p.row, p.step, p.margin);
+      }
+    }
+    CheckResult c{fmt::format("greedy generation ({} tokens, batch {})", tokens, prompts.size()), ok, detail, gate, {}};
     c.measured = {{"expected", expected_tokens}, {"actual", actual_tokens}};
     add(std::move(c));
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <random>
 #include <set>
 
@@ -31,21 +32,77 @@ std::optional<int64_t> bound(const ir::Graph& g, const std::string& sym, bool up
   return upper ? b.max : b.min;
 }
 
+StepBounds step_bounds(const std::map<std::string, SymbolBounds>& dims) {
+  StepBounds b;
+  auto read = [&](const char* name, int64_t& lo, std::optional<int64_t>& hi) {
+    auto it = dims.find(name);
+    if (it == dims.end()) return;
+    if (it->second.min) lo = *it->second.min;
+    hi = it->second.max;
+  };
+  read("batch_size", b.batch_min, b.batch_max);
+  read("sequence_length", b.seq_min, b.seq_max);
+  read("past_sequence_length", b.past_min, b.past_max);
+  read("total_sequence_length", b.total_min, b.total_max);
+  return b;
+}
+
+StepBounds step_bounds(const ir::Graph& g) {
+  std::map<std::string, SymbolBounds> dims;
+  for (const char* name : {"batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"})
+    if (g.symbols().has(name)) dims[name] = g.symbols().bounds(name);
+  return step_bounds(dims);
+}
+
+StepBounds step_bounds(const std::vector<const ir::Graph*>& graphs) {
+  StepBounds out;
+  auto tighter_max = [](std::optional<int64_t>& a, const std::optional<int64_t>& b) {
+    if (b && (!a || *b < *a)) a = b;
+  };
+  for (const ir::Graph* g : graphs) {
+    const StepBounds b = step_bounds(*g);
+    out.batch_min = std::max(out.batch_min, b.batch_min);
+    out.seq_min = std::max(out.seq_min, b.seq_min);
+    out.past_min = std::max(out.past_min, b.past_min);
+    out.total_min = std::max(out.total_min, b.total_min);
+    tighter_max(out.batch_max, b.batch_max);
+    tighter_max(out.seq_max, b.seq_max);
+    tighter_max(out.past_max, b.past_max);
+    tighter_max(out.total_max, b.total_max);
+  }
+  return out;
+}
+
 std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role, const runtime::CacheSpec& cache,
-                                    bool full, bool chunked_batches) {
-  const int64_t b_lo = std::max<int64_t>(1, bound(g, "batch_size", false).value_or(1));
-  const int64_t b_hi = std::min<int64_t>(4, bound(g, "batch_size", true).value_or(2));
-  int64_t s_hi = std::min<int64_t>(16, bound(g, "sequence_length", true).value_or(8));
-  int64_t total_hi = cache.static_cache ? cache.max_cache_len
-                                        : std::min<int64_t>(64, bound(g, "total_sequence_length", true).value_or(s_hi + 16));
-  if (auto p = bound(g, "past_sequence_length", true)) total_hi = std::min(total_hi, *p + s_hi);
+                                    bool full, bool chunked_batches, std::vector<std::string>* skipped) {
+  const StepBounds sb = step_bounds(g);
+  constexpr int64_t kNone = INT64_MAX / 4;  // "unbounded", with room to add to it
+  const int64_t b_lo = std::max<int64_t>(1, sb.batch_min);
+  const int64_t b_hi = std::max(b_lo, std::min<int64_t>(4, sb.batch_max.value_or(2)));
+  const int64_t s_lo = std::max<int64_t>(1, sb.seq_min);
+  int64_t s_hi = std::max(s_lo, std::min<int64_t>(16, sb.seq_max.value_or(8)));
+  int64_t total_hi = cache.static_cache ? cache.max_cache_len : std::min<int64_t>(64, sb.total_max.value_or(s_hi + 16));
+  if (!cache.static_cache) total_hi = std::max(total_hi, std::min(sb.total_min, sb.total_max.value_or(kNone)));
+  if (sb.past_max) total_hi = std::min(total_hi, *sb.past_max + s_hi);
   s_hi = std::max<int64_t>(1, std::min(s_hi, total_hi));
   const int64_t s_mid = std::max<int64_t>(1, (1 + s_hi) / 2);
+  const int64_t p_lo = sb.past_min, p_hi = sb.past_max.value_or(kNone);
+  const int64_t t_lo = cache.static_cache ? 1 : sb.total_min;
   std::vector<ShapeCase> cases;
   auto add = [&](std::string name, int64_t b, int64_t s, int64_t p) {
     if (role == "prefill" || role == "encoder") p = 0;
-    if (role == "decode") s = 1;
-    p = std::max<int64_t>(0, std::min(p, total_hi - s));
+    s = role == "decode" ? 1 : std::clamp(s, s_lo, std::max(s_lo, s_hi));
+    // The cache length this sequence allows: past's own bounds, and past + s within total's.
+    const int64_t lo = role == "prefill" || role == "encoder" ? 0 : std::max(p_lo, t_lo - s);
+    const int64_t hi = role == "prefill" || role == "encoder" ? 0 : std::min(p_hi, total_hi - s);
+    if (lo > hi) {
+      if (skipped)
+        skipped->push_back(fmt::format("{} (batch {}, seq {}): no cache length fits the contract's bounds (past [{}, {}], "
+                                       "total [{}, {}])", name, b, s, p_lo, p_hi == kNone ? "inf" : std::to_string(p_hi),
+                                       t_lo, total_hi));
+      return;
+    }
+    p = std::clamp(p, lo, hi);
     for (const auto& c : cases)
       if (c.batch == b && c.seq == s && c.past == p) return;
     cases.push_back({std::move(name), b, s, p});
@@ -54,11 +111,34 @@ std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role,
   add("decode, cache partial", b_lo, 1, total_hi / 2);
   if (full) {
     add("prompt, batch min", b_lo, s_hi, 0);
-    add("chunk, cache partial", chunked_batches ? b_hi : 1, s_mid, total_hi / 3);
+    if (chunked_batches || b_lo == 1)
+      add("chunk, cache partial", chunked_batches ? b_hi : 1, s_mid, total_hi / 3);
+    else if (skipped)
+      skipped->push_back(fmt::format("chunk, cache partial: GroupQueryAttention (the ort profile) runs a chunk on a cache at "
+                                     "batch 1 only, and batch_size's min is {}", b_lo));
     add("decode, cache near full", b_hi, 1, total_hi - 1);
     add("sequence max, cache near full", b_lo, s_hi, total_hi - s_hi);
   }
   return cases;
+}
+
+std::vector<std::vector<int64_t>> greedy_prompts(const StepBounds& b, const runtime::CacheSpec& cache, int64_t vocab,
+                                                 bool batched, int64_t& tokens) {
+  int64_t total_max = cache.static_cache ? cache.max_cache_len : b.total_max.value_or(INT64_MAX / 4);
+  if (b.past_max) total_max = std::min(total_max, *b.past_max + 1);
+  // The prompt step has no cache: its length is within sequence_length and total_sequence_length,
+  // leaving room for one more token when the bounds allow it.
+  int64_t len = std::min<int64_t>(7, b.seq_max.value_or(7));
+  len = std::max<int64_t>(1, std::min(len, total_max - 1));
+  len = std::max({len, b.seq_min, cache.static_cache ? int64_t(1) : b.total_min});
+  // Each later step feeds one token: a contract whose sequence_length min is above 1 has none.
+  tokens = b.seq_min > 1 ? 1 : std::max<int64_t>(1, std::min(tokens, total_max - len));
+  const int64_t rows = batched ? std::max(b.batch_min, std::min<int64_t>(2, b.batch_max.value_or(2))) : 1;
+  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < (r == 0 ? len : std::max<int64_t>(1, len - 3 * r)); ++i)
+      prompts[size_t(r)].push_back(3 + (i * (37 + 16 * r) + 11 * r) % std::max<int64_t>(1, vocab - 3));
+  return prompts;
 }
 
 std::map<std::string, Tensor> own_inputs(const ir::Graph& g, std::map<std::string, Tensor> in) {
@@ -148,6 +228,33 @@ std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref,
     for (const char* kv : {"key", "value"})
       step[fmt::format("past_key_values.{}.{}", l, kv)] = presents.at(fmt::format("present.{}.{}", l, kv));
   return first;
+}
+
+std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const std::vector<LayerDiff>& layers, double atol) {
+  // NaN counts as over tolerance (a NaN difference is never "within").
+  auto over = [&](double e) { return !(e <= atol); };
+  std::vector<std::string> differ, caches;
+  bool logits = false;
+  for (const auto& o : outputs) {
+    if (!over(o.max_abs)) continue;
+    differ.push_back(o.name);
+    if (o.name == "logits") logits = true;
+    if (o.name.starts_with("present.")) caches.push_back(o.name);
+  }
+  std::string what = differ.empty() ? "no output is over tolerance"
+                                    : fmt::format("over tolerance: {}", fmt::join(differ, ", "));
+  if (layers.empty()) return what + "; layer outputs are not exposed by this graph";
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (over(layers[i].max_abs))
+      return fmt::format("{}; first diverging layer: {} (max abs {:.3g}, mean abs {:.3g})", what, i, layers[i].max_abs,
+                         layers[i].mean_abs);
+  // Every layer's output agrees, the last one's included.
+  if (!caches.empty())
+    return fmt::format("{}; every layer's output agrees, so the difference is in the cache {} writes (its key/value "
+                       "projection, rope or cache update), not in the final norm or lm_head",
+                       what, caches.size() == 1 ? caches[0] : fmt::format("{} and {} more", caches[0], caches.size() - 1));
+  if (logits) return what + "; every layer's output agrees, the last one's included: the difference is in the final norm or lm_head";
+  return what + "; every layer's output agrees";
 }
 
 }  // namespace hfx::pipeline

@@ -24,12 +24,32 @@ struct ShapeCase {
 // A symbol's upper (or lower) bound in the graph's contract, if it has one.
 std::optional<int64_t> bound(const ir::Graph& g, const std::string& sym, bool upper);
 
+// The contract's bounds a step must stay inside (absent: unbounded; mins default as tasks/causal_lm
+// declares them).
+struct StepBounds {
+  int64_t batch_min = 1, seq_min = 1, past_min = 0, total_min = 1;
+  std::optional<int64_t> batch_max, seq_max, past_max, total_max;
+};
+StepBounds step_bounds(const std::map<std::string, SymbolBounds>& dims);  // a recipe's dims
+StepBounds step_bounds(const ir::Graph& g);
+// The tightest bounds over several graphs (a split export: prefill bounds the prompt, decode the cache).
+StepBounds step_bounds(const std::vector<const ir::Graph*>& graphs);
+
 // Representative shapes and the contract's bounds: batch min and max; sequence 1, mid and max; cache
 // empty, partial and near full. Unbounded dims use small stand-ins (batch 2, sequence 8, cache 16).
+// Every case is moved inside the contract's bounds (past + sequence within total_sequence_length's);
+// one that cannot be is left out and named in `skipped` with the reason.
 // `chunked_batches` false: a chunk of several tokens on a non-empty cache runs at batch 1 only (ONNX
 // Runtime's GroupQueryAttention, the ort profile, rejects it for batch > 1).
 std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role, const runtime::CacheSpec& cache,
-                                    bool full, bool chunked_batches);
+                                    bool full, bool chunked_batches, std::vector<std::string>* skipped = nullptr);
+
+// The greedy check's prompts and token count inside the contract: prompts of up to 7 tokens within
+// sequence_length, prompt + new tokens within total_sequence_length (or the static cache), a batch of
+// 2 (the second row left-padded) where batch_size allows it, or batch_size's min. `tokens` is the
+// count wanted; returns the prompts and sets `tokens` to the count that fits (at least 1).
+std::vector<std::vector<int64_t>> greedy_prompts(const StepBounds& b, const runtime::CacheSpec& cache, int64_t vocab,
+                                                 bool batched, int64_t& tokens);
 
 // `in` restricted to the graph's inputs.
 std::map<std::string, Tensor> own_inputs(const ir::Graph& g, std::map<std::string, Tensor> in);
@@ -45,5 +65,19 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
 std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref, const ShapeCase& c,
                                                            const runtime::CacheSpec& cache, int64_t vocab, uint64_t seed,
                                                            std::map<std::string, Tensor>& step);
+
+// Where a failing case differs, from its measurements alone (a pure function, unit-tested):
+// `outputs` holds each compared output's largest difference, `layers` each decoder layer's output
+// difference when the graphs expose it (empty: not exposed). It names the outputs over tolerance, the
+// first layer whose output diverges, and blames the final norm or lm_head only when the logits are
+// what differs and every layer's output, the last one's included, agrees.
+struct OutputDiff {
+  std::string name;
+  double max_abs = 0;
+};
+struct LayerDiff {
+  double max_abs = 0, mean_abs = 0;
+};
+std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const std::vector<LayerDiff>& layers, double atol);
 
 }  // namespace hfx::pipeline

@@ -1,8 +1,10 @@
 // Weight-only quantization: DequantizeLinear (per tensor, per axis, blocked; opset 21) and
-// com.microsoft's MatMulNBits, which dequantizes B to f32 (quant/quantize.h) and runs one sgemm. The
+// com.microsoft's MatMulNBits, which dequantizes B to f32 (quant/quantize.h) and runs one sgemm (with
+// accuracy_level 4, on A quantized to int8 as ONNX Runtime's CPU kernel does). The
 // reference executor holds integer values as I64 (see kernels.h), so the packed bytes arrive as I64
 // and are narrowed back to bytes here.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "quant/quantize.h"
@@ -20,6 +22,26 @@ std::vector<uint8_t> bytes_of(const ir::Node& node, const Tensor& t, const char*
     out[i] = uint8_t(v[i]);
   }
   return out;
+}
+
+// accuracy_level 4 lets ONNX Runtime's CPU kernel (MLAS, "CompInt8") compute in int8: it quantizes each
+// row of A per block of block_size along K, symmetrically, scale = max|a| / 127 and q = a * (127 /
+// max|a|) rounded half to even, then sums the integer products per block times both scales. The same
+// rounding applied here (a replaced by q * scale, in place) makes the reference compute what ONNX
+// Runtime computes, up to the order of summation (and the near-ties that order decides: see
+// docs/verify.md, "Tolerances"); verify on the reference runtime drops the attribute on both sides.
+// A row shorter than a block ends in a short block, as in MLAS.
+void quantize_activations_int8(float* a, int64_t rows, int64_t K, int64_t block) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k0 = 0; k0 < K; k0 += block) {
+      float* x = a + r * K + k0;
+      const int64_t n = std::min(block, K - k0);
+      float amax = 0.f;
+      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float scale = amax / 127.f;
+      const float inverse = amax != 0.f ? 127.f / amax : 0.f;
+      for (int64_t i = 0; i < n; ++i) x[i] = std::clamp(std::nearbyint(x[i] * inverse), -128.f, 127.f) * scale;
+    }
 }
 
 std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs& in) {
@@ -49,7 +71,14 @@ std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs
   out_shape.back() = N;
   Tensor out(DType::F32, out_shape);
   const int64_t rows = K ? a.numel() / K : 0;
-  if (out.numel() > 0) gemm(false, false, rows, N, K, 1.0f, a.as<float>(), K, w.data(), N, out.as<float>(), N);
+  const float* lhs = a.as<float>();
+  std::vector<float> int8_a;
+  if (node.attr_int("accuracy_level", 0) == 4) {
+    int8_a.assign(lhs, lhs + a.numel());
+    quantize_activations_int8(int8_a.data(), rows, K, block);
+    lhs = int8_a.data();
+  }
+  if (out.numel() > 0) gemm(false, false, rows, N, K, 1.0f, lhs, K, w.data(), N, out.as<float>(), N);
   return {std::move(out)};
 }
 

@@ -143,13 +143,57 @@ const std::vector<std::string>& causal_lm_dim_names() {
   return names;
 }
 
+namespace {
+
+// A dim's bounds with the defaults declare_bounds gives it; hi absent: unbounded.
+struct Range {
+  int64_t lo;
+  std::optional<int64_t> hi;
+};
+
+Range range_of(const CausalLmOptions& o, const std::string& name) {
+  Range r{name == kPast ? 0 : 1, std::nullopt};
+  if (auto it = o.dims.find(name); it != o.dims.end()) {
+    if (it->second.min) r.lo = *it->second.min;
+    r.hi = it->second.max;
+  }
+  return r;
+}
+
+// total = past + sequence: every bound must be reachable by some step inside the others, or the
+// contract says something no runtime can honour (and the check's own shapes would break it).
+void check_sum_relation(const CausalLmOptions& o) {
+  const Range seq = range_of(o, kSeq), past = range_of(o, kPast), total = range_of(o, kTotal);
+  if (total.hi && past.hi && *past.hi + seq.lo > *total.hi)
+    bad_input("--dim {} max {} contradicts {} max {}: {} = {} + {} (min {}), so a cache of {} needs a total of {}; "
+              "lower {} to at most {} or raise {} to at least {}",
+              kPast, *past.hi, kTotal, *total.hi, kTotal, kPast, kSeq, seq.lo, *past.hi, *past.hi + seq.lo, kPast,
+              *total.hi - seq.lo, kTotal, *past.hi + seq.lo);
+  if (total.hi && seq.hi && *seq.hi + past.lo > *total.hi)
+    bad_input("--dim {} max {} contradicts {} max {}: {} = {} (min {}) + {}, so {} new tokens need a total of {}; "
+              "lower {} to at most {} or raise {} to at least {}",
+              kSeq, *seq.hi, kTotal, *total.hi, kTotal, kPast, past.lo, kSeq, *seq.hi, *seq.hi + past.lo, kSeq,
+              *total.hi - past.lo, kTotal, *seq.hi + past.lo);
+  if (total.hi && *total.hi < past.lo + seq.lo)
+    bad_input("--dim {} max {} is below {} min {} + {} min {}: no step fits", kTotal, *total.hi, kPast, past.lo, kSeq, seq.lo);
+  if (past.hi && seq.hi && total.lo > *past.hi + *seq.hi)
+    bad_input("--dim {} min {} is above {} max {} + {} max {}: no step fits", kTotal, total.lo, kPast, *past.hi, kSeq, *seq.hi);
+}
+
+}  // namespace
+
 void validate(const CausalLmOptions& o) {
   for (const auto& [name, b] : o.dims) {
     const auto& names = causal_lm_dim_names();
     if (std::find(names.begin(), names.end(), name) == names.end())
       bad_input("--dim {}: unknown dim (known: {})", name, fmt::join(names, ", "));
     if (b.min && b.max && *b.min > *b.max) bad_input("--dim {}: min {} is above max {}", name, *b.min, *b.max);
+    // A step has a row, a new token and something to attend to; only the cache may be empty.
+    if (name != kPast && ((b.min && *b.min < 1) || (b.max && *b.max < 1)))
+      bad_input("--dim {}={}:{}: {} is at least 1 (a step has at least one {})", name, b.min ? fmt::format("{}", *b.min) : "",
+                b.max ? fmt::format("{}", *b.max) : "", name, name == kBatch ? "row" : "token");
   }
+  check_sum_relation(o);
   if (o.static_cache && o.max_cache_len <= 0) bad_input("--static-cache needs --max-cache-len N (N > 0)");
   // The static cache is allocated whole (2 x layers x max_cache_len x kv heads x head_dim floats, by
   // the verification and by every runtime): a length past any model's context is a typo, not a plan.
@@ -159,6 +203,52 @@ void validate(const CausalLmOptions& o) {
               o.max_cache_len, kMaxCacheLen);
   if (!o.static_cache && o.max_cache_len > 0) bad_input("--max-cache-len is only meaningful with --static-cache");
   if (o.dynamic && !o.dims.empty()) bad_input("--dynamic and --dim contradict each other: --dynamic drops all bounds");
+}
+
+std::optional<ContextLimit> model_context(const io::JsonFile& config, const std::vector<Component>& built) {
+  ContextLimit limit;
+  for (const char* field : {"max_position_embeddings", "n_positions"})
+    if (auto n = io::optional_int(config, config.json, field, 1)) {
+      limit = {*n, field, false};
+      break;
+    }
+  if (limit.field.empty()) return std::nullopt;
+  bool rotary = false;
+  for (const auto& c : built)
+    for (const auto& node : c.graph.nodes())
+      if (node.op == "RopeCosSin") {
+        if (node.attr_int("dynamic", 0)) return std::nullopt;
+        rotary = true;
+      }
+  limit.learned = !rotary;
+  return limit;
+}
+
+std::vector<std::string> fit_to_context(CausalLmOptions& o, const ContextLimit& limit) {
+  std::vector<std::string> warnings;
+  const std::string past_it = fmt::format("is beyond {} {}", limit.field, limit.positions);
+  const std::string kept = "kept: rotary positions extrapolate, as Transformers runs them, but the model was not trained there";
+  auto check = [&](const std::string& what, int64_t value, int64_t most, auto lower) {
+    if (value <= most) return;
+    if (!limit.learned) {
+      warnings.push_back(fmt::format("{} {} {} ({})", what, value, past_it, kept));
+      return;
+    }
+    warnings.push_back(fmt::format("{} {} {} (a learned position table); using {}", what, value, past_it, most));
+    lower(most);
+  };
+  for (const auto& [dim, most] : {std::pair{kTotal, limit.positions}, std::pair{kSeq, limit.positions},
+                                  std::pair{kPast, limit.positions - 1}}) {
+    auto it = o.dims.find(dim);
+    if (it == o.dims.end()) continue;
+    SymbolBounds& b = it->second;
+    if (limit.learned && b.min && *b.min > most)
+      bad_input("--dim {} min {} {}: a learned position table has no positions there", dim, *b.min, past_it);
+    if (b.max) check(fmt::format("--dim {} max", dim), *b.max, most, [&](int64_t m) { b.max = m; });
+  }
+  if (o.static_cache) check("--max-cache-len", o.max_cache_len, limit.positions, [&](int64_t m) { o.max_cache_len = m; });
+  if (limit.learned && !warnings.empty()) validate(o);
+  return warnings;
 }
 
 std::vector<Component> build_causal_lm(const models::CausalLm& model, const CausalLmOptions& o) {

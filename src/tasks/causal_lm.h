@@ -18,9 +18,11 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "io/json_fields.h"
 #include "ir/graph.h"
 #include "models/model.h"
 
@@ -57,8 +59,29 @@ struct CausalLmOptions {
 // Names of the symbolic dims a causal-LM contract uses.
 const std::vector<std::string>& causal_lm_dim_names();
 
-// Throws BadInput for inconsistent options (unknown dim, min > max, static cache without length).
+// Throws BadInput for inconsistent options: an unknown dim, min > max, a step dim with min 0, bounds
+// that total_sequence_length = past_sequence_length + sequence_length makes contradictory (a max no
+// step can reach), a static cache without length.
 void validate(const CausalLmOptions& options);
+
+// The positions a model was trained for: max_position_embeddings (GPT-2's n_positions). `learned`: the
+// positions are rows of a table (GPT-2, GPT-BigCode), so none exists past it; otherwise they are
+// rotary and extrapolate, as Transformers runs them. nullopt when the config names none, or the rope
+// is dynamic NTK (built to run past them). `field` names the config field, for messages.
+struct ContextLimit {
+  int64_t positions = 0;
+  std::string field;
+  bool learned = false;
+};
+std::optional<ContextLimit> model_context(const io::JsonFile& config, const std::vector<Component>& built);
+
+// One rule for bounds past the model's context (docs/verify.md, "Bounds"): each is warned about; with
+// rotary positions it is kept (Transformers runs past max_position_embeddings, the model was just not
+// trained there), with a learned position table it is lowered to the table's rows (total_sequence_length,
+// sequence_length and a static cache's max_cache_len to the positions, past_sequence_length to one
+// less) and a min past the table is refused. Returns the warnings; the recipe and the components then
+// record the bound actually used.
+std::vector<std::string> fit_to_context(CausalLmOptions& options, const ContextLimit& limit);
 
 std::vector<Component> build_causal_lm(const models::CausalLm& model, const CausalLmOptions& options);
 

@@ -18,7 +18,10 @@ int64_t ort_context_length(const io::Checkpoint& ckpt, const ir::Graph& graph) {
       n = std::max(n.value_or(0), int64_t(double(node.attr_int("dynamic_max_position")) * node.attr_float("dynamic_factor")));
   if (graph.symbols().has("total_sequence_length")) {
     const auto& b = graph.symbols().bounds("total_sequence_length");
-    if (b.max && (!n || *b.max < *n)) n = *b.max;
+    // An explicit bound sets the rows either way: below the context nothing past it is served, above it
+    // the user asked for rotary positions past the trained context (tasks::fit_to_context warns), which
+    // the component then serves as the recipe says.
+    if (b.max) n = *b.max;
   }
   if (!n) bad_input("{}: the ort profile needs max_position_embeddings (the rows of its rotary caches)", f.path.string());
   return *n;

@@ -12,6 +12,7 @@
 #include "pipeline/backend.h"
 #include "pipeline/backends/common.h"
 #include "pipeline/manifest.h"
+#include "pipeline/verify_cases.h"
 #include "runtime/openvino/ov_runner.h"
 #include "runtime/tested_runtimes.h"
 
@@ -117,24 +118,14 @@ class OpenVinoBackend final : public Backend {
     const tasks::Component* first = find("prefill") ? find("prefill") : find("decoder");
     const tasks::Component* next = find("decode");
     HFX_CHECK(first, "no decoder component");
-    auto max_of = [&](const char* dim, int64_t fallback) {
-      auto it = r.task.dims.find(dim);
-      return it != r.task.dims.end() && it->second.max ? *it->second.max : fallback;
-    };
     const auto geo = m.model->cache();
     runtime::CacheSpec cache{geo.num_layers, geo.num_kv_heads, geo.head_dim, r.task.static_cache, r.task.max_cache_len};
-    const int64_t vocab = std::max<int64_t>(4, m.summary().vocab_size);
-    const int64_t len = std::max<int64_t>(1, std::min<int64_t>(7, max_of("sequence_length", 7)));
-    int64_t total = r.task.static_cache ? r.task.max_cache_len : max_of("total_sequence_length", INT64_MAX);
-    total = std::min(total, max_of("past_sequence_length", INT64_MAX - 1) + 1);
+    // Prompts and tokens inside the contract's bounds, as `hfx verify` picks them (verify_cases.h).
     runtime::SamplingOptions so;
-    so.max_new_tokens = std::max<int64_t>(1, std::min<int64_t>(8, total - len));
+    so.max_new_tokens = 8;
+    const auto prompts = greedy_prompts(step_bounds(r.task.dims), cache, m.summary().vocab_size, true, so.max_new_tokens);
     so.eos_token_ids = m.summary().eos_token_ids;
     so.pad_token_id = m.summary().pad_token_id.value_or(so.eos_token_ids.empty() ? 0 : so.eos_token_ids[0]);
-    std::vector<std::vector<int64_t>> prompts(max_of("batch_size", 2) >= 2 ? 2 : 1);
-    for (size_t b = 0; b < prompts.size(); ++b)
-      for (int64_t i = 0; i < (b == 0 ? len : std::max<int64_t>(1, len - 3)); ++i)
-        prompts[b].push_back(3 + (i * (b == 0 ? 37 : 53) + int64_t(b) * 11) % (vocab - 3));
     auto ref_graph = [&](const tasks::Component* c) {  // the same weights and forms as the IR
       return passes::apply_precision(c->graph, r.precision_for(c->role), passes::PrecisionTarget::OpenVino);
     };
