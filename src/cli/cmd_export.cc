@@ -1,6 +1,7 @@
 // `hfx export`, `hfx inspect`, `hfx check`.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 
@@ -142,6 +143,14 @@ void register_export(CLI::App& app, Action& action) {
         if (s->quantize_embeddings && !o.recipe.precision.quant.enabled())
           bad_input("--quantize-embeddings needs --quantize");
         o.recipe.openvino_stateful = !s->stateless;
+        // Options of a format that is not written change nothing: say so rather than ignore them (F#13).
+        auto writes = [&](const char* f) {
+          return std::find(o.recipe.formats.begin(), o.recipe.formats.end(), f) != o.recipe.formats.end();
+        };
+        if (s->stateless && !writes("openvino"))
+          fmt::print(stderr, "hfx: note: --stateless only applies to --format openvino; ignored\n");
+        for (const char* flag : {"--onnx-profile", "--onnx-opset"})
+          if (cmd->count(flag) && !writes("onnx")) fmt::print(stderr, "hfx: note: {} only applies to --format onnx; ignored\n", flag);
         pipeline::check_onnx_opset(s->onnx_opset, "--onnx-opset");
         o.recipe.onnx_opset = s->onnx_opset;
         o.recipe.onnx_profile = s->onnx_profile.empty() ? pipeline::default_onnx_profile(s->onnx_opset) : s->onnx_profile;

@@ -117,6 +117,16 @@ double Recipe::tolerance_for(const std::string& role) const {
 Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   const nlohmann::json& j = in.contains("recipe") ? in["recipe"] : in;
   if (!j.is_object()) bad_input("{}: recipe must be a JSON object", where);
+  // A misspelt field ("quantise") must not silently give the default (F#12). A bare recipe may also
+  // carry `source` (the model folder `hfx export --recipe` falls back to); an hfx.json's other
+  // sections sit beside its "recipe" object, not in it.
+  static const std::vector<std::string> known = {
+      "formats", "task", "split_prefill", "static_cache", "max_cache_len", "dynamic", "dims", "tolerances",
+      "openvino_stateful", "onnx_profile", "onnx_opset", "dtype", "quantize", "quantize_lm_head",
+      "quantize_embeddings", "components"};
+  for (const auto& [key, value] : j.items())
+    if (std::find(known.begin(), known.end(), key) == known.end() && !(&j == &in && key == "source"))
+      bad_input("{}: unknown recipe field \"{}\" (known: {})", where, key, fmt::join(known, ", "));
   Recipe r;
   auto get_bool = [&](const char* key, bool& out) {
     if (!j.contains(key)) return;

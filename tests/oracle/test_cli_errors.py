@@ -143,3 +143,27 @@ def test_inspect_reports_contract_and_preflight(good):
     assert info["inputs"][3]["shape"] == ["batch_size", "2", "past_sequence_length", "16"]
     assert info["outputs"][0]["shape"] == ["batch_size", "sequence_length", "128"]
     assert info["preflight"]["disk_bytes"] > 0 and info["preflight"]["peak_memory_bytes"] > 0
+
+
+def test_recipe_with_a_misspelt_field_is_refused(good, tmp_path):
+    """F#12: `"quantise"` at the top of a recipe gave an f32 export without a word."""
+    recipe = tmp_path / "bad.json"
+    recipe.write_text(json.dumps({"formats": ["onnx"], "quantise": "int4"}))
+    proc = run_hfx("export", "--model", good, "--recipe", recipe, "--quiet", tmp_path / "out", check=False)
+    assert proc.returncode == 1
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and 'unknown recipe field "quantise"' in lines[0] and "quantize" in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_exports_manifest_is_still_a_recipe(good, tmp_path):
+    """The strict field check reads an hfx.json's "recipe" object, not its other sections."""
+    run_hfx("export", "--model", good, "--quiet", tmp_path / "a")
+    run_hfx("export", "--recipe", tmp_path / "a" / "hfx.json", "--quiet", tmp_path / "b")
+    assert (tmp_path / "b" / "onnx" / "model.onnx").read_bytes() == (tmp_path / "a" / "onnx" / "model.onnx").read_bytes()
+
+
+def test_options_of_a_format_not_written_are_noted(good, tmp_path):
+    """F#13: `--stateless` without `--format openvino` changed nothing and said nothing."""
+    proc = run_hfx("export", "--model", good, "--stateless", "--quiet", tmp_path / "out")
+    assert "--stateless only applies to --format openvino" in proc.stderr, proc.stderr
