@@ -1,16 +1,15 @@
 // The artifact side: an export folder whose hfx.json is the input, beside the real files of a tiny
-// export (fuzz/data/export/) and its source checkpoint (fuzz/data/export-source/, placed at the
-// relative path `export-llama` the seed manifests record), read the way `hfx verify` reads it
+// export (fuzz/data/export/) and its source checkpoint (fuzz/data/export-source/; the seeds record it
+// as the relative `export-llama`, which the target points at its scratch copy), read the way `hfx verify` reads it
 // (verify_export on the reference runtime: checksums, source hashes, signature, numbers, greedy
 // tokens; two tokens, two shapes, no re-export) and writes its reports, and the way `hfx generate`
 // runs it (open_artifact, the declared-outputs check, a two-token decode under the contract's
 // tensor budget). fuzz_manifest covers read_manifest / check_export / Recipe::from_json; this target
 // reaches what runs after them, where a manifest field sizes a cache or picks a graph.
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "harness.h"
+#include "io/json_fields.h"
 #include "pipeline/artifact.h"
 #include "pipeline/verify.h"
 #include "runtime/generate.h"
@@ -20,16 +19,34 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// scratch/export (the export without its hfx.json) and scratch/export-llama (its source); the
-// working folder becomes scratch, so the manifest's relative source folder resolves there.
+// scratch/export (the export without its hfx.json) and scratch/export-llama (its source).
 fs::path prepare() {
   const fs::path root = fuzz::scratch();
   const auto opts = fs::copy_options::recursive | fs::copy_options::overwrite_existing;
   fs::copy(fuzz::data_dir() / "export", root / "export", opts);
   fs::remove(root / "export" / "hfx.json");
   fs::copy(fuzz::data_dir() / "export-source", root / "export-llama", opts);
-  if (::chdir(root.c_str()) != 0) fuzz::finding("harness", "cannot chdir to the scratch folder");
   return root / "export";
+}
+
+// The input, with a source folder of "export-llama" pointed at the scratch copy (not a chdir: libFuzzer
+// reads its corpus by relative paths); anything else is written as it came.
+void write_manifest(const fs::path& dir, const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    io::check_json_depth(text, "hfx.json");  // too deep for a recursive parse: hfx refuses it as is
+  } catch (const Error&) {
+    fuzz::write_file(dir / "hfx.json", text);
+    return;
+  }
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("source") && j["source"].is_object() && j["source"].contains("folder") &&
+      j["source"]["folder"] == "export-llama") {
+    j["source"]["folder"] = (fuzz::scratch() / "export-llama").string();
+    fuzz::write_file(dir / "hfx.json", j.dump(2));
+    return;
+  }
+  write_manifest(dir, data, size);
 }
 
 void run_generate(const fs::path& dir) {
