@@ -414,7 +414,7 @@ int64_t contract_tensor_budget(const ir::Graph& g, int64_t batch, int64_t length
     largest_weight = std::max(largest_weight, n);
   }
   const int64_t scores = mul(mul(mul(std::max<int64_t>(batch, 1), 256 * 4), length), length);
-  return std::max({int64_t(512) << 20, mul(16, largest_port), scores, mul(2, largest_weight)});
+  return std::max({int64_t(512) << 20, mul(16, largest_port), scores, mul(4, largest_weight)});
 }
 
 Executor::Executor(const ir::Graph& graph, ExecOptions options)

@@ -61,7 +61,8 @@ struct ExecOptions {
 //    intermediates (MLP activations, logits before a Softmax) are a small multiple of a port;
 //  - batch x 256 heads x length^2 x 4 bytes: attention scores, larger than any port on long inputs
 //    (256 is above the query head count of released models);
-//  - 2 x the largest weight in f32: a weight transposed or dequantized by a node.
+//  - 4 x the largest weight in f32: a weight transposed or dequantized by a node (a packed int4
+//    weight holds two values per stored element, so its f32 form is 2x; 4x leaves a margin).
 int64_t contract_tensor_budget(const ir::Graph& graph, int64_t batch, int64_t length);
 
 class Executor {
