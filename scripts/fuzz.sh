@@ -14,7 +14,7 @@ cd "$root"
 seconds=${1:-10}
 shift || true
 build=${HFX_FUZZ_BUILD:-build-fuzz}
-all_targets=(safetensors config index tokenizer manifest onnx)
+all_targets=(safetensors config index tokenizer manifest onnx artifact)
 [ $# -gt 0 ] && targets=("$@") || targets=("${all_targets[@]}")
 
 if ! command -v clang++ >/dev/null; then

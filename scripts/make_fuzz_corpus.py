@@ -297,6 +297,11 @@ def export_seeds(work: Path) -> None:
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(out, dest)
+    # The source checkpoint too: fuzz_artifact runs verify, which rebuilds the reference from it.
+    source = DATA / "export-source"
+    if source.exists():
+        shutil.rmtree(source)
+    shutil.copytree(work / "export-llama", source)
     manifest = (dest / "hfx.json").read_text()
     (dest / "hfx.json").unlink()
 
@@ -347,13 +352,49 @@ def export_seeds(work: Path) -> None:
     for label, obj in variants.items():
         put("manifest", label, compact(obj))
     put("manifest", "not-object", "[]")
+    artifact_seeds(j)
+
+
+def artifact_seeds(j: dict) -> None:
+    """fuzz/corpus/artifact: the valid manifest of fuzz/data/export and one hostile field each (the
+    reproductions of D2, D3 and D5 in the hostile-input report), for verify_export and generate."""
+    import copy
+
+    put("artifact", "valid", json.dumps(j, indent=2))
+
+    def variant(label: str, edit) -> None:
+        m = copy.deepcopy(j)
+        edit(m)
+        put("artifact", label, compact(m))
+
+    comp = lambda m: m["components"][0]  # noqa: E731
+    variant("role-x", lambda m: comp(m).update(role="x"))
+    variant("role-encoder", lambda m: comp(m).update(role="encoder"))
+    variant("role-deleted", lambda m: comp(m).pop("role"))
+    variant("source-folder-number", lambda m: m["source"].update(folder=5))
+    variant("source-folder-deleted", lambda m: m["source"].pop("folder"))
+    variant("source-string", lambda m: m.update(source="x"))
+    variant("source-file-number", lambda m: m["source"]["files"].update({"config.json": 5}))
+    variant("input-name-number", lambda m: comp(m)["inputs"][0].update(name=5))
+    variant("input-name-deleted", lambda m: comp(m)["inputs"][0].pop("name"))
+    variant("inputs-string", lambda m: comp(m).update(inputs="abc"))
+    variant("shape-ints", lambda m: comp(m)["inputs"][0].update(shape=[1, 2]))
+    variant("num-layers-1e9", lambda m: m["model"].update(num_layers=1_000_000_000))
+    variant("num-layers-2", lambda m: m["model"].update(num_layers=2))
+    variant("static-cache-2p40", lambda m: m["recipe"].update(static_cache=True, max_cache_len=2 ** 40))
+    variant("static-cache-8", lambda m: m["recipe"].update(static_cache=True, max_cache_len=8))
+    variant("batch-min-2p62", lambda m: comp(m)["dims"]["batch_size"].update(min=2 ** 62))
+    variant("batch-min-negative", lambda m: comp(m)["dims"]["batch_size"].update(min=-1))
+    variant("batch-max-2", lambda m: comp(m)["dims"]["batch_size"].update(max=2))
+    variant("eos-string", lambda m: m["model"].update(eos_token_ids=["2"]))
+    variant("pad-huge", lambda m: m["model"].update(pad_token_id=2 ** 40))
 
 
 def main() -> int:
     if os.environ.get("PYTHONHASHSEED") != "0":
         # Set-ordered steps (tokenizer training corpora) must not depend on the hash seed: rerun with 0.
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
-    for target in ["safetensors", "config", "index", "tokenizer", "manifest", "onnx"]:
+    for target in ["safetensors", "config", "index", "tokenizer", "manifest", "onnx", "artifact"]:
         # Inputs that once found a bug (regression-*, copied from build-fuzz/findings/) stay.
         for p in (CORPUS / target).glob("*"):
             if not p.name.startswith("regression-"):

@@ -99,7 +99,19 @@ void register_generate(CLI::App& app, Action& action) {
       opts.eos_token_ids = art.eos_token_ids;
       opts.pad_token_id = art.pad_token_id;
       const bool split = art.components.size() > 1;
-      auto make_runner = [&](const pipeline::ArtifactComponent& c) { return backend.make_runner(c, s->runtime); };
+      for (const auto& c : art.components) pipeline::check_declared_outputs(art, c);
+      // The reference executor runs the graphs under a per-tensor budget from their contract at this
+      // run's sizes (the prompts, plus the new tokens or the static cache), so a graph computing a
+      // huge tensor fails naming its node instead of taking the machine's memory.
+      size_t longest = 0;
+      for (const auto& p : prompts) longest = std::max(longest, p.size());
+      const int64_t length = std::max<int64_t>(int64_t(longest) + std::max<int64_t>(opts.max_new_tokens, 0),
+                                               art.cache.static_cache ? art.cache.max_cache_len : 0);
+      auto make_runner = [&](const pipeline::ArtifactComponent& c) {
+        if (s->runtime == "reference")
+          return runtime::make_executor_runner(c.graph, pipeline::artifact_exec_options(c, int64_t(prompts.size()), length));
+        return backend.make_runner(c, s->runtime);
+      };
       auto first = make_runner(art.component(split ? "prefill" : ""));
       auto next = split ? make_runner(art.component("decode")) : nullptr;
       // Stream a single row as it comes: text when there is a tokenizer, ids otherwise. Text is

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -16,6 +17,7 @@ void register_verify(CLI::App& app, Action& action) {
   auto dir = std::make_shared<fs::path>();
   auto atol = std::make_shared<double>(0);
   auto no_reexport = std::make_shared<bool>(false);
+  auto report_dir = std::make_shared<fs::path>();
   auto* cmd = app.add_subcommand("verify", "Prove an export: numbers, shapes, greedy tokens, ops, speed, reproducibility.");
   cmd->add_option("out", *dir, "Export folder (with hfx.json)")->required();
   cmd->add_option("--runtime", opt->runtime, "Runtime that runs the artifact: reference | onnxruntime (the onnx files) | openvino (the openvino files, CPU plugin in f32); `hfx formats` lists them")->capture_default_str();
@@ -29,7 +31,12 @@ void register_verify(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"auto", "hold", "stream"}))
       ->capture_default_str();
   cmd->add_option("--python", opt->python, "Python with onnxruntime for --runtime onnxruntime (default: $HFX_PYTHON)");
-  cmd->footer("Writes OUT/verify/report.json and OUT/verify/report.md; exits 1 when a check fails.");
+  cmd->add_option("--report", *report_dir,
+                  "Write report.json and report.md to DIR (created if needed) instead of OUT/verify, e.g. for a "
+                  "read-only export");
+  cmd->footer("Writes report.json and report.md to OUT/verify (or --report DIR), never through a symlink; when "
+              "OUT/verify cannot be written (a read-only OUT, a symlink) the checks still run and print, and a "
+              "line on stderr says the report was not written. Exits 1 when a check fails.");
   cmd->callback([=, &action] {
     action = [=] {
       if (!fs::is_directory(*dir)) bad_input("{}: no such export folder", dir->string());
@@ -42,10 +49,23 @@ void register_verify(CLI::App& app, Action& action) {
       if (opt->tokens < 1) bad_input("--tokens {}: expected at least 1 (the greedy tokens compared)", opt->tokens);
       opt->reexport = !*no_reexport;
       auto report = pipeline::verify_export(*dir, *opt);
-      pipeline::write_reports(report);
       for (const auto& c : report.checks) fmt::print("{} {}: {}\n", c.passed ? "pass" : "FAIL", c.name, c.detail);
-      fmt::print("{}: {} ({} checks); report in {}\n", dir->string(), report.passed() ? "verified" : "verification FAILED",
-                 report.checks.size(), (*dir / "verify" / "report.md").string());
+      std::string where;
+      if (report_dir->empty()) {
+        // The default place is inside the export, which may be read-only or booby-trapped: the checks
+        // are the result, the report a copy of them, so its absence is said but does not fail verify.
+        try {
+          where = (pipeline::write_reports(report) / "report.md").string();
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::Io) throw;
+          std::fflush(stdout);
+          fmt::print(stderr, "hfx: {}\n", e.describe());
+        }
+      } else {
+        where = (pipeline::write_reports(report, *report_dir) / "report.md").string();  // asked for: must work
+      }
+      fmt::print("{}: {} ({} checks){}\n", dir->string(), report.passed() ? "verified" : "verification FAILED",
+                 report.checks.size(), where.empty() ? "; report not written" : "; report in " + where);
       return report.passed() ? 0 : 1;
     };
   });

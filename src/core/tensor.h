@@ -58,4 +58,19 @@ class Tensor {
 
 int64_t numel_of(const std::vector<int64_t>& shape);
 
+// While one is alive, constructing a Tensor of more than `max_bytes` on this thread throws BadInput
+// naming its dtype and shape, before anything is allocated: the reference executor runs each kernel
+// under its ExecOptions::max_tensor_bytes, so a graph read from a file cannot ask for gigabytes
+// (an Expand to [10000, 100000]). Scopes nest (the innermost applies); 0 means no limit.
+class TensorBudget {
+ public:
+  explicit TensorBudget(int64_t max_bytes);
+  ~TensorBudget();
+  TensorBudget(const TensorBudget&) = delete;
+  TensorBudget& operator=(const TensorBudget&) = delete;
+
+ private:
+  int64_t previous_;
+};
+
 }  // namespace hfx

@@ -1,6 +1,9 @@
 #include "pipeline/artifact.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "backends/onnx/onnx_reader.h"
 #include "core/error.h"
@@ -20,27 +23,55 @@ const ArtifactComponent& Artifact::component(const std::string& role) const {
   bad_input("{}: no component with role `{}` (has: {})", dir.string(), role, fmt::join(roles, ", "));
 }
 
+namespace {
+
+// The manifest's cache geometry sizes the buffers generate and verify allocate; each past_key_values
+// input the graph declares must agree with it where the graph fixes a dim, so a manifest cannot
+// claim a cache far larger (or of other layers) than the graph it ships takes.
+void check_cache_inputs(const ArtifactComponent& c, const runtime::CacheSpec& cache, const std::string& where) {
+  static const std::string prefix = "past_key_values.";
+  for (auto id : c.graph.inputs()) {
+    const auto& v = c.graph.value(id);
+    if (!v.name.starts_with(prefix)) continue;
+    const size_t dot = v.name.find('.', prefix.size());
+    const std::string index = v.name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
+    const bool numeric = !index.empty() && index.size() < 6 && index.find_first_not_of("0123456789") == std::string::npos;
+    if (!numeric || std::stoll(index) >= cache.num_layers)
+      bad_input("{}: component {}: graph input {} is not a layer of /model/num_layers = {}", where, c.role, v.name,
+                cache.num_layers);
+    auto expect = [&](size_t d, int64_t want, const char* field) {
+      if (v.shape.size() == 4 && v.shape[d].is_fixed() && v.shape[d].value != want)
+        bad_input("{}: component {}: graph input {} has {} {} where {} says {}", where, c.role, v.name,
+                  d == 2 ? "cache length" : d == 1 ? "kv heads" : "head_dim", v.shape[d].value, field, want);
+    };
+    if (v.shape.size() != 4)
+      bad_input("{}: component {}: graph input {} has shape {}, expected [batch, kv_heads, length, head_dim]", where,
+                c.role, v.name, shape_str(v.shape));
+    expect(1, cache.num_kv_heads, "/model/num_kv_heads");
+    expect(3, cache.head_dim, "/model/head_dim");
+    if (cache.static_cache) expect(2, cache.max_cache_len, "/recipe/max_cache_len");
+  }
+}
+
+}  // namespace
+
 Artifact open_artifact(const fs::path& dir, const std::string& format) {
   Artifact a;
   a.dir = dir;
   a.manifest = read_manifest(dir);
   const auto where = (dir / kManifestName).string();
-  try {
-    const auto& model = a.manifest.at("model");
-    a.cache.num_layers = model.at("num_layers").get<int64_t>();
-    a.cache.num_kv_heads = model.at("num_kv_heads").get<int64_t>();
-    a.cache.head_dim = model.at("head_dim").get<int64_t>();
-    a.eos_token_ids = model.at("eos_token_ids").get<std::vector<int64_t>>();
-    const auto& pad = model.at("pad_token_id");
-    a.pad_token_id = pad.is_number_integer() ? pad.get<int64_t>() : a.eos_token_ids.empty() ? 0 : a.eos_token_ids[0];
-    const auto& recipe = a.manifest.at("recipe");
-    a.cache.static_cache = recipe.at("static_cache").get<bool>();
-    a.cache.max_cache_len = recipe.at("max_cache_len").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    bad_input("{}: inconsistent manifest: {}", where, e.what());
-  }
-  if (a.cache.num_layers < 0 || a.cache.num_kv_heads < 0 || a.cache.head_dim < 0 || a.cache.max_cache_len < 0)
-    bad_input("{}: inconsistent manifest: negative cache geometry", where);
+  // read_manifest validated every member read here (pipeline/manifest_schema.h): types, presence and
+  // ranges, so these reads cannot throw and the geometry cannot size an absurd allocation.
+  const auto& model = a.manifest["model"];
+  a.cache.num_layers = model["num_layers"].get<int64_t>();
+  a.cache.num_kv_heads = model["num_kv_heads"].get<int64_t>();
+  a.cache.head_dim = model["head_dim"].get<int64_t>();
+  a.eos_token_ids = model["eos_token_ids"].get<std::vector<int64_t>>();
+  const auto& pad = model["pad_token_id"];
+  a.pad_token_id = pad.is_number_integer() ? pad.get<int64_t>() : a.eos_token_ids.empty() ? 0 : a.eos_token_ids[0];
+  const auto& recipe = a.manifest["recipe"];
+  a.cache.static_cache = recipe["static_cache"].get<bool>();
+  a.cache.max_cache_len = recipe["max_cache_len"].get<int64_t>();
   for (const auto& c : a.manifest["components"]) {
     // A hand-edited manifest may hold anything: report it, never throw a JSON or filesystem error.
     if (!c.is_object()) bad_input("{}: inconsistent manifest: a component is {}, not an object", where, c.type_name());
@@ -64,10 +95,33 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
         if (d.contains("max") && d["max"].is_number_integer()) b.max = d["max"].get<int64_t>();
         ac.graph.symbols().set_bounds(name, b);
       }
+    for (const auto& o : c["outputs"]) ac.declared_outputs.push_back(o["name"].get<std::string>());
+    check_cache_inputs(ac, a.cache, where);
     a.components.push_back(std::move(ac));
   }
   if (a.components.empty()) bad_input("{}: the export has no {} component", dir.string(), format);
   return a;
+}
+
+void check_declared_outputs(const Artifact& a, const ArtifactComponent& c) {
+  if (c.graph.outputs().empty()) return;  // not read back (openvino): its runtime checks its own ports
+  std::vector<std::string> graph_outputs;
+  for (auto id : c.graph.outputs()) graph_outputs.push_back(c.graph.value(id).name);
+  for (const auto& name : graph_outputs)
+    if (std::find(c.declared_outputs.begin(), c.declared_outputs.end(), name) == c.declared_outputs.end())
+      bad_input("{}: component {}: the graph has output `{}`, which {} does not declare (declared: {}); not running an "
+                "artifact that computes more than its contract",
+                c.file.string(), c.role, name, (a.dir / kManifestName).string(), fmt::join(c.declared_outputs, ", "));
+  for (const auto& name : c.declared_outputs)
+    if (std::find(graph_outputs.begin(), graph_outputs.end(), name) == graph_outputs.end())
+      bad_input("{}: component {}: {} declares output `{}`, which the graph does not compute", c.file.string(), c.role,
+                (a.dir / kManifestName).string(), name);
+}
+
+runtime::ExecOptions artifact_exec_options(const ArtifactComponent& c, int64_t batch, int64_t length) {
+  runtime::ExecOptions o;
+  o.max_tensor_bytes = runtime::contract_tensor_budget(c.graph, batch, length);
+  return o;
 }
 
 }  // namespace hfx::pipeline

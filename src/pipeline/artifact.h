@@ -17,6 +17,7 @@ struct ArtifactComponent {
   std::string role;
   std::filesystem::path file;
   ir::Graph graph;  // read back for onnx only (empty for other formats)
+  std::vector<std::string> declared_outputs;  // the manifest's output names, in order
 };
 
 struct Artifact {
@@ -34,5 +35,14 @@ struct Artifact {
 // Reads OUT/hfx.json and the components of `format`; fails on a missing or inconsistent manifest or
 // a missing component file.
 Artifact open_artifact(const std::filesystem::path& dir, const std::string& format);
+
+// BadInput unless the component's graph (onnx, read back) computes exactly the outputs its manifest
+// entry declares: a graph with an extra output computes work nobody asked for, which `hfx generate`
+// refuses to run (`hfx verify` reports it as a failed I/O signature check).
+void check_declared_outputs(const Artifact& a, const ArtifactComponent& c);
+
+// Executor options for running a component read from a file: the per-tensor budget from its contract
+// (runtime::contract_tensor_budget) at `batch` rows of at most `length` positions.
+runtime::ExecOptions artifact_exec_options(const ArtifactComponent& c, int64_t batch, int64_t length);
 
 }  // namespace hfx::pipeline

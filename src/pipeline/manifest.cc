@@ -8,6 +8,7 @@
 #include "core/files.h"
 #include "core/safe_path.h"
 #include "io/json_fields.h"
+#include "pipeline/manifest_schema.h"
 
 namespace fs = std::filesystem;
 
@@ -166,10 +167,9 @@ nlohmann::json read_manifest(const fs::path& out_dir) {
     bad_input("{}: missing schema_version", path.string());
   if (j["schema_version"] != kManifestSchemaVersion)
     bad_input("{}: schema_version {} (this hfx reads {})", path.string(), j["schema_version"].dump(), kManifestSchemaVersion);
-  for (const char* key : {"source", "recipe", "model", "components", "files"})
-    if (!j.contains(key)) bad_input("{}: missing member \"{}\"", path.string(), key);
-  if (!j["files"].is_object() || !j["components"].is_array() || j["components"].empty())
-    bad_input("{}: \"files\" must be an object and \"components\" a non-empty list", path.string());
+  // Every member the readers (check, generate, verify) index is checked here, once: after this they
+  // read the JSON without guarding each access.
+  validate_manifest(j, path.string());
   return j;
 }
 

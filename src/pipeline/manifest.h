@@ -53,7 +53,7 @@ class ManifestBuilder {
 std::vector<std::filesystem::path> list_files(const std::filesystem::path& root);
 
 // Reads and validates OUT/hfx.json: BadInput when missing, not JSON, of another schema version, or
-// missing required members.
+// when any member hfx reads back fails validate_manifest (pipeline/manifest_schema.h).
 nlohmann::json read_manifest(const std::filesystem::path& out_dir);
 
 struct CheckReport {

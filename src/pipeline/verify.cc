@@ -1,7 +1,9 @@
 #include "pipeline/verify.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -81,10 +83,17 @@ std::optional<int64_t> available_memory_bytes() {
   return std::nullopt;
 }
 
+// The sizes verify runs a graph at, for the executor's per-tensor budget (ExecOptions::max_tensor_bytes):
+// batch 0 means no budget (graphs hfx built itself from the checkpoint).
+struct RunSizes {
+  int64_t batch = 0, length = 0;
+};
+
 // How the reference executor runs `g` (VerifyOptions::reference_weights): held, a reference graph
 // and an artifact graph together are twice the model in f32 plus the mapped pages read to fill them.
-runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& opt) {
+runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& opt, RunSizes sizes = {}) {
   runtime::ExecOptions o;
+  if (sizes.batch > 0) o.max_tensor_bytes = runtime::contract_tensor_budget(g, sizes.batch, sizes.length);
   if (opt.reference_weights != "auto" && opt.reference_weights != "hold" && opt.reference_weights != "stream")
     bad_input("reference weights `{}`: expected auto, hold or stream", opt.reference_weights);
   if (opt.reference_weights == "auto") {
@@ -192,7 +201,8 @@ std::vector<std::pair<std::string, std::string>> manifest_sig(const nlohmann::js
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& io : list) {
     std::vector<std::string> dims;
-    for (const auto& d : io["shape"]) dims.push_back(d.get<std::string>());
+    // A dim is a symbol or a number, as a string ("8") or, in a hand-written manifest, an integer.
+    for (const auto& d : io["shape"]) dims.push_back(d.is_string() ? d.get<std::string>() : d.dump());
     out.emplace_back(io["name"].get<std::string>(), fmt::format("{}[{}]", io["dtype"].get<std::string>(), fmt::join(dims, ",")));
   }
   return out;
@@ -254,11 +264,79 @@ std::string VerifyReport::to_markdown() const {
   return md;
 }
 
-void write_reports(const VerifyReport& r) {
-  const fs::path dir = r.dir / kReportDir;
-  fs::create_directories(dir);
-  write_text_file(dir / "report.json", r.to_json().dump(2) + "\n");
-  write_text_file(dir / "report.md", r.to_markdown());
+namespace {
+
+bool read_only_errno(int e) { return e == EROFS || e == EACCES || e == EPERM; }
+
+// `dir` opened as a folder that is not a symlink (creating it when missing); Io errors say why not.
+int open_report_dir(const fs::path& dir, const fs::path& out, bool default_dir) {
+  auto refuse = [&](int e) -> int {
+    std::error_code ec;
+    if (fs::is_symlink(dir, ec)) fail(ErrorKind::Io, "{} is a symlink; not writing through it", dir.string());
+    if (read_only_errno(e))
+      fail(ErrorKind::Io, "{} is read-only: report not written ({}; use --report DIR)",
+           (default_dir ? out : dir).string(), std::strerror(e));
+    if (e == ENOTDIR || e == EEXIST)
+      fail(ErrorKind::Io, "{} exists and is not a folder: report not written{}", dir.string(),
+           default_dir ? " (use --report DIR)" : "");
+    fail(ErrorKind::Io, "{}: cannot open the report folder: {}", dir.string(), std::strerror(e));
+  };
+  if (!default_dir && dir.has_parent_path()) {
+    std::error_code ec;  // --report a/b/c: the parents are the caller's to name, links and all
+    fs::create_directories(dir.parent_path(), ec);
+    if (ec) refuse(ec.value());
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) refuse(errno);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) refuse(errno);
+  return fd;
+}
+
+// Writes `text` to dirfd/name through a new temporary file renamed over it.
+void write_report_file(int dirfd, const fs::path& dir, const std::string& name, const std::string& text, const fs::path& out,
+                       bool default_dir) {
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
+    tmp = fmt::format(".{}.{}.{}.tmp", name, ::getpid(), attempt);
+    fd = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    if (read_only_errno(errno))
+      fail(ErrorKind::Io, "{} is read-only: report not written ({}; use --report DIR)", (default_dir ? out : dir).string(),
+           std::strerror(errno));
+    fail(ErrorKind::Io, "{}: cannot create {}: {}", dir.string(), tmp, std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += size_t(n);
+  }
+  const int write_errno = done == text.size() ? 0 : errno ? errno : EIO;
+  const bool closed = ::close(fd) == 0;
+  if (write_errno || !closed || ::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) {
+    const int e = write_errno ? write_errno : errno;
+    ::unlinkat(dirfd, tmp.c_str(), 0);  // nothing half-written stays behind
+    fail(ErrorKind::Io, "{}: cannot write {}: {}", dir.string(), name, std::strerror(e));
+  }
+}
+
+}  // namespace
+
+fs::path write_reports(const VerifyReport& r, const fs::path& dir) {
+  const bool default_dir = dir.empty();
+  const fs::path target = default_dir ? r.dir / kReportDir : dir;
+  const int dirfd = open_report_dir(target, r.dir, default_dir);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{dirfd};
+  write_report_file(dirfd, target, "report.json", r.to_json().dump(2) + "\n", r.dir, default_dir);
+  write_report_file(dirfd, target, "report.md", r.to_markdown(), r.dir, default_dir);
+  return target;
 }
 
 namespace {
@@ -353,6 +431,11 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   const auto t_open = Clock::now();
   Artifact art = open_artifact(out, format);
   double open_s = seconds_since(t_open);
+  // The artifact's graphs come from files anyone may have edited: they run under a per-tensor budget
+  // from their contract at the largest sizes verify uses (shape cases up to batch 4, or the contract's
+  // minimum, and 64 positions or the static cache; greedy prompts of 7 plus the new tokens).
+  const RunSizes art_sizes{std::max<int64_t>(4, bound(art.components[0].graph, "batch_size", false).value_or(1)),
+                           std::max({int64_t(80), opt.tokens + 16, art.cache.static_cache ? art.cache.max_cache_len : 0})};
   Recipe recipe = Recipe::from_json(manifest, (out / kManifestName).string());
   LoadedModel ref = load_model(source, recipe.task);
   // The reference runs the export's precision (same rounded and quantized weights): this checks the
@@ -477,7 +560,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     Progress progress = Progress::steps("verify: artifact on the reference executor", int64_t(runs.size()), "shape cases");
     for (auto& r : runs) {
       auto& e = execs[r.comp];
-      if (!e) e = std::make_unique<runtime::Executor>(r.comp->graph, executor_options(r.comp->graph, opt));
+      if (!e) e = std::make_unique<runtime::Executor>(r.comp->graph, executor_options(r.comp->graph, opt, art_sizes));
       r.actual = e->run(own_inputs(r.comp->graph, r.inputs));
       progress.advance(1, 0);
     }
@@ -525,20 +608,28 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   so.max_new_tokens = tokens;
   so.eos_token_ids = art.eos_token_ids;
   so.pad_token_id = art.pad_token_id;
-  auto runners = [&opt](const auto& graphs_by_role) {
+  auto runners = [&](const auto& components, const char* whose, RunSizes sizes) {
+    auto graphs_by_role = [&](const std::string& role) -> const ir::Graph* {
+      for (const auto& c : components)
+        if (c.role == role) return &c.graph;
+      return nullptr;
+    };
     std::pair<std::unique_ptr<runtime::StepRunner>, std::unique_ptr<runtime::StepRunner>> r;
     const ir::Graph* first = graphs_by_role("prefill");
     if (!first) first = graphs_by_role("decoder");
     const ir::Graph* next = graphs_by_role("decode");
-    r.first = runtime::make_executor_runner(*first, executor_options(*first, opt));
-    if (next) r.second = runtime::make_executor_runner(*next, executor_options(*next, opt));
+    // A hand-edited manifest may relabel every component: greedy decoding has no first step then.
+    if (!first) {
+      std::vector<std::string> roles;
+      for (const auto& c : components) roles.push_back(c.role);
+      bad_input("{}: {} has no decoder or prefill component for the greedy check; roles: {}",
+                (out / kManifestName).string(), whose, fmt::join(roles, ", "));
+    }
+    r.first = runtime::make_executor_runner(*first, executor_options(*first, opt, sizes));
+    if (next) r.second = runtime::make_executor_runner(*next, executor_options(*next, opt, sizes));
     return r;
   };
-  auto ref_runners = runners([&](const std::string& role) -> const ir::Graph* {
-    for (const auto& c : ref.components)
-      if (c.role == role) return &c.graph;
-    return nullptr;
-  });
+  auto ref_runners = runners(ref.components, "the reference", {});
   const int64_t greedy_total = tokens * int64_t(prompts.size());
   Progress ref_progress = Progress::steps("verify: greedy, checkpoint reference", greedy_total, "tokens");
   auto expected_tokens = runtime::generate(*ref_runners.first, ref_runners.second ? *ref_runners.second : *ref_runners.first,
@@ -555,11 +646,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       art_runners.first = backend.make_runner(art.component(split ? "prefill" : ""), opt.runtime);
       art_runners.second = split ? backend.make_runner(art.component("decode"), opt.runtime) : nullptr;
     } else {
-      art_runners = runners([&](const std::string& role) -> const ir::Graph* {
-        for (const auto& c : art.components)
-          if (c.role == role) return &c.graph;
-        return nullptr;
-      });
+      art_runners = runners(art.components, "the artifact", art_sizes);
     }
     const auto t0 = Clock::now();
     bool first = true;

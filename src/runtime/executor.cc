@@ -269,8 +269,10 @@ struct Executor::Impl {
 
   std::vector<Tensor> run_node(size_t i, const detail::KernelInputs& args) {
     const ir::Node& node = exec->nodes()[i];
-    std::vector<Tensor> outs =
-        with_context(fmt::format("node {} ({})", node.name, node.op), [&] { return kernels[i](node, args); });
+    std::vector<Tensor> outs = with_context(fmt::format("node {} ({})", node.name, node.op), [&] {
+      const TensorBudget budget(options.max_tensor_bytes);  // what the kernel allocates, not the weights
+      return kernels[i](node, args);
+    });
     HFX_CHECK(outs.size() == node.outputs.size(), "kernel {} gave {} outputs for {}", node.op, outs.size(),
               node.outputs.size());
     return outs;
@@ -382,6 +384,38 @@ struct Executor::Impl {
     return result;
   }
 };
+
+int64_t contract_tensor_budget(const ir::Graph& g, int64_t batch, int64_t length) {
+  // Saturating arithmetic: a hostile graph may declare dims near INT64_MAX.
+  constexpr int64_t kCap = int64_t(1) << 62;
+  auto mul = [](int64_t a, int64_t b) {
+    int64_t r = 0;
+    return a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) || r > kCap ? kCap : r;
+  };
+  auto dim_value = [&](const Dim& d) -> int64_t {
+    if (d.is_fixed()) return d.value;
+    int64_t v = d.symbol.find("batch") != std::string::npos ? batch : length;
+    if (d.is_symbol())
+      if (auto max = g.symbols().bounds(d.symbol).max) v = std::min(v, *max);
+    return std::max<int64_t>(v, 1);
+  };
+  int64_t largest_port = 0;
+  auto port = [&](ir::ValueId id) {
+    int64_t n = 8;
+    for (const auto& d : g.value(id).shape) n = mul(n, dim_value(d));
+    largest_port = std::max(largest_port, n);
+  };
+  for (auto id : g.inputs()) port(id);
+  for (auto id : g.outputs()) port(id);
+  int64_t largest_weight = 0;
+  for (auto id : g.weights()) {
+    int64_t n = 4;
+    for (const auto& d : g.value(id).shape) n = mul(n, d.is_fixed() ? d.value : 1);
+    largest_weight = std::max(largest_weight, n);
+  }
+  const int64_t scores = mul(mul(mul(std::max<int64_t>(batch, 1), 256 * 4), length), length);
+  return std::max({int64_t(512) << 20, mul(16, largest_port), scores, mul(4, largest_weight)});
+}
 
 Executor::Executor(const ir::Graph& graph, ExecOptions options)
     : impl_(std::make_unique<Impl>(graph, std::move(options))) {}

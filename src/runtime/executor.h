@@ -46,7 +46,24 @@ struct ExecOptions {
   // model's, at the cost of converting every weight every run. What verifying a model larger than a
   // few GiB needs.
   bool cache_weights = true;
+  // The most bytes one tensor a node computes may take (0: no limit). Above it the run fails with a
+  // BadInput naming the node, its op and the shape, before the tensor is allocated. Callers that run
+  // a graph read from a file (hfx generate, hfx verify) set it from the contract with
+  // contract_tensor_budget, so a graph cannot compute far more than its declared ports need.
+  int64_t max_tensor_bytes = 0;
 };
+
+// A budget for ExecOptions::max_tensor_bytes, derived from the graph's contract at the sizes a caller
+// runs: every symbolic dim of a declared input or output is `batch` when its symbol names a batch and
+// `length` otherwise (at most the symbol's upper bound). It is the largest of
+//  - 512 MiB: nothing a tiny graph does legitimately comes near it, and big models take the terms below;
+//  - 16 x the largest declared input or output (state included) in 8-byte elements: the widest
+//    intermediates (MLP activations, logits before a Softmax) are a small multiple of a port;
+//  - batch x 256 heads x length^2 x 4 bytes: attention scores, larger than any port on long inputs
+//    (256 is above the query head count of released models);
+//  - 4 x the largest weight in f32: a weight transposed or dequantized by a node (a packed int4
+//    weight holds two values per stored element, so its f32 form is 2x; 4x leaves a margin).
+int64_t contract_tensor_budget(const ir::Graph& graph, int64_t batch, int64_t length);
 
 class Executor {
  public:

@@ -7,6 +7,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "runtime/executor.h"
@@ -14,6 +15,8 @@
 namespace hfx::runtime {
 
 namespace {
+
+std::string detail_shape(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 class ExecutorRunner final : public StepRunner {
  public:
@@ -160,7 +163,13 @@ std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, 
         if (auto it = result.find(fmt::format("present.{}.{}", i, kv)); it != result.end())
           past[fmt::format("past_key_values.{}.{}", i, kv)] = std::move(it->second);
 
-    const Tensor& logits = result.at("logits");  // [B, S, V]
+    // The step graph may come from a file: its logits must be there and be [B, S, V] in f32.
+    auto found = result.find("logits");
+    if (found == result.end()) bad_input("generate: the step graph has no `logits` output");
+    const Tensor& logits = found->second;  // [B, S, V]
+    if (logits.dtype() != DType::F32 || logits.rank() != 3 || logits.dim(0) != B || logits.dim(1) != S || logits.dim(2) < 1)
+      bad_input("generate: the step graph's logits are {}{}, expected f32[{}, {}, vocab]", dtype_name(logits.dtype()),
+                detail_shape(logits.shape()), B, S);
     const int64_t V = logits.dim(2);
     std::vector<int64_t> chosen(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
