@@ -45,5 +45,6 @@ fi
 # clone on the same machine then take seconds).
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1  # paths relative to the clone: every clone shares the cache
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHFX_WERROR=ON "${launcher[@]}" >/dev/null
 cmake --build build
