@@ -98,7 +98,7 @@ void check_replaceable_export(const fs::path& out) {
   if (!fs::exists(st)) bad_input("{}: a symlink that leads nowhere, not an hfx export; {}", out.string(), keep);
   if (!fs::is_directory(st)) bad_input("{}: a file, not an hfx export; {}", out.string(), keep);
   try {
-    read_manifest(out);
+    check_is_hfx_export(out);
   } catch (const Error& e) {
     bad_input("{}: not an hfx export ({}); {}", out.string(), e.message(), keep);
   } catch (const fs::filesystem_error& e) {  // hfx.json a symlink loop, an unreadable folder

@@ -152,9 +152,13 @@ void ManifestBuilder::write(const fs::path& root) {
   write_text_file(root / kManifestName, json_.dump(2) + "\n");
 }
 
-nlohmann::json read_manifest(const fs::path& out_dir) {
+namespace {
+
+// OUT/hfx.json parsed, with the schema version hfx reads; BadInput otherwise. Nothing else checked.
+nlohmann::json parse_manifest(const fs::path& out_dir) {
   const fs::path path = out_dir / kManifestName;
-  if (!fs::exists(path)) bad_input("{}: no manifest ({}): not an hfx export, or an incomplete one", out_dir.string(), kManifestName);
+  std::error_code ec;  // a symlink loop or an unreadable folder: one line, not a filesystem_error
+  if (!fs::exists(fs::symlink_status(path, ec))) bad_input("{}: no manifest ({}): not an hfx export, or an incomplete one", out_dir.string(), kManifestName);
   nlohmann::json j;
   try {
     const std::string text = read_text_file(path, kMaxManifestBytes);
@@ -167,6 +171,20 @@ nlohmann::json read_manifest(const fs::path& out_dir) {
     bad_input("{}: missing schema_version", path.string());
   if (j["schema_version"] != kManifestSchemaVersion)
     bad_input("{}: schema_version {} (this hfx reads {})", path.string(), j["schema_version"].dump(), kManifestSchemaVersion);
+  return j;
+}
+
+}  // namespace
+
+void check_is_hfx_export(const fs::path& out_dir) {
+  const nlohmann::json j = parse_manifest(out_dir);
+  if (!j.contains("files") || !j["files"].is_object() || !j.contains("components") || !j["components"].is_array())
+    bad_input("{}: no \"files\" object and \"components\" list", (out_dir / kManifestName).string());
+}
+
+nlohmann::json read_manifest(const fs::path& out_dir) {
+  const fs::path path = out_dir / kManifestName;
+  nlohmann::json j = parse_manifest(out_dir);
   // Every member the readers (check, generate, verify) index is checked here, once: after this they
   // read the JSON without guarding each access.
   validate_manifest(j, path.string());
@@ -220,6 +238,11 @@ std::vector<std::string> links_out_of(const fs::path& out_dir, const fs::path& r
     const fs::path real = fs::canonical(it->path(), lec);
     const std::string rel = it->path().lexically_relative(out_dir).generic_string();
     if (listed.count(rel)) continue;  // reported with its entry
+    // The report folder is not part of the artifact (verify refuses to write through a link there).
+    if (fs::path(rel).begin()->string() == kReportDir) {
+      if (it->is_directory(lec)) it.disable_recursion_pending();
+      continue;
+    }
     if (lec) problems.push_back(fmt::format("{}: a symlink that does not resolve", shown_name(rel)));
     else if (!path_is_within(real_root, real))
       problems.push_back(fmt::format("{}: a symlink that resolves outside the export (to {})", shown_name(rel), real.string()));

@@ -56,6 +56,12 @@ std::vector<std::filesystem::path> list_files(const std::filesystem::path& root)
 // when any member hfx reads back fails validate_manifest (pipeline/manifest_schema.h).
 nlohmann::json read_manifest(const std::filesystem::path& out_dir);
 
+// Whether OUT is an hfx export at all, which is what `--overwrite` may replace: hfx.json parses, has
+// the schema version this hfx writes, a "files" object and a "components" list. Deliberately less
+// than read_manifest's full check: a damaged or hand-edited export is still the user's export to
+// replace, and the rule protects folders that never were one. BadInput saying why otherwise.
+void check_is_hfx_export(const std::filesystem::path& out_dir);
+
 struct CheckReport {
   int64_t files_checked = 0;
   std::vector<std::string> problems;  // empty when the folder is consistent
