@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/files.h"
 #include "core/progress.h"
 #include "io/safetensors_write.h"
@@ -73,14 +74,6 @@ void accumulate(Diff& d, const std::string& name, const Tensor& a, const Tensor&
   }
   d.total += fa.numel();
   d.mean_abs = d.total ? sum / double(d.total) : 0;
-}
-
-// MemAvailable of /proc/meminfo, or nullopt where there is none.
-std::optional<int64_t> available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.starts_with("MemAvailable:")) return std::stoll(line.substr(13)) * 1024;  // "MemAvailable:  N kB"
-  return std::nullopt;
 }
 
 // The sizes verify runs a graph at, for the executor's per-tensor budget (ExecOptions::max_tensor_bytes):

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "runtime/executor.h"
 
 namespace hfx::runtime {
@@ -118,6 +119,20 @@ std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, 
 
   // The cache: empty and growing, or fixed-size buffers written in place.
   const int64_t cache_len = cache.static_cache ? cache.max_cache_len : 0;
+  // Its geometry comes from an export's manifest, which whoever shipped it wrote (hostile-input D5):
+  // what the loop will hold at its longest must fit in the machine's available memory, checked in
+  // doubles before anything is allocated.
+  {
+    const double longest = double(cache.static_cache ? cache_len : L + o.max_new_tokens);
+    const double bytes = 2.0 * 4.0 * double(cache.num_layers) * double(B) * double(cache.num_kv_heads) * longest *
+                         double(cache.head_dim);
+    const auto available = available_memory_bytes();
+    if (available && bytes > double(*available))
+      bad_input("generate: the KV cache would need {:.1f} GiB ({} layers x {} rows x {} kv heads x {} positions x {} head dim, "
+                "f32 keys and values), more than the {:.1f} GiB of memory available",
+                bytes / double(1 << 30), cache.num_layers, B, cache.num_kv_heads, int64_t(longest), cache.head_dim,
+                double(*available) / double(1 << 30));
+  }
   std::map<std::string, Tensor> past;
   for (int64_t i = 0; i < cache.num_layers; ++i)
     for (const char* kv : {"key", "value"})
