@@ -35,8 +35,13 @@ LAYOUTS = {"growing": [], "static": ["--static-cache", "--max-cache-len", str(ST
 
 
 @pytest.fixture(scope="module")
-def pt2_export(tiny_checkpoint, tmp_path_factory):
-    return export_once(tmp_path_factory.mktemp("pt2-exports"), lambda case, layout: (
+def pt2_base(tmp_path_factory):
+    return tmp_path_factory.mktemp("pt2-exports")
+
+
+@pytest.fixture(scope="module")
+def pt2_export(tiny_checkpoint, pt2_base):
+    return export_once(pt2_base, lambda case, layout: (
         "--model", tiny_checkpoint(case), "--format", "pt2", "--quiet", *LAYOUTS[layout]))
 
 
@@ -240,12 +245,13 @@ def all_pt2_files(root: Path) -> list[Path]:
     return sorted(root.rglob("*.pt2"))
 
 
-def test_no_pickle_anywhere(pt2_export, monkeypatch):
-    """Every archive hfx writes loads and runs with pickle, torch.load and the unpickler patched to raise."""
-    files = []
+def test_no_pickle_anywhere(pt2_base, pt2_export, monkeypatch):
+    """Every archive this module's tests had hfx write (every family and layout when the module runs
+    whole) loads with pickle, torch.load and the unpickler patched to raise."""
     for case in ("llama", "gpt2", "mixtral"):
         for layout in sorted(LAYOUTS):
-            files += all_pt2_files(pt2_export(case, layout))
+            pt2_export(case, layout)
+    files = all_pt2_files(pt2_base)
     for f in files:
         with zipfile.ZipFile(f) as z:
             samples = [i for i in z.infolist() if "/data/sample_inputs/" in i.filename]
@@ -293,5 +299,47 @@ def test_aot_inductor_compiles_and_generates_the_same_tokens(pt2_export, referen
     ep = torch.export.load(str(out / comp["file"]))
     package = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "llama.aoti.pt2"))
     compiled = torch._inductor.aoti_load_package(package)
-    gen = TorchGenerator(out, modules={comp["role"]: compiled})
+    gen = TorchGenerator(out)
+    gen.programs[comp["role"]].module = compiled  # the same decode loop, over the compiled program
     assert gen.generate(PROMPTS["batch2"], 16) == [row[:16] for row in reference_tokens("llama", "batch2")]
+
+
+# --- hfx's own commands over pt2 exports: the torch driver --------------------------------------------
+
+def with_torch_python(monkeypatch):
+    """The drivers run under $HFX_PYTHON: the venv's interpreter, which has torch."""
+    monkeypatch.setenv("HFX_PYTHON", sys.executable)
+
+
+def test_builtin_check_runs_torch(tiny_checkpoint, tmp_path, monkeypatch):
+    with_torch_python(monkeypatch)
+    proc = run_hfx("export", "--model", tiny_checkpoint("qwen3"), "--format", "pt2", tmp_path / "out")
+    assert "greedy tokens" in proc.stderr + proc.stdout and "on torch 2.13.0" in proc.stderr + proc.stdout, proc.stderr
+
+
+def test_builtin_check_without_torch_says_so(tiny_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setenv("HFX_PYTHON", "/usr/bin/python3")  # Debian's python: no torch
+    proc = run_hfx("export", "--model", tiny_checkpoint("qwen3"), "--format", "pt2", tmp_path / "out")
+    assert "not run" in proc.stderr + proc.stdout and "has no torch" in proc.stderr + proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("layout", ["growing", "static", "split"])
+def test_hfx_verify_on_torch(layout, pt2_export, monkeypatch, tmp_path):
+    with_torch_python(monkeypatch)
+    out = pt2_export("llama", layout)
+    proc = run_hfx("verify", out, "--runtime", "torch", "--report", tmp_path / "report", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(next((tmp_path / "report").rglob("report.json")).read_text())
+    assert report["runtime"] == "torch"
+    assert all(c["passed"] for c in report["checks"]), [c for c in report["checks"] if not c["passed"]]
+
+
+@pytest.mark.parametrize("layout", ["growing", "static"])
+def test_hfx_generate_on_torch(layout, pt2_export, reference_tokens, monkeypatch):
+    with_torch_python(monkeypatch)
+    args = []
+    for p in PROMPTS["batch2"]:
+        args += ["--prompt-ids", ",".join(map(str, p))]
+    proc = run_hfx("generate", pt2_export("gpt2", layout), "--runtime", "torch", *args, "-n", 16, "--print-ids")
+    rows = [[int(t) for t in line.split(",")] for line in proc.stdout.strip().splitlines()]
+    assert rows == [r[:16] for r in reference_tokens("gpt2", "batch2")]
