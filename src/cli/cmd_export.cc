@@ -6,6 +6,8 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/progress.h"
@@ -44,6 +46,7 @@ std::pair<std::string, SymbolBounds> parse_dim(const std::string& text) {
 void register_export(CLI::App& app, Action& action) {
   struct State {
     pipeline::ExportOptions opt;
+    std::string model, revision;  // as given: a folder or a Hub id
     std::string formats = "onnx";
     std::vector<std::string> dims;
     fs::path recipe;
@@ -57,8 +60,12 @@ void register_export(CLI::App& app, Action& action) {
   };
   auto s = std::make_shared<State>();
   auto* cmd = app.add_subcommand("export", "Export a checkpoint to one or more formats (atomic: all or nothing).");
-  cmd->add_option("--model,-m", s->opt.model_dir, "Checkpoint folder: config.json + model.safetensors or a sharded index")
-      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--model,-m", s->model,
+                  "Checkpoint folder (config.json + model.safetensors or a sharded index), or a Hub id ORG/NAME read "
+                  "offline from the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else "
+                  "~/.cache/huggingface/hub); a folder that exists wins over a Hub id");
+  cmd->add_option("--revision", s->revision,
+                  "With a Hub id: a branch or tag of the cache's refs/, or a commit hash of its snapshots/ (default main)");
   cmd->add_option("out", s->opt.out_dir, "Output folder (built in a temporary folder, renamed when complete)")->required();
   cmd->add_option("--format,-f", s->formats, "Formats to write, comma separated (onnx, openvino; `hfx formats` lists them)")
       ->capture_default_str();
@@ -116,6 +123,9 @@ void register_export(CLI::App& app, Action& action) {
   cmd->callback([s, cmd, &action] {
     action = [s, cmd] {
       auto& o = s->opt;
+      const bool model_given = cmd->count("--model") > 0;
+      const std::optional<std::string> revision = cmd->count("--revision") ? std::optional(s->revision) : std::nullopt;
+      if (revision && !model_given) usage_error("--revision {} needs -m ORG/NAME, a Hub id in the Hugging Face cache", *revision);
       if (!s->recipe.empty()) {
         // A recipe fixes every option that shapes the output; flags on top would make it lie.
         for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic", "--stateless",
@@ -126,7 +136,7 @@ void register_export(CLI::App& app, Action& action) {
         const auto j = nlohmann::json::parse(text, nullptr, false);
         if (j.is_discarded()) bad_input("{}: not valid JSON", s->recipe.string());
         o.recipe = pipeline::Recipe::from_json(j, s->recipe.string());
-        if (o.model_dir.empty() && j.contains("source") && j["source"].contains("folder") && j["source"]["folder"].is_string())
+        if (!model_given && j.contains("source") && j["source"].contains("folder") && j["source"]["folder"].is_string())
           o.model_dir = j["source"]["folder"].get<std::string>();
       } else {
         o.recipe.formats = split_commas(s->formats);
@@ -163,9 +173,17 @@ void register_export(CLI::App& app, Action& action) {
           o.recipe.task.dims[name] = b;
         }
       }
-      if (!o.model_dir.empty()) o.model_dir = fs::absolute(o.model_dir).lexically_normal();
+      if (model_given) {
+        ModelSource source = resolve_model_source(s->model, revision);
+        o.model_dir = source.folder;
+        o.hub = std::move(source.hub);
+      }
       if (o.model_dir.empty()) bad_input("--model is required (or a --recipe taken from an export's hfx.json)");
+      o.model_dir = fs::absolute(o.model_dir).lexically_normal();
       o.out_dir = normalize_output_path(o.out_dir);  // D14: `newout/` is `newout`, never a folder inside it
+      if (o.hub && !s->quiet)
+        fmt::print("{} at {} (commit {}) from the Hugging Face cache: {}\n", o.hub->repo_id, o.hub->revision,
+                   o.hub->commit, o.model_dir.string());
       auto r = pipeline::run_export(o);
       for (const auto& note : r.notes) fmt::print(stderr, "hfx: note: {}\n", note);
       if (!s->quiet) {
