@@ -158,3 +158,126 @@ def test_snapshot_link_out_of_its_repository_is_refused(cache, tmp_path):
     (snap / "model.safetensors").symlink_to(outside)
     proc = hfx_env("export", "-m", "org/name", tmp_path / "out", env={"HF_HUB_CACHE": str(cache)})
     one_line(proc, 1, "model.safetensors is a link to", "outside the model folder")
+
+
+# ---- F#14: other tools' spellings, answered in one line (exit 2)
+
+@pytest.mark.parametrize("args,text", [
+    (["./model", "out"], "hfx export takes the model as -m/--model: hfx export -m ./model out"),
+    (["-m", "MODEL", "--task", "text-generation-with-past", "out"],
+     "hfx export has no --task: the task is inferred from config.json's model_type (here llama: causal-lm"),
+    (["-m", "MODEL", "--opset", "17", "out"], "--onnx-opset, and writes ai.onnx opset 21 (the default) or 23, not 17"),
+    (["-m", "MODEL", "--opset", "23", "out"], "hfx spells --opset as --onnx-opset: --onnx-opset 23"),
+    (["-m", "MODEL", "--fp16", "out"], "hfx spells --fp16 as --dtype f16"),
+    (["-m", "MODEL", "--dtype", "fp16", "out"], "--dtype fp16: hfx spells it --dtype f16"),
+    (["-m", "MODEL", "out", "fp16"], "`fp16` is not an argument of hfx export: the weight dtype is --dtype f16"),
+    (["-m", "MODEL", "--trust-remote-code", "out"], "hfx never runs code from the model folder"),
+    (["-m", "MODEL", "--cache_dir", "/c", "out"], "HF_HUB_CACHE=/c hfx export -m ORG/NAME OUT"),
+    (["-m", "MODEL", "--no-such-flag", "out"], "The following argument was not expected: --no-such-flag (`hfx export --help`"),
+], ids=["positional", "task", "opset-17", "opset-23", "--fp16", "dtype-fp16", "bare-fp16", "trust-remote-code",
+        "cache_dir", "unknown"])
+def test_other_tools_spellings_get_one_line(tiny_checkpoint, tmp_path, args, text):
+    args = [str(tiny_checkpoint("llama")) if a == "MODEL" else a for a in args]
+    proc = hfx_env("export", *args, cwd=tmp_path)
+    one_line(proc, 2, text.replace("./model", args[0]) if args[0] != "-m" else text)
+    assert not (tmp_path / "out").exists()
+
+
+def test_positional_model_alone_is_answered(tiny_checkpoint, tmp_path):
+    proc = hfx_env("export", tiny_checkpoint("llama"))
+    one_line(proc, 2, f"hfx export takes the model as -m/--model: hfx export -m {tiny_checkpoint('llama')} OUT")
+
+
+def test_task_for_an_encoder_names_feature_extraction(tmp_path):
+    model = tmp_path / "bert"  # the answer reads config.json's model_type only
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    proc = hfx_env("export", "-m", model, "--task", "feature-extraction", tmp_path / "out")
+    one_line(proc, 2, "(here bert: feature-extraction")
+
+
+def test_format_is_case_insensitive(tiny_checkpoint, tmp_path):
+    out = tmp_path / "out"
+    proc = hfx_env("export", "-q", "-m", tiny_checkpoint("llama"), "--format", "ONNX", out)
+    assert proc.returncode == 0, proc.stderr
+    assert manifest(out)["recipe"]["formats"] == ["onnx"]
+
+
+# ---- F#11: numbers that mean nothing are refused (exit 2)
+
+@pytest.mark.parametrize("args,text", [
+    (["--atol", "0"], "--atol 0: expected a positive number"),
+    (["--atol", "-1"], "--atol -1: expected a positive number"),
+    (["--atol", "nan"], "--atol nan: expected a positive number"),
+    (["--tokens", "0"], "--tokens 0: expected at least 1"),
+    (["--tokens", "-5"], "--tokens -5: expected at least 1"),
+])
+def test_verify_numbers(exported, args, text):
+    one_line(hfx_env("verify", exported("llama"), "--no-reexport", *args), 2, text)
+
+
+@pytest.mark.parametrize("args,text", [
+    (["--dim", "batch_size=1:4", "--dim", "batch_size=2:8"],
+     "--dim batch_size is given twice (batch_size=1:4 and batch_size=2:8): give each dim once"),
+    (["--dim", "batch_size=0:4"], "--dim batch_size=0:4: batch_size is at least 1"),
+    (["--dim", "batch_size=-1:4"], '"-1" is not a non-negative integer'),
+    (["--max-cache-len", "0", "--static-cache"], "--max-cache-len 0: expected a positive number of tokens"),
+    (["--max-cache-len", "-1", "--static-cache"], "--max-cache-len -1: expected a positive number of tokens"),
+    (["--max-cache-len", "0"], "--max-cache-len 0: expected a positive number of tokens"),
+    (["--onnx-opset", "17"], "--onnx-opset: onnx opset 17 (supported: 21, 23)"),
+], ids=["dim-twice", "dim-min-0", "dim-negative", "cache-len-0", "cache-len-negative", "cache-len-0-alone", "opset"])
+def test_export_numbers(tiny_checkpoint, tmp_path, args, text):
+    one_line(hfx_env("export", "-m", tiny_checkpoint("llama"), *args, tmp_path / "out"), 2, text)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args,text", [
+    (["-n", "0"], "--max-new-tokens 0: expected at least 1"),
+    (["--temperature", "-1"], "--temperature -1: expected a number >= 0"),
+    (["--top-k", "-1"], "--top-k -1: expected a number of tokens >= 0"),
+    (["--top-p", "0"], "--top-p 0: expected a probability mass in (0, 1]"),
+    (["--top-p", "1.5"], "--top-p 1.5: expected a probability mass in (0, 1]"),
+    (["--prompt-ids", "1,-2"], '--prompt-ids: expected comma-separated token ids, found "-2"'),
+])
+def test_generate_numbers(exported, args, text):
+    prompt = [] if "--prompt-ids" in args else ["--prompt-ids", "1,2"]
+    one_line(hfx_env("generate", exported("llama"), *prompt, *args), 2, text)
+
+
+# ---- F#13: an option that does not apply to what is asked for is a note or an error
+
+# (--stateless without openvino: test_cli_errors.py::test_options_of_a_format_not_written_are_noted)
+def test_verify_runtime_with_no_verify_is_noted(tiny_checkpoint, tmp_path):
+    proc = hfx_env("export", "-q", "-m", tiny_checkpoint("llama"), "--no-verify", "--verify-runtime", "onnxruntime",
+                   tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert ("hfx: note: --verify-runtime chooses the built-in check's runtime, which --no-verify skips; ignored"
+            in proc.stderr), proc.stderr
+
+
+@pytest.mark.skipif(not hfx_has_openvino(), reason="hfx built without OpenVINO")
+def test_onnx_options_without_onnx_are_noted(tiny_checkpoint, tmp_path):
+    proc = hfx_env("export", "-q", "-m", tiny_checkpoint("llama"), "--format", "openvino", "--onnx-profile", "portable",
+                   "--onnx-opset", "23", "--verify-runtime", "onnxruntime", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    for flag in ("--onnx-profile", "--onnx-opset", "--verify-runtime"):
+        assert f"hfx: note: {flag} only applies to --format onnx; ignored" in proc.stderr, proc.stderr
+
+
+def test_max_cache_len_without_static_cache_is_refused(tiny_checkpoint, tmp_path):
+    one_line(hfx_env("export", "-m", tiny_checkpoint("llama"), "--max-cache-len", "64", tmp_path / "out"), 2,
+             "--max-cache-len is only meaningful with --static-cache")
+
+
+def test_onnx_profile_with_a_recipe_is_refused(tiny_checkpoint, tmp_path):
+    """The recipe fixes the profile: --onnx-profile on top was silently dropped."""
+    run_hfx("export", "-q", "-m", tiny_checkpoint("llama"), tmp_path / "a")
+    proc = hfx_env("export", "--recipe", tmp_path / "a" / "hfx.json", "--onnx-profile", "portable", tmp_path / "b")
+    one_line(proc, 2, "--onnx-profile cannot be combined with --recipe")
+
+
+def test_sampling_options_with_greedy_decoding_are_noted(exported):
+    proc = hfx_env("generate", exported("llama"), "--prompt-ids", "1,2", "-n", "2", "--top-k", "5", "--seed", "3")
+    assert proc.returncode == 0, proc.stderr
+    for flag in ("--top-k", "--seed"):
+        assert f"hfx: note: {flag} only applies to sampling (--temperature > 0); ignored" in proc.stderr, proc.stderr
