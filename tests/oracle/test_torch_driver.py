@@ -211,3 +211,18 @@ def test_server_refuses_an_archive_that_is_not_hfx(toys, tmp_path):
     assert answer["error"].startswith("ValueError: ") and "pickled sample inputs" in answer["error"]
     assert server.proc.wait(timeout=60) == 1
 
+
+@pytest.mark.parametrize("variant", [[], ["--static-cache", "--max-cache-len", "32"],
+                                     ["--split-prefill", "--static-cache", "--max-cache-len", "32"]],
+                         ids=["growing", "static", "split-static"])
+def test_an_hfx_export_runs_on_torch_as_on_onnx_runtime(tiny_checkpoint, tmp_path, variant):
+    """A real `hfx export --format onnx,pt2`: its built-in check runs the pt2 program on torch through
+    the C++ runner (pt2_runner.cc), and TorchGenerator's tokens are ONNX Runtime's on the ONNX twin."""
+    from conftest import run_hfx
+    from hfx_ort import OrtGenerator
+    out = tmp_path / "out"
+    proc = run_hfx("export", "--model", tiny_checkpoint("llama"), "--format", "onnx,pt2", "--onnx-profile", "portable",
+                   *variant, out)
+    assert f"on torch {torch.__version__}" in proc.stdout, proc.stdout  # the check ran torch, not "not run"
+    prompts = [[5, 7, 9, 11, 3], [8, 2], [1, 40, 41]]
+    assert hfx_torch.TorchGenerator(out).generate(prompts, 12) == OrtGenerator(out).generate(prompts, 12)
