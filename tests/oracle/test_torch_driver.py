@@ -117,19 +117,21 @@ def test_a_returned_dict_without_the_manifest_outputs_is_refused(toys, tmp_path)
 class Server:
     """hfx_torch_runner.py --serve on one component of a toy export."""
 
-    def __init__(self, folder: Path, role_index: int = 0, archive: Path | None = None):
-        self.comp = json.loads((folder / "hfx.json").read_text())["components"][role_index]
+    def __init__(self, folder: Path, log: Path, archive: Path | None = None):
+        self.comp = json.loads((folder / "hfx.json").read_text())["components"][0]
         self.names = [i["name"] for i in self.comp["inputs"]]
         cmd = [sys.executable, str(ROOT / "python" / "hfx_torch_runner.py"), "--serve", str(archive or folder / self.comp["file"])]
         for n in self.names:
             cmd += ["--input", n]
         for i, o in self.comp["cache"]["shared_buffers"]:
             cmd += ["--shared", i, o]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.log = log  # a file, not a pipe nobody reads (torch's warnings could fill it)
+        with open(log, "w") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
 
     def answer(self) -> dict:
         line = self.proc.stdout.readline()
-        assert line.endswith("\n"), f"no answer; stderr: {self.proc.stderr.read()[-2000:]}"
+        assert line.endswith("\n"), f"no answer; stderr: {self.log.read_text()[-2000:]}"
         return json.loads(line)  # every stdout line is protocol
 
     def ask(self, tmp: Path, name: str, inputs: dict) -> dict:
@@ -161,7 +163,7 @@ def in_process(folder: Path, comp: dict, args: tuple) -> dict:
 @pytest.mark.parametrize("layout", ["growing", "static"])
 def test_server_runs_steps_and_answers_errors(toys, layout, tmp_path):
     folder, _ = toys[layout]
-    server = Server(folder)
+    server = Server(folder, tmp_path / "stderr")
     ready = server.answer()
     assert ready["ready"] is True and ready["torch_version"] == torch.__version__ and ready["load_s"] >= 0
     static = layout == "static"
@@ -205,7 +207,7 @@ def test_server_refuses_an_archive_that_is_not_hfx(toys, tmp_path):
     folder, _ = toys["growing"]
     pickled = rewrite(folder / "pt2" / "model.pt2", tmp_path / "model.pt2",
                       lambda name, data: b"\x80\x02pickle" if "/data/sample_inputs/" in name else data)
-    server = Server(folder, archive=pickled)
+    server = Server(folder, tmp_path / "stderr", archive=pickled)
     answer = server.answer()
     assert answer["torch_version"] == torch.__version__
     assert answer["error"].startswith("ValueError: ") and "pickled sample inputs" in answer["error"]
