@@ -73,18 +73,20 @@ std::string last_line(const fs::path& log) {
 
 }  // namespace
 
-std::optional<std::string> onnxruntime_version(const std::string& python) {
+std::optional<std::string> python_module_version(const std::string& python, const std::string& module) {
   static std::mutex mu;
-  static std::map<std::string, std::optional<std::string>> probed;
+  static std::map<std::pair<std::string, std::string>, std::optional<std::string>> probed;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = probed.find(python); it != probed.end()) return it->second;
-  auto [out, ok] = capture(shell_quote(python) + " -c 'import onnxruntime; print(onnxruntime.__version__)'");
+  if (auto it = probed.find({python, module}); it != probed.end()) return it->second;
+  auto [out, ok] = capture(shell_quote(python) + " -c " + shell_quote(fmt::format("import {0}; print({0}.__version__)", module)));
   std::optional<std::string> version;
   out = trimmed(out);
   if (ok && !out.empty() && out.find('\n') == std::string::npos) version = out;
-  probed[python] = version;
+  probed[{python, module}] = version;
   return version;
 }
+
+std::optional<std::string> onnxruntime_version(const std::string& python) { return python_module_version(python, "onnxruntime"); }
 
 nlohmann::json run_ort_driver(const std::string& python, const fs::path& job, const fs::path& result) {
   const fs::path log = result.string() + ".stderr";

@@ -1,5 +1,5 @@
-// The real runtimes behind hfx's Python drivers: whether an interpreter can run ONNX Runtime (probed
-// once per process), and running python/hfx_ort_runner.py so that a failure reads as the runtime's
+// The real runtimes behind hfx's Python drivers: whether an interpreter can run ONNX Runtime or torch
+// (probed once per process), and running python/hfx_ort_runner.py so that a failure reads as the runtime's
 // own error, not as a guess about the installation.
 #pragma once
 
@@ -20,9 +20,12 @@ std::string driver_python(const std::string& chosen);
 // python3 as the caller's PATH resolves it (what the user's own shell would run).
 std::string export_check_python();
 
-// onnxruntime.__version__ as `python` imports it, or nullopt when it cannot (no such interpreter, no
-// onnxruntime module). One `python -c` per interpreter per process; later calls are answered from
-// the first.
+// `module`.__version__ as `python` imports it, or nullopt when it cannot (no such interpreter, no
+// such module). One `python -c` per interpreter and module per process; later calls are answered
+// from the first.
+std::optional<std::string> python_module_version(const std::string& python, const std::string& module);
+
+// python_module_version(python, "onnxruntime").
 std::optional<std::string> onnxruntime_version(const std::string& python);
 
 // Runs `python hfx_ort_runner.py job result` and returns the result file. When the driver fails it
