@@ -118,6 +118,7 @@ class Lowerer {
   // Contract symbols: hfx dim name -> expression over torch's s0, s1, ...
   std::map<std::string, SymExpr> dims_;
   std::vector<int64_t> hints_;
+  std::vector<std::string> sympy_symbols_;  // srepr of each torch symbol, with its assumptions
   std::vector<std::pair<std::string, SymbolBounds>> roots_;          // torch symbol index -> hfx name, bounds
   std::map<int, std::pair<std::string, int64_t>> symbol_source_;     // torch symbol -> (placeholder, dim)
   std::map<std::string, std::string> sym_cache_;                     // SymExpr::str() -> sym int name
@@ -179,6 +180,7 @@ void Lowerer::declare_symbols() {
     int64_t hint = std::max<int64_t>(b.min.value_or(1), 2);
     if (b.max) hint = std::min(hint, *b.max);
     hints_.push_back(hint);
+    sympy_symbols_.push_back(sympy_symbol(index, b.min.value_or(0) < 1));
     dims_[s] = SymExpr::symbol(index);
   }
   for (const auto& s : seen) {
@@ -211,7 +213,7 @@ bool Lowerer::expressible(const Dim& d) const {
 
 json Lowerer::sym_meta(const SymExpr& e) const {
   if (e.is_const()) return int_arg(e.const_value());
-  return {{"as_expr", {{"expr_str", e.sympy()}, {"hint", {{"as_int", e.eval(hints_)}}}}}};
+  return {{"as_expr", {{"expr_str", e.sympy(sympy_symbols_)}, {"hint", {{"as_int", e.eval(hints_)}}}}}};
 }
 
 json Lowerer::tensor_meta(DType dtype, const std::vector<SymExpr>& shape) const {
@@ -539,7 +541,7 @@ void Lowerer::emit_bound_asserts() {
       add_node(std::string("_operator.") + op, {{"a", sym_arg(expr)}, {"b", int_arg(bound)}},
                json::array({{{"as_sym_bool", {{"as_name", cmp}}}}}), "");
       const bool hint = std::string(op) == "le" ? expr.eval(hints_) <= bound : expr.eval(hints_) >= bound;
-      sym_bool_values_[cmp] = {{"as_expr", {{"expr_str", fmt::format("{}({}, Integer({}))", sympy_op, expr.sympy(), bound)},
+      sym_bool_values_[cmp] = {{"as_expr", {{"expr_str", fmt::format("{}({}, Integer({}))", sympy_op, expr.sympy(sympy_symbols_), bound)},
                                             {"hint", {{"as_bool", hint}}}}}};
       add_node("torch.ops.aten._assert_scalar.default",
                {{"self", {{"as_sym_bool", {{"as_name", cmp}}}}},

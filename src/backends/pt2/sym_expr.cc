@@ -97,23 +97,27 @@ int64_t SymExpr::eval(const std::vector<int64_t>& values) const {
 
 namespace {
 
-std::string sympy_symbol(int s) { return fmt::format("Symbol('{}', positive=True, integer=True)", symbol_name(s)); }
-
-std::string sympy_term(const std::vector<int>& mono, int64_t coef) {
+std::string sympy_term(const std::vector<int>& mono, int64_t coef, const std::vector<std::string>& symbols) {
   if (mono.empty()) return fmt::format("Integer({})", coef);
   std::vector<std::string> factors;
   if (coef != 1) factors.push_back(fmt::format("Integer({})", coef));
-  for (int s : mono) factors.push_back(sympy_symbol(s));
+  for (int s : mono) factors.push_back(size_t(s) < symbols.size() ? symbols[size_t(s)] : sympy_symbol(s, false));
   return factors.size() == 1 ? factors[0] : fmt::format("Mul({})", fmt::join(factors, ", "));
 }
 
 }  // namespace
 
-std::string SymExpr::sympy() const {
+std::string sympy_symbol(int index, bool may_be_zero) {
+  return fmt::format("Symbol('{}', {}=True, integer=True)", symbol_name(index), may_be_zero ? "nonnegative" : "positive");
+}
+
+std::string SymExpr::sympy() const { return sympy({}); }
+
+std::string SymExpr::sympy(const std::vector<std::string>& symbols) const {
   if (terms_.empty()) return "Integer(0)";
   std::vector<std::string> parts;
   // Symbols first, the constant last, as sympy prints an Add.
-  for (auto it = terms_.rbegin(); it != terms_.rend(); ++it) parts.push_back(sympy_term(it->first, it->second));
+  for (auto it = terms_.rbegin(); it != terms_.rend(); ++it) parts.push_back(sympy_term(it->first, it->second, symbols));
   return parts.size() == 1 ? parts[0] : fmt::format("Add({})", fmt::join(parts, ", "));
 }
 

@@ -35,6 +35,9 @@ class SymExpr {
   int64_t eval(const std::vector<int64_t>& values) const;
   // sympy's srepr, as torch.export writes it: "Add(Symbol('s0', positive=True, integer=True), Integer(1))".
   std::string sympy() const;
+  // The same with symbol i spelled symbols[i] (a symbol that may be 0 is `nonnegative`, not `positive`:
+  // torch solves a derived dim s + 1 = 1 for s only under the assumption its range allows).
+  std::string sympy(const std::vector<std::string>& symbols) const;
   // Human form for messages and cache keys: "s0 + 2*s1 - 1".
   std::string str() const;
 
@@ -48,5 +51,7 @@ class SymExpr {
 };
 
 std::string symbol_name(int index);  // "s0"
+// sympy's srepr of size symbol `index`: "Symbol('s0', positive=True, integer=True)", or nonnegative.
+std::string sympy_symbol(int index, bool may_be_zero);
 
 }  // namespace hfx::pt2_backend
