@@ -10,7 +10,7 @@ cd "$root"
 apt_packages=(build-essential cmake ninja-build pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
-  libgtest-dev libgmock-dev libopenblas-dev libssl-dev ccache
+  libgtest-dev libgmock-dev libopenblas-dev libssl-dev libzip-dev ccache
   clang libclang-rt-14-dev)  # clang + its sanitizer runtimes: the fuzz targets (scripts/fuzz.sh)
 
 missing=()

@@ -21,6 +21,12 @@ const std::vector<PassInfo>& all_passes() {
        "batching) conversion starts from SDPA ops fed by the KV state.",
        "Never for OpenVINO; per op, as more composites get OpenVINO lowerings.",
        [](const ir::Graph& g) { return decompose_composites_except(g, {"Attention"}); }},
+      {"decompose-composites-keep-linear-embedding", Stage::BackendTranslation,
+       "pt2: as decompose-composites, but Linear and Embedding stay whole (aten.linear, aten.embedding).",
+       "Transformers runs nn.Linear and nn.Embedding as those ATen ops; keeping them gives torch the same kernels "
+       "(and summation order) as eager, and AOTInductor and ExecuTorch the ops they pattern-match.",
+       "Never for pt2; per op, as more composites get ATen lowerings.",
+       [](const ir::Graph& g) { return decompose_composites_except(g, {"Linear", "Embedding"}); }},
       {"fold-weight-transforms", Stage::BackendTranslation,
        "Folds Transpose and Cast applied to weights into the stored tensor, so a Linear becomes one MatMul "
        "against a [in, out] initializer.",

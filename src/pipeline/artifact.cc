@@ -95,7 +95,12 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
         if (d.contains("max") && d["max"].is_number_integer()) b.max = d["max"].get<int64_t>();
         ac.graph.symbols().set_bounds(name, b);
       }
+    for (const auto& i : c["inputs"]) ac.declared_inputs.push_back(i["name"].get<std::string>());
     for (const auto& o : c["outputs"]) ac.declared_outputs.push_back(o["name"].get<std::string>());
+    if (auto cache = c.find("cache"); cache != c.end() && cache->is_object() && cache->contains("shared_buffers"))
+      for (const auto& pair : (*cache)["shared_buffers"])
+        if (pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string())
+          ac.shared_buffers.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
     check_cache_inputs(ac, a.cache, where);
     a.components.push_back(std::move(ac));
   }

@@ -17,7 +17,10 @@ struct ArtifactComponent {
   std::string role;
   std::filesystem::path file;
   ir::Graph graph;  // read back for onnx only (empty for other formats)
+  std::vector<std::string> declared_inputs;   // the manifest's input names, in order
   std::vector<std::string> declared_outputs;  // the manifest's output names, in order
+  // (input, output) ports updated in place (the static cache), from the manifest's cache section.
+  std::vector<std::pair<std::string, std::string>> shared_buffers;
 };
 
 struct Artifact {

@@ -20,6 +20,7 @@ std::unique_ptr<Progress> weight_progress(const std::string& what, const ir::Gra
 
 // The backends this file set builds (backend.cc lists them).
 const class Backend& onnx_format();
+const class Backend& pt2_format();
 #ifdef HFX_HAVE_OPENVINO
 const class Backend& openvino_format();
 #endif
