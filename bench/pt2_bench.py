@@ -116,7 +116,11 @@ def worker_load(folder: str, how: str) -> None:
             raise SystemExit(f"{f.relative_to(root)}: {last_line(cause)}") from None
         dt = time.perf_counter() - t
         by_dtype: dict[str, int] = {}
+        seen: set[int] = set()  # a tied weight is one storage under two names: count it once
         for v in list(ep.state_dict.values()) + [c for c in ep.constants.values() if isinstance(c, torch.Tensor)]:
+            if v.untyped_storage().data_ptr() in seen:
+                continue
+            seen.add(v.untyped_storage().data_ptr())
             name = str(v.dtype).removeprefix("torch.")
             by_dtype[name] = by_dtype.get(name, 0) + v.numel() * v.element_size()
         inputs = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
@@ -148,12 +152,16 @@ def largest_tensor(ckpt: Path) -> tuple[str, str, list[int], int]:
 
 
 def hfx_has_pt2(hfx: str) -> str | None:
-    """None when the binary's `export --help` offers pt2, else why the hfx row cannot run."""
+    """None when the binary can write pt2 (`hfx formats` lists it available), else why the hfx row cannot run."""
     try:
-        text = subprocess.run([hfx, "export", "--help"], capture_output=True, text=True, timeout=60).stdout
+        p = subprocess.run([hfx, "formats"], capture_output=True, text=True, timeout=60)
     except OSError as e:
         return f"cannot run {hfx}: {e.strerror}"
-    return None if "pt2" in text else f"pending: {hfx} has no --format pt2 yet"
+    lines = p.stdout.splitlines()
+    if p.returncode != 0 or "pt2" not in lines:
+        return f"pending: {hfx} has no pt2 format yet (`hfx formats` does not list it)"
+    status = lines[lines.index("pt2") + 1].strip() if lines.index("pt2") + 1 < len(lines) else ""
+    return None if status.startswith("status:") and "available" in status else f"pending: {hfx}: pt2 {status}"
 
 
 def main_dtype(load: dict) -> str | None:
