@@ -2,10 +2,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <iostream>
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/habits.h"
+#include "cli/model_source.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/progress.h"
@@ -13,6 +17,7 @@
 #include "pipeline/export.h"
 #include "pipeline/inspect.h"
 #include "pipeline/manifest.h"
+#include "tasks/causal_lm.h"
 
 namespace fs = std::filesystem;
 
@@ -39,28 +44,96 @@ std::pair<std::string, SymbolBounds> parse_dim(const std::string& text) {
   return {text.substr(0, eq), SymbolBounds{num(text.substr(eq + 1, colon - eq - 1)), num(text.substr(colon + 1))}};
 }
 
+// `hfx export`'s options as parsed.
+struct State {
+  pipeline::ExportOptions opt;
+  std::string model, revision;  // as given: a folder or a Hub id
+  ExportHabits habits;
+  std::string formats = "onnx";
+  std::vector<std::string> dims;
+  fs::path recipe;
+  bool quiet = false;
+  bool split = false, static_cache = false, dynamic = false, stateless = false;
+  int64_t max_cache_len = 0;
+  std::string dtype = "f32", quantize;
+  bool quantize_lm_head = false, quantize_embeddings = false;
+  std::string onnx_profile;  // empty: pipeline::default_onnx_profile
+  int64_t onnx_opset = 21;
+};
+
+std::string lowercase(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return text;
+}
+
+// The recipe the flags describe. Every check here is of the command line itself: exit 2 (cli/usage.h).
+pipeline::Recipe recipe_from_flags(const State& s, const CLI::App& cmd) {
+  pipeline::Recipe r;
+  r.formats.clear();
+  for (const auto& f : split_commas(s.formats)) r.formats.push_back(lowercase(f));  // `--format ONNX` is onnx
+  answer_dtype_spelling(s.dtype);
+  as_usage([&] {
+    r.precision.dtype = quant::parse_dtype(s.dtype);
+    r.precision.quant = quant::QuantSpec::parse(s.quantize);
+  });
+  r.precision.quantize_lm_head = s.quantize_lm_head;
+  r.precision.quantize_embeddings = s.quantize_embeddings;
+  if (s.quantize_lm_head && !r.precision.quant.enabled()) usage_error("--quantize-lm-head needs --quantize");
+  if (s.quantize_embeddings && !r.precision.quant.enabled()) usage_error("--quantize-embeddings needs --quantize");
+  r.openvino_stateful = !s.stateless;
+  // F#11: a number that means nothing is refused, not read as "unset".
+  if (cmd.count("--max-cache-len") && s.max_cache_len < 1)
+    usage_error("--max-cache-len {}: expected a positive number of tokens (the static cache's length)", s.max_cache_len);
+  r.task.split_prefill = s.split;
+  r.task.static_cache = s.static_cache;
+  r.task.max_cache_len = s.max_cache_len;
+  r.task.dynamic = s.dynamic;
+  std::map<std::string, std::string> dim_given;  // name -> the --dim text, to name both of a duplicate
+  for (const auto& d : s.dims) {
+    auto [name, b] = as_usage([&] { return parse_dim(d); });
+    if (auto [it, fresh] = dim_given.emplace(name, d); !fresh)
+      usage_error("--dim {} is given twice ({} and {}): give each dim once", name, it->second, d);
+    r.task.dims[name] = b;
+  }
+  as_usage([&] {
+    tasks::validate(r.task);  // unknown dims, contradictory bounds, --max-cache-len without --static-cache
+    pipeline::check_onnx_opset(s.onnx_opset, "--onnx-opset");
+    r.onnx_opset = s.onnx_opset;
+    r.onnx_profile = s.onnx_profile.empty() ? pipeline::default_onnx_profile(s.onnx_opset) : s.onnx_profile;
+    pipeline::check_onnx_profile(r.onnx_profile, "--onnx-profile");
+  });
+  return r;
+}
+
+// F#13: an option of a format that is not written changes nothing; say so rather than ignore it.
+void note_options_that_do_not_apply(const State& s, const CLI::App& cmd, const std::vector<std::string>& formats) {
+  auto writes = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
+  struct FormatOption {
+    const char* flag;
+    const char* format;
+  };
+  for (const auto& [flag, format] : {FormatOption{"--stateless", "openvino"}, FormatOption{"--onnx-profile", "onnx"},
+                                     FormatOption{"--onnx-opset", "onnx"}, FormatOption{"--verify-runtime", "onnx"}})
+    if (cmd.count(flag) && !writes(format))
+      fmt::print(stderr, "hfx: note: {} only applies to --format {}; ignored\n", flag, format);
+  if (cmd.count("--verify-runtime") && !s.opt.verify)
+    fmt::print(stderr, "hfx: note: --verify-runtime chooses the built-in check's runtime, which --no-verify skips; ignored\n");
+}
+
 }  // namespace
 
 void register_export(CLI::App& app, Action& action) {
-  struct State {
-    pipeline::ExportOptions opt;
-    std::string formats = "onnx";
-    std::vector<std::string> dims;
-    fs::path recipe;
-    bool quiet = false;
-    bool split = false, static_cache = false, dynamic = false, stateless = false;
-    int64_t max_cache_len = 0;
-    std::string dtype = "f32", quantize;
-    bool quantize_lm_head = false, quantize_embeddings = false;
-    std::string onnx_profile;  // empty: pipeline::default_onnx_profile
-    int64_t onnx_opset = 21;
-  };
   auto s = std::make_shared<State>();
   auto* cmd = app.add_subcommand("export", "Export a checkpoint to one or more formats (atomic: all or nothing).");
-  cmd->add_option("--model,-m", s->opt.model_dir, "Checkpoint folder: config.json + model.safetensors or a sharded index")
-      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--model,-m", s->model,
+                  "Checkpoint folder (config.json + model.safetensors or a sharded index), or a Hub id ORG/NAME read "
+                  "offline from the Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else "
+                  "~/.cache/huggingface/hub); a folder that exists wins over a Hub id");
+  cmd->add_option("--revision", s->revision,
+                  "With a Hub id: a branch or tag of the cache's refs/, or a commit hash of its snapshots/ (default main)");
   cmd->add_option("out", s->opt.out_dir, "Output folder (built in a temporary folder, renamed when complete)")->required();
-  cmd->add_option("--format,-f", s->formats, "Formats to write, comma separated (onnx, openvino; `hfx formats` lists them)")
+  cmd->add_option("--format,-f", s->formats,
+                  "Formats to write, comma separated, any case (onnx, openvino; `hfx formats` lists them)")
       ->capture_default_str();
   cmd->add_flag("--stateless", s->stateless,
                 "openvino: explicit past_key_values.*/present.* I/O instead of the stateful KV cache (ReadValue/Assign)");
@@ -107,65 +180,58 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_option("--verify-runtime", s->opt.verify_runtime,
                   "Runtimes of the built-in check: onnxruntime (also ONNX Runtime; the default whenever $HFX_PYTHON, else "
                   "python3, imports onnxruntime) or reference (hfx's reference executor only)");
+  add_export_habits(*cmd, s->habits);
   cmd->footer(
       "Output layout:\n"
       "  OUT/onnx/model.onnx + model.onnx_data   one decoder graph (or prefill.onnx + decode.onnx)\n"
       "  OUT/openvino/openvino_model.xml + .bin  OpenVINO IR (--format openvino; stateful KV cache unless --stateless)\n"
       "  OUT/config.json, generation_config.json, tokenizer files (also in OUT/onnx/)\n"
-      "  OUT/hfx.json                            manifest: recipe, components, contract, checksums");
+      "  OUT/hfx.json                            manifest: recipe, components, contract, checksums\n"
+      "hfx infers the task from config.json (no --task), spells optimum's --opset as --onnx-opset and fp16 as\n"
+      "--dtype f16, and never downloads: `hf download ORG/NAME` fills the cache -m ORG/NAME reads.");
   cmd->callback([s, cmd, &action] {
     action = [s, cmd] {
       auto& o = s->opt;
+      const bool model_given = cmd->count("--model") > 0;
+      const std::optional<std::string> revision = cmd->count("--revision") ? std::optional(s->revision) : std::nullopt;
+      answer_export_habits(*cmd, s->habits, model_given, o.out_dir.string(), [&]() -> std::optional<fs::path> {
+        try {
+          return resolve_model_source(s->model, revision).folder;
+        } catch (const std::exception&) {
+          return std::nullopt;  // the answer then goes without the task; the export would say what is wrong
+        }
+      });
+      if (revision && !model_given) usage_error("--revision {} needs -m ORG/NAME, a Hub id in the Hugging Face cache", *revision);
       if (!s->recipe.empty()) {
         // A recipe fixes every option that shapes the output; flags on top would make it lie.
         for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic", "--stateless",
-                                 "--dtype", "--quantize", "--quantize-lm-head", "--quantize-embeddings", "--onnx-opset"})
-          if (cmd->count(flag)) bad_input("{} cannot be combined with --recipe (the recipe fixes it)", flag);
+                                 "--dtype", "--quantize", "--quantize-lm-head", "--quantize-embeddings", "--onnx-opset",
+                                 "--onnx-profile"})
+          if (cmd->count(flag)) usage_error("{} cannot be combined with --recipe (the recipe fixes it)", flag);
         const std::string text = read_text_file(s->recipe, kMaxManifestBytes);  // a recipe may be an hfx.json
         io::check_json_depth(text, s->recipe.string());  // printing a 100000-deep value would overflow the stack
         const auto j = nlohmann::json::parse(text, nullptr, false);
         if (j.is_discarded()) bad_input("{}: not valid JSON", s->recipe.string());
         o.recipe = pipeline::Recipe::from_json(j, s->recipe.string());
-        if (o.model_dir.empty() && j.contains("source") && j["source"].contains("folder") && j["source"]["folder"].is_string())
+        if (!model_given && j.contains("source") && j["source"].contains("folder") && j["source"]["folder"].is_string())
           o.model_dir = j["source"]["folder"].get<std::string>();
       } else {
-        o.recipe.formats = split_commas(s->formats);
-        o.recipe.task.split_prefill = s->split;
-        o.recipe.task.static_cache = s->static_cache;
-        o.recipe.task.max_cache_len = s->max_cache_len;
-        o.recipe.task.dynamic = s->dynamic;
-        o.recipe.precision.dtype = quant::parse_dtype(s->dtype);
-        o.recipe.precision.quant = quant::QuantSpec::parse(s->quantize);
-        o.recipe.precision.quantize_lm_head = s->quantize_lm_head;
-        o.recipe.precision.quantize_embeddings = s->quantize_embeddings;
-        if (s->quantize_lm_head && !o.recipe.precision.quant.enabled())
-          bad_input("--quantize-lm-head needs --quantize");
-        if (s->quantize_embeddings && !o.recipe.precision.quant.enabled())
-          bad_input("--quantize-embeddings needs --quantize");
-        o.recipe.openvino_stateful = !s->stateless;
-        // Options of a format that is not written change nothing: say so rather than ignore them (F#13).
-        auto writes = [&](const char* f) {
-          return std::find(o.recipe.formats.begin(), o.recipe.formats.end(), f) != o.recipe.formats.end();
-        };
-        if (s->stateless && !writes("openvino"))
-          fmt::print(stderr, "hfx: note: --stateless only applies to --format openvino; ignored\n");
-        for (const char* flag : {"--onnx-profile", "--onnx-opset"})
-          if (cmd->count(flag) && !writes("onnx")) fmt::print(stderr, "hfx: note: {} only applies to --format onnx; ignored\n", flag);
-        pipeline::check_onnx_opset(s->onnx_opset, "--onnx-opset");
-        o.recipe.onnx_opset = s->onnx_opset;
-        o.recipe.onnx_profile = s->onnx_profile.empty() ? pipeline::default_onnx_profile(s->onnx_opset) : s->onnx_profile;
-        pipeline::check_onnx_profile(o.recipe.onnx_profile, "--onnx-profile");
-        std::map<std::string, std::string> dim_given;  // name -> the --dim text, to name both of a duplicate
-        for (const auto& d : s->dims) {
-          auto [name, b] = parse_dim(d);
-          if (auto [it, fresh] = dim_given.emplace(name, d); !fresh)
-            bad_input("--dim {} is given twice ({} and {}): give each dim once", name, it->second, d);
-          o.recipe.task.dims[name] = b;
-        }
+        o.recipe = recipe_from_flags(*s, *cmd);
+        note_options_that_do_not_apply(*s, *cmd, o.recipe.formats);
       }
-      if (!o.model_dir.empty()) o.model_dir = fs::absolute(o.model_dir).lexically_normal();
-      if (o.model_dir.empty()) bad_input("--model is required (or a --recipe taken from an export's hfx.json)");
+      if (model_given) {
+        ModelSource source = resolve_model_source(s->model, revision);
+        o.model_dir = source.folder;
+        o.hub = std::move(source.hub);
+      }
+      if (o.model_dir.empty() && s->recipe.empty()) usage_error("--model is required (or a --recipe taken from an export's hfx.json)");
+      if (o.model_dir.empty())
+        bad_input("--model is required: {} has no source folder (a string at source.folder) to export", s->recipe.string());
+      o.model_dir = fs::absolute(o.model_dir).lexically_normal();
       o.out_dir = normalize_output_path(o.out_dir);  // D14: `newout/` is `newout`, never a folder inside it
+      if (o.hub && !s->quiet)
+        fmt::print("{} at {} (commit {}) from the Hugging Face cache: {}\n", o.hub->repo_id, o.hub->revision,
+                   o.hub->commit, o.model_dir.string());
       auto r = pipeline::run_export(o);
       for (const auto& note : r.notes) fmt::print(stderr, "hfx: note: {}\n", note);
       if (!s->quiet) {

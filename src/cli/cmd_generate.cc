@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "io/tokenizer.h"
 #include "pipeline/artifact.h"
@@ -21,8 +23,16 @@ namespace {
 
 // Refuses up front what the export cannot run, naming the numbers, rather than failing mid-way inside
 // a graph (an out-of-range Gather, a bound check after the tokens so far were lost).
+// The sampling flags' ranges, before anything is opened (F#11): values that mean nothing are refused.
+void check_sampling_flags(const runtime::SamplingOptions& o) {
+  if (o.max_new_tokens < 1) usage_error("--max-new-tokens {}: expected at least 1", o.max_new_tokens);
+  if (!std::isfinite(o.temperature) || o.temperature < 0)
+    usage_error("--temperature {}: expected a number >= 0 (0 = greedy)", o.temperature);
+  if (o.top_k < 0) usage_error("--top-k {}: expected a number of tokens >= 0 (0 = off)", o.top_k);
+  if (!(o.top_p > 0 && o.top_p <= 1)) usage_error("--top-p {}: expected a probability mass in (0, 1] (1 = off)", o.top_p);
+}
+
 void check_prompts_fit(const pipeline::Artifact& art, const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens) {
-  if (new_tokens < 1) bad_input("--max-new-tokens {}: expected at least 1", new_tokens);
   const auto& model = art.manifest["model"];
   if (model.contains("vocab_size") && model["vocab_size"].is_number_integer()) {
     const auto vocab = model["vocab_size"].get<int64_t>();
@@ -75,16 +85,22 @@ void register_generate(CLI::App& app, Action& action) {
                   "reference (the onnx graphs on hfx's executor) | openvino (openvino/*.xml on OpenVINO's CPU plugin, f32)")
       ->capture_default_str();
   cmd->add_flag("--print-ids", s->print_ids, "Print each row's new token ids (comma separated, one row a line)");
-  cmd->callback([s, text, &action] {
-    action = [s, text] {
+  cmd->callback([s, text, cmd, &action] {
+    action = [s, text, cmd] {
+      check_sampling_flags(s->sampling);
+      if (s->sampling.temperature == 0)  // F#13: greedy decoding reads none of the sampling options
+        for (const char* flag : {"--top-k", "--top-p", "--seed"})
+          if (cmd->count(flag)) fmt::print(stderr, "hfx: note: {} only applies to sampling (--temperature > 0); ignored\n", flag);
+      if (text->count() && s->prompt.empty()) usage_error("--prompt is empty: give some text (or --prompt-ids 1,2,3)");
+      if (s->prompt_ids.empty() && !text->count()) usage_error("give --prompt TEXT or --prompt-ids 1,2,3");
+      std::vector<std::vector<int64_t>> prompts;
+      for (const auto& p : s->prompt_ids) prompts.push_back(as_usage([&] { return parse_id_list(p, "--prompt-ids"); }));
       if (!fs::is_directory(s->dir)) bad_input("{}: no such export folder", s->dir.string());
       const pipeline::Backend& backend = pipeline::backend_for_runtime(s->runtime);
       auto art = pipeline::open_artifact(s->dir, backend.info().name);
       if (art.manifest["model"].value("task", "causal-lm") != "causal-lm")
         bad_input("{}: a {} export has no decode loop; generate needs a decoder", s->dir.string(),
                   art.manifest["model"].value("task", "?"));
-      std::vector<std::vector<int64_t>> prompts;
-      for (const auto& p : s->prompt_ids) prompts.push_back(parse_id_list(p, "--prompt-ids"));
       std::optional<io::Tokenizer> tok;
       // Loaded from the folder: Tokenizer::load refuses a tokenizer.json that links outside the export.
       if (fs::exists(s->dir / "tokenizer.json")) tok = io::Tokenizer::load(s->dir);
@@ -92,8 +108,6 @@ void register_generate(CLI::App& app, Action& action) {
         if (!tok) bad_input("{}: --prompt needs tokenizer.json in the export; use --prompt-ids", s->dir.string());
         prompts.push_back(tok->encode(s->prompt, true));
       }
-      if (text->count() && s->prompt.empty()) bad_input("--prompt is empty: give some text (or --prompt-ids 1,2,3)");
-      if (prompts.empty()) bad_input("give --prompt TEXT or --prompt-ids 1,2,3");
       check_prompts_fit(art, prompts, s->sampling.max_new_tokens);
       auto opts = s->sampling;
       opts.eos_token_ids = art.eos_token_ids;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "pipeline/verify.h"
 
@@ -39,14 +40,14 @@ void register_verify(CLI::App& app, Action& action) {
               "line on stderr says the report was not written. Exits 1 when a check fails.");
   cmd->callback([=, &action] {
     action = [=] {
-      if (!fs::is_directory(*dir)) bad_input("{}: no such export folder", dir->string());
-      // Strict like every other option: 0 or a negative number is a mistake, not "the default".
+      // Strict like every other option: 0 or a negative number is a mistake, not "the default" (F#11).
       if (atol_option->count()) {
         if (!(*atol > 0) || !std::isfinite(*atol))
-          bad_input("--atol {}: expected a positive number (the largest allowed absolute difference, e.g. 1e-4)", *atol);
+          usage_error("--atol {}: expected a positive number (the largest allowed absolute difference, e.g. 1e-4)", *atol);
         opt->atol = *atol;
       }
-      if (opt->tokens < 1) bad_input("--tokens {}: expected at least 1 (the greedy tokens compared)", opt->tokens);
+      if (opt->tokens < 1) usage_error("--tokens {}: expected at least 1 (the greedy tokens compared)", opt->tokens);
+      if (!fs::is_directory(*dir)) bad_input("{}: no such export folder", dir->string());
       opt->reexport = !*no_reexport;
       auto report = pipeline::verify_export(*dir, *opt);
       for (const auto& c : report.checks) fmt::print("{} {}: {}\n", c.passed ? "pass" : "FAIL", c.name, c.detail);

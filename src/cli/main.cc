@@ -2,8 +2,11 @@
 // a line on stderr and an exit code (1 bad input / unsupported / i/o, 2 usage, 70 internal).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "cli/cmd_tokenize.h"
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "core/error.h"
 #include "core/files.h"
 
@@ -20,6 +23,18 @@ const char* kDescription =
     "  hfx check out/llama                                  # re-verify every checksum\n"
     "  hfx generate out/llama --prompt-ids 1,5,9 --max-new-tokens 16\n";
 
+// CLI11's parse errors in one line like every other hfx error, naming the subcommand's --help.
+std::string one_line_failure(const CLI::App* app, const CLI::Error& e) {
+  std::string command = "hfx";
+  for (const CLI::App* sub = app; !sub->get_subcommands().empty();) {
+    sub = sub->get_subcommands().front();
+    command += " " + sub->get_name();
+  }
+  std::string what = e.what();
+  std::replace(what.begin(), what.end(), '\n', ' ');
+  return fmt::format("hfx: usage: {} (`{} --help` lists the options)\n", what, command);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -27,6 +42,7 @@ int main(int argc, char** argv) {
   CLI::App app{kDescription, "hfx"};
   app.set_version_flag("--version", std::string("hfx ") + HFX_VERSION);
   app.require_subcommand(1);
+  app.failure_message(one_line_failure);
   cli::Action action;
   cli::register_export(app, action);
   cli::register_inspect(app, action);
@@ -45,6 +61,9 @@ int main(int argc, char** argv) {
   install_cleanup_on_signal();
   try {
     return action ? action() : 0;
+  } catch (const cli::UsageError& e) {
+    fmt::print(stderr, "hfx: usage: {}\n", e.what());
+    return 2;
   } catch (const Error& e) {
     wait_for_signal_cleanup();  // an error caused by a signal's cleanup: die of the signal instead
     fmt::print(stderr, "hfx: {}: {}\n", error_kind_name(e.kind()), e.describe());

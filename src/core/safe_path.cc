@@ -20,13 +20,19 @@ bool path_is_within(const fs::path& root, const fs::path& p) {
   return r == root.end();
 }
 
+bool in_hub_snapshot_blobs(const fs::path& real_root, const fs::path& real) {
+  const fs::path snapshots = real_root.parent_path(), repo = snapshots.parent_path();
+  return snapshots.filename() == "snapshots" && repo.filename().string().starts_with("models--") &&
+         path_is_within(repo / "blobs", real);
+}
+
 void check_file_inside(const fs::path& root, const fs::path& path, std::string_view what) {
   std::error_code ec;
   const fs::path real = fs::canonical(path, ec);
   if (ec) bad_input("{}: {} does not exist", path.string(), what);
   const fs::path real_root = fs::canonical(root, ec);
   if (ec) bad_input("{}: no such folder", root.string());
-  if (!path_is_within(real_root, real))
+  if (!path_is_within(real_root, real) && !in_hub_snapshot_blobs(real_root, real))
     bad_input("{}: {} resolves to {}, outside {}", path.string(), what, real.string(), root.string());
   if (!fs::is_regular_file(fs::status(real, ec)))
     bad_input("{}: {} is not a regular file", path.string(), what);

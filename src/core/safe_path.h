@@ -24,9 +24,16 @@ inline constexpr uint64_t kMaxTextBytes = uint64_t(64) << 20;       // anything 
 // True when `p` (already absolute and normal, or both relative alike) lies inside `root`.
 bool path_is_within(const std::filesystem::path& root, const std::filesystem::path& p);
 
+// The one exception to containment, the Hugging Face cache's layout: the files of a snapshot folder
+// `<cache>/models--ORG--NAME/snapshots/<commit>` are symlinks into `models--ORG--NAME/blobs/`. True
+// when `real_root` (a real path) is such a folder and `real` lies in that same repository's blobs/;
+// a link anywhere else (another repository, the cache's parent) is still outside.
+bool in_hub_snapshot_blobs(const std::filesystem::path& real_root, const std::filesystem::path& real);
+
 // Resolves `rel`, a name read from a file inside `root`, to `root/rel`. BadInput naming `what` when
 // `rel` is empty, absolute or has a `..` component, when it does not exist, when its real location
-// (every symlink followed) is outside root's real location, or when it is not a regular file.
+// (every symlink followed) is outside root's real location (in_hub_snapshot_blobs aside), or when it
+// is not a regular file.
 std::filesystem::path file_inside(const std::filesystem::path& root, const std::string& rel, std::string_view what);
 
 // The same check for a path already joined: `path` must resolve inside `root` and be a regular file.

@@ -15,8 +15,8 @@ namespace {
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
 // Resolves `dir/name`, which must be a regular file whose real location stays inside the folder.
-// The Hugging Face hub cache is the one allowed exception: snapshots/<rev>/<file> are symlinks into
-// the repository's blobs/ folder, so a snapshot folder may also resolve into ../../blobs.
+// The Hugging Face cache is the one allowed exception (core/safe_path.h, in_hub_snapshot_blobs):
+// snapshots/<commit>/<file> are symlinks into the same repository's blobs/ folder.
 fs::path checked_file(const fs::path& dir, const std::string& name, std::string_view role) {
   fs::path p = dir / name;
   std::error_code ec;
@@ -24,9 +24,7 @@ fs::path checked_file(const fs::path& dir, const std::string& name, std::string_
   if (ec) bad_input("{}: {} {} does not exist", dir.string(), role, name);
   if (!fs::is_regular_file(real)) bad_input("{}: {} {} is not a regular file", dir.string(), role, name);
   fs::path root = fs::canonical(dir);
-  bool hub_blob = root.parent_path().filename() == "snapshots" &&
-                  path_is_within(root.parent_path().parent_path() / "blobs", real);
-  if (!path_is_within(root, real) && !hub_blob)
+  if (!path_is_within(root, real) && !in_hub_snapshot_blobs(root, real))
     bad_input("{}: {} {} is a link to {}, outside the model folder", dir.string(), role, name,
               real.string());
   return p;

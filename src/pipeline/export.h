@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint.h"
+#include "io/hub_cache.h"
 #include "models/encoder.h"
 #include "models/model.h"
 #include "quant/quantize.h"
@@ -69,6 +70,7 @@ struct ExportOptions {
   bool verify = true;  // check the staged export against the reference executor before committing it
   int64_t verify_max_bytes = int64_t(1) << 30;  // ... when its f32 weights take at most this much
   std::string verify_runtime;                   // also verify with this runtime (e.g. onnxruntime)
+  std::optional<io::HubSnapshot> hub;           // model_dir is this snapshot of the Hugging Face cache (manifest source.hub)
 };
 
 struct ExportResult {

@@ -125,6 +125,10 @@ void ManifestBuilder::add_component(const tasks::Component& c, const std::string
   }
 }
 
+void ManifestBuilder::set_hub_source(const io::HubSnapshot& hub) {
+  json_["source"]["hub"] = {{"id", hub.repo_id}, {"revision", hub.revision}, {"commit", hub.commit}};
+}
+
 void ManifestBuilder::add_onnx_profile(const std::string& role, const std::string& profile, const std::string& note) {
   nlohmann::ordered_json entry = {{"role", role}, {"profile", profile}};
   if (!note.empty()) entry["note"] = note;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint.h"
+#include "io/hub_cache.h"
 #include "models/model.h"
 #include "pipeline/export.h"
 #include "tasks/causal_lm.h"
@@ -33,6 +34,9 @@ class ManifestBuilder {
   ~ManifestBuilder();  // an export that failed: stops the hashing thread at its next read
   void add_component(const tasks::Component& c, const std::string& format, const std::string& file,
                      const std::vector<std::string>& passes);
+  // The checkpoint folder is this snapshot of the Hugging Face cache: source.hub records the Hub id,
+  // the revision asked for and the commit it named, which say what was exported on any machine.
+  void set_hub_source(const io::HubSnapshot& hub);
   // Records the onnx profile a component was written with, and why when it is not the requested one.
   void add_onnx_profile(const std::string& role, const std::string& profile, const std::string& note);
   // The sha256 of a file a writer hashed as it wrote it (`rel` under the root given to write(), `size`

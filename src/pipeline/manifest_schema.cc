@@ -137,6 +137,11 @@ void validate_source(const Schema& s, const json& m) {
   s.optional_string(source, "/source", "model_type");
   s.optional_string(source, "/source", "hf_class");
   s.digests(source, "/source", "files");
+  // Since the Hugging Face cache: manifests before it have no "hub", and a local folder's none.
+  if (source.contains("hub")) {
+    const json& hub = s.object(source, "/source", "hub");
+    for (const char* key : {"id", "revision", "commit"}) s.string(hub, "/source/hub", key, true);
+  }
 }
 
 void validate_recipe(const Schema& s, const json& m) {

@@ -139,16 +139,7 @@ def test_ids_outside_the_vocabulary_are_ignored_with_a_warning(tiny_checkpoint, 
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-# F#11: numbers that mean nothing are refused, not read as the default.
-@pytest.mark.parametrize("args,text", [
-    (["--atol", "0"], "--atol 0: expected a positive number"),
-    (["--atol", "-1"], "--atol -1: expected a positive number"),
-    (["--tokens", "0"], "--tokens 0: expected at least 1"),
-    (["--tokens", "-5"], "--tokens -5: expected at least 1"),
-])
-def test_verify_numeric_options_are_strict(exported, args, text):
-    proc = run_hfx("verify", exported("llama"), "--no-reexport", *args, check=False)
-    one_error_line(proc, text)
+# F#11's numbers (verify --atol/--tokens, generate -n, --dim, --max-cache-len): test_cli_habits.py.
 
 
 @pytest.fixture(scope="module")

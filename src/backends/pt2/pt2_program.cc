@@ -147,7 +147,26 @@ void Lowerer::declare_symbols() {
     return nullptr;
   };
   auto present = [&](const std::string& s) { return std::find(seen.begin(), seen.end(), s) != seen.end(); };
+  // A relation whose other part the graph fixed (decode: total = past + sequence_length with the query
+  // length 1): the fixed part is read from a Concat the IR names the sum (the cache append).
+  std::map<std::string, std::pair<std::string, int64_t>> fixed_part;  // sum -> (present part, k)
+  for (const auto& r : g_.symbols().relations()) {
+    if (!present(r.sum) || present(r.a) == present(r.b)) continue;
+    const std::string& part = present(r.a) ? r.a : r.b;
+    for (const auto& n : g_.nodes()) {
+      if (n.op != "Concat" || n.inputs.size() != 2) continue;
+      const auto& out = g_.value(n.outputs[0]).shape;
+      const size_t axis = size_t(n.attr_int("axis") < 0 ? n.attr_int("axis") + int64_t(out.size()) : n.attr_int("axis"));
+      if (axis >= out.size() || out[axis].symbol != r.sum) continue;
+      const Dim& x = g_.value(n.inputs[0]).shape.at(axis);
+      const Dim& y = g_.value(n.inputs[1]).shape.at(axis);
+      if (x.symbol == part && y.is_fixed()) fixed_part[r.sum] = {part, y.value};
+      if (y.symbol == part && x.is_fixed()) fixed_part[r.sum] = {part, x.value};
+      if (fixed_part.count(r.sum)) break;
+    }
+  }
   auto derived = [&](const std::string& s) {
+    if (fixed_part.count(s)) return true;
     const auto* r = relation(s);
     return r && present(r->a) && present(r->b) && !relation(r->a) && !relation(r->b);
   };
@@ -162,8 +181,11 @@ void Lowerer::declare_symbols() {
     hints_.push_back(hint);
     dims_[s] = SymExpr::symbol(index);
   }
-  for (const auto& s : seen)
-    if (derived(s)) dims_[s] = dims_.at(relation(s)->a) + dims_.at(relation(s)->b);
+  for (const auto& s : seen) {
+    if (!derived(s)) continue;
+    if (auto f = fixed_part.find(s); f != fixed_part.end()) dims_[s] = dims_.at(f->second.first) + SymExpr(f->second.second);
+    else dims_[s] = dims_.at(relation(s)->a) + dims_.at(relation(s)->b);
+  }
 }
 
 SymExpr Lowerer::dim_expr(const Dim& d, const std::string& where) const {
