@@ -297,10 +297,11 @@ def timed_export(cmd: list[str], err: Path) -> dict:
         return {"ok": False, "error": last_line(text or e.stderr or "")}
 
 
-def child(args: list[str], err: Path, timeout: float = 3600) -> dict:
-    """Run a worker of this script; its RESULT line, or the last line of its error."""
+def child(args: list[str], err: Path, timeout: float = 3600, script: str = __file__) -> dict:
+    """Run a worker of `script` (this one unless another bench passes its own); its RESULT line, or the last
+    line of its error."""
     try:
-        p = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
+        p = subprocess.run([sys.executable, str(Path(script).resolve()), *args], capture_output=True, text=True,
                            timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
