@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "pipeline/backends/common.h"
+#include "pipeline/verify_cases.h"
 #include "runtime/tested_runtimes.h"
 
 namespace hfx::pipeline {
@@ -25,6 +26,41 @@ std::unique_ptr<Progress> weight_progress(const std::string& what, const ir::Gra
   int64_t total = 0;
   for (auto id : g.weights()) total += int64_t(g.weight(id)->nbytes());
   return std::make_unique<Progress>(what, int64_t(g.weights().size()), total);
+}
+
+GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format, const std::string& runtime_name,
+                                const std::function<ir::Graph(const tasks::Component&)>& reference_graph,
+                                const std::function<std::unique_ptr<runtime::StepRunner>(const tasks::Component&)>& runner_for) {
+  const LoadedModel& m = job.model;
+  const Recipe& r = job.recipe;
+  HFX_CHECK(m.model, "check_greedy_tokens on an encoder");
+  auto find = [&](const std::string& role) -> const tasks::Component* {
+    for (const auto& c : m.components)
+      if (c.role == role) return &c;
+    return nullptr;
+  };
+  const tasks::Component* first = find("prefill") ? find("prefill") : find("decoder");
+  const tasks::Component* next = find("decode");
+  HFX_CHECK(first, "no decoder component");
+  const auto geo = m.model->cache();
+  runtime::CacheSpec cache{geo.num_layers, geo.num_kv_heads, geo.head_dim, r.task.static_cache, r.task.max_cache_len};
+  runtime::SamplingOptions so;
+  so.max_new_tokens = 8;
+  const auto prompts = greedy_prompts(step_bounds(r.task.dims), cache, m.summary().vocab_size, true, so.max_new_tokens);
+  so.eos_token_ids = m.summary().eos_token_ids;
+  so.pad_token_id = m.summary().pad_token_id.value_or(so.eos_token_ids.empty() ? 0 : so.eos_token_ids[0]);
+  auto ref_first = runtime::make_executor_runner(reference_graph(*first));
+  auto ref_next = next ? runtime::make_executor_runner(reference_graph(*next)) : nullptr;
+  const auto expected = runtime::generate(*ref_first, next ? *ref_next : *ref_first, cache, prompts, so);
+  auto art_first = runner_for(*first);
+  auto art_next = next ? runner_for(*next) : nullptr;
+  const auto actual = runtime::generate(*art_first, next ? *art_next : *art_first, cache, prompts, so);
+  if (actual != expected)
+    fail(ErrorKind::Mismatch,
+         "the {} export does not match its reference: greedy tokens {} on {}, {} on the reference executor "
+         "(nothing was written; --no-verify skips this check)",
+         format, fmt::join(actual.at(0), ","), runtime_name, fmt::join(expected.at(0), ","));
+  return {so.max_new_tokens, prompts.size()};
 }
 
 namespace {

@@ -533,7 +533,10 @@ void Lowerer::emit(const ir::Node& n, const std::string& target, std::vector<Arg
 
 void Lowerer::emit_bound_asserts() {
   // Derived dims' own bounds (total_sequence_length's --dim), which the roots' ranges do not imply.
-  for (const auto& [name, expr] : dims_) {
+  for (const auto& entry : dims_) {
+    // Named copies, not structured bindings: a lambda may not capture those before C++20 (clang).
+    const std::string& name = entry.first;
+    const SymExpr& expr = entry.second;
     if (expr.as_symbol() || !g_.symbols().has(name)) continue;
     const auto& b = g_.symbols().bounds(name);
     auto check = [&](const char* op, const char* sympy_op, int64_t bound) {

@@ -2,6 +2,7 @@
 // key/value pairs every format stores in its own way) and progress over a graph's weights.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "core/progress.h"
 #include "ir/graph.h"
 #include "pipeline/export.h"
+#include "runtime/generate.h"
 
 namespace hfx::pipeline {
 
@@ -17,6 +19,20 @@ std::map<std::string, std::string> component_metadata(const LoadedModel& m, cons
 
 // Progress over the weights of `g` (count and bytes), labelled `what`.
 std::unique_ptr<Progress> weight_progress(const std::string& what, const ir::Graph& g);
+
+struct ExportJob;
+
+// The built-in check of a decoder format its runtime runs step by step: 8 greedy tokens (for a
+// left-padded batch of 2 when the contract allows it, prompts inside its bounds as `hfx verify` picks
+// them) from `runner_for(component)` equal the reference executor's on `reference_graph(component)`.
+// Mismatch otherwise: "the <format> export does not match its reference: greedy tokens .. on <runtime>, ..".
+struct GreedyCheck {
+  int64_t tokens = 0;
+  size_t rows = 0;
+};
+GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format, const std::string& runtime,
+                                const std::function<ir::Graph(const tasks::Component&)>& reference_graph,
+                                const std::function<std::unique_ptr<runtime::StepRunner>(const tasks::Component&)>& runner_for);
 
 // The backends this file set builds (backend.cc lists them).
 const class Backend& onnx_format();

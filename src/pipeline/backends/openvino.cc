@@ -12,7 +12,6 @@
 #include "pipeline/backend.h"
 #include "pipeline/backends/common.h"
 #include "pipeline/manifest.h"
-#include "pipeline/verify_cases.h"
 #include "runtime/openvino/ov_runner.h"
 #include "runtime/tested_runtimes.h"
 
@@ -108,41 +107,17 @@ class OpenVinoBackend final : public Backend {
   // to `hfx verify --runtime openvino` and tests/oracle/test_openvino.py.
   std::string check(ExportJob& job, const ExportOptions&) const override {
     const LoadedModel& m = job.model;
-    const Recipe& r = job.recipe;
     if (!m.model) return "openvino: not checked (encoder; no decode loop; `hfx verify --runtime openvino` checks it)";
-    auto find = [&](const std::string& role) -> const tasks::Component* {
-      for (const auto& c : m.components)
-        if (c.role == role) return &c;
-      return nullptr;
-    };
-    const tasks::Component* first = find("prefill") ? find("prefill") : find("decoder");
-    const tasks::Component* next = find("decode");
-    HFX_CHECK(first, "no decoder component");
-    const auto geo = m.model->cache();
-    runtime::CacheSpec cache{geo.num_layers, geo.num_kv_heads, geo.head_dim, r.task.static_cache, r.task.max_cache_len};
-    // Prompts and tokens inside the contract's bounds, as `hfx verify` picks them (verify_cases.h).
-    runtime::SamplingOptions so;
-    so.max_new_tokens = 8;
-    const auto prompts = greedy_prompts(step_bounds(r.task.dims), cache, m.summary().vocab_size, true, so.max_new_tokens);
-    so.eos_token_ids = m.summary().eos_token_ids;
-    so.pad_token_id = m.summary().pad_token_id.value_or(so.eos_token_ids.empty() ? 0 : so.eos_token_ids[0]);
-    auto ref_graph = [&](const tasks::Component* c) {  // the same weights and forms as the IR
-      return passes::apply_precision(c->graph, r.precision_for(c->role), passes::PrecisionTarget::OpenVino);
-    };
-    auto ref_first = runtime::make_executor_runner(ref_graph(first));
-    auto ref_next = next ? runtime::make_executor_runner(ref_graph(next)) : nullptr;
-    auto expected = runtime::generate(*ref_first, next ? *ref_next : *ref_first, cache, prompts, so);
+    const Recipe& r = job.recipe;
     const fs::path dir = job.staging / "openvino";
-    auto ov_first = runtime::make_openvino_runner(dir / openvino_file(*first));
-    auto ov_next = next ? runtime::make_openvino_runner(dir / openvino_file(*next)) : nullptr;
-    auto actual = runtime::generate(*ov_first, next ? *ov_next : *ov_first, cache, prompts, so);
-    if (actual != expected)
-      fail(ErrorKind::Mismatch,
-           "the openvino export does not match its reference: greedy tokens {} on OpenVINO, {} on the reference executor "
-           "(nothing was written; --no-verify skips this check)",
-           fmt::join(actual.at(0), ","), fmt::join(expected.at(0), ","));
+    const GreedyCheck done = check_greedy_tokens(
+        job, "openvino", "OpenVINO",
+        [&](const tasks::Component& c) {  // the same weights and forms as the IR
+          return passes::apply_precision(c.graph, r.precision_for(c.role), passes::PrecisionTarget::OpenVino);
+        },
+        [&](const tasks::Component& c) { return runtime::make_openvino_runner(dir / openvino_file(c)); });
     return fmt::format("openvino: {} greedy tokens x {} rows on OpenVINO {} (CPU, f32) identical to the reference executor",
-                       so.max_new_tokens, prompts.size(), openvino_backend::openvino_version());
+                       done.tokens, done.rows, openvino_backend::openvino_version());
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {

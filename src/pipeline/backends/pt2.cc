@@ -16,7 +16,6 @@
 #include "pipeline/backends/pt2_runner.h"
 #include "pipeline/manifest.h"
 #include "pipeline/runtime_probe.h"
-#include "pipeline/verify_cases.h"
 #include "runtime/tested_runtimes.h"
 
 namespace fs = std::filesystem;
@@ -135,40 +134,15 @@ class Pt2Backend final : public Backend {
                          "that has torch {} checks them)",
                          python, runtime::kTestedTorch);
     if (!m.model) return "pt2: archives read back; not run (encoder; `hfx verify --runtime torch` checks it)";
-    auto find = [&](const std::string& role) -> const tasks::Component* {
-      for (const auto& c : m.components)
-        if (c.role == role) return &c;
-      return nullptr;
-    };
-    const tasks::Component* first = find("prefill") ? find("prefill") : find("decoder");
-    const tasks::Component* next = find("decode");
-    HFX_CHECK(first, "no decoder component");
-    const Recipe& r = job.recipe;
-    const auto geo = m.model->cache();
-    runtime::CacheSpec cache{geo.num_layers, geo.num_kv_heads, geo.head_dim, r.task.static_cache, r.task.max_cache_len};
-    runtime::SamplingOptions so;
-    so.max_new_tokens = 8;
-    const auto prompts = greedy_prompts(step_bounds(r.task.dims), cache, m.summary().vocab_size, true, so.max_new_tokens);
-    so.eos_token_ids = m.summary().eos_token_ids;
-    so.pad_token_id = m.summary().pad_token_id.value_or(so.eos_token_ids.empty() ? 0 : so.eos_token_ids[0]);
-    auto ref_first = runtime::make_executor_runner(first->graph);
-    auto ref_next = next ? runtime::make_executor_runner(next->graph) : nullptr;
-    const auto expected = runtime::generate(*ref_first, next ? *ref_next : *ref_first, cache, prompts, so);
-    auto runner = [&](const tasks::Component* c) {
-      std::vector<std::string> names;
-      for (const auto& in : c->inputs) names.push_back(in.name);
-      return make_torch_runner(dir / pt2_file(*c), names, c->shared_buffers, python);
-    };
-    auto t_first = runner(first);
-    auto t_next = next ? runner(next) : nullptr;
-    const auto actual = runtime::generate(*t_first, next ? *t_next : *t_first, cache, prompts, so);
-    if (actual != expected)
-      fail(ErrorKind::Mismatch,
-           "the pt2 export does not match its reference: greedy tokens {} on torch, {} on the reference executor "
-           "(nothing was written; --no-verify skips this check)",
-           fmt::join(actual.at(0), ","), fmt::join(expected.at(0), ","));
+    const GreedyCheck done = check_greedy_tokens(
+        job, "pt2", "torch", [](const tasks::Component& c) { return c.graph; },
+        [&](const tasks::Component& c) {
+          std::vector<std::string> names;
+          for (const auto& in : c.inputs) names.push_back(in.name);
+          return make_torch_runner(dir / pt2_file(c), names, c.shared_buffers, python);
+        });
     return fmt::format("pt2: {} greedy tokens x {} rows on torch {} (torch.export.load, CPU, f32) identical to the reference executor",
-                       so.max_new_tokens, prompts.size(), version);
+                       done.tokens, done.rows, version);
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
