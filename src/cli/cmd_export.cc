@@ -268,18 +268,24 @@ void register_inspect(CLI::App& app, Action& action) {
 void register_check(CLI::App& app, Action& action) {
   auto dir = std::make_shared<fs::path>();
   auto* cmd = app.add_subcommand("check", "Re-verify an export against its manifest (every file's sha256).");
+  auto allow_extra = std::make_shared<bool>(false);
   cmd->add_option("out", *dir, "Export folder")->required();
-  cmd->callback([dir, &action] {
-    action = [dir] {
+  cmd->add_flag("--allow-extra", *allow_extra,
+                "Files hfx did not write (a model card, README.md) may sit beside the export; listed, not a problem");
+  cmd->footer("Prints every problem it finds, one a line on stderr, and exits 1 when there is any.");
+  cmd->callback([dir, allow_extra, &action] {
+    action = [dir, allow_extra] {
       std::error_code ec;  // a symlink loop or an unreadable parent: one line, not exit 70 (D16)
       if (!fs::is_directory(*dir, ec))
         bad_input("{}: no such export folder{}", dir->string(), ec ? " (" + ec.message() + ")" : std::string());
-      auto r = pipeline::check_export(*dir);
+      auto r = pipeline::check_export(*dir, *allow_extra);
       if (!r.problems.empty()) {
         for (const auto& p : r.problems) fmt::print(stderr, "hfx: check: {}: {}\n", dir->string(), p);
+        if (r.problems.size() > 1) fmt::print(stderr, "hfx: check: {}: {} problems\n", dir->string(), r.problems.size());
         return 1;
       }
-      fmt::print("{}: ok ({} files match the manifest)\n", dir->string(), r.files_checked);
+      fmt::print("{}: ok ({} files match the manifest{})\n", dir->string(), r.files_checked,
+                 r.extras.empty() ? std::string() : fmt::format("; {} extra allowed: {}", r.extras.size(), fmt::join(r.extras, ", ")));
       return 0;
     };
   });

@@ -264,7 +264,7 @@ std::optional<fs::path> listed_file(const fs::path& out_dir, const std::string& 
   }
 }
 
-CheckReport check_export(const fs::path& out_dir) {
+CheckReport check_export(const fs::path& out_dir, bool allow_extra) {
   const nlohmann::json m = read_manifest(out_dir);
   CheckReport r;
   std::error_code ec;
@@ -282,8 +282,10 @@ CheckReport check_export(const fs::path& out_dir) {
       r.problems.push_back(std::move(problem));
   }
   for (const auto& rel : list_files(out_dir))
-    if (rel != kManifestName && !listed.count(rel.generic_string()) && *rel.begin() != kReportDir)
-      r.problems.push_back(fmt::format("{}: present but not in the manifest", rel.generic_string()));
+    if (rel != kManifestName && !listed.count(rel.generic_string()) && *rel.begin() != kReportDir) {
+      if (allow_extra) r.extras.push_back(rel.generic_string());
+      else r.problems.push_back(fmt::format("{}: present but not in the manifest (--allow-extra allows it)", rel.generic_string()));
+    }
   for (auto& p : links_out_of(out_dir, real_root, listed)) r.problems.push_back(std::move(p));
   for (const auto& c : m["components"]) {
     // A hand-edited manifest may hold anything here: report it, never throw a JSON type error.

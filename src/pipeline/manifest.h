@@ -69,11 +69,14 @@ void check_is_hfx_export(const std::filesystem::path& out_dir);
 struct CheckReport {
   int64_t files_checked = 0;
   std::vector<std::string> problems;  // empty when the folder is consistent
+  std::vector<std::string> extras;    // with allow_extra: files present but not in the manifest
 };
 // Re-verifies every checksum and that each component file is present and listed. Each listed file
 // must be a regular file inside the export after every symlink; a missing, linked-out, non-regular
 // or unreadable one is a problem line naming it, never an exception (docs/fuzzing.md, read-back).
-CheckReport check_export(const std::filesystem::path& out_dir);
+// `allow_extra`: a file hfx did not write (a model card, README.md) is listed in `extras`, not a
+// problem; a symlink out of the export stays one.
+CheckReport check_export(const std::filesystem::path& out_dir, bool allow_extra = false);
 
 // The path of `rel`, a name from the manifest's "files", when it is a regular file inside `out_dir`
 // (symlinks followed); nullopt otherwise (check_export says why). Never throws.

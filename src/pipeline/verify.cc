@@ -1,17 +1,13 @@
 #include "pipeline/verify.h"
 
 #include <fmt/format.h>
-#include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 
 #include "core/error.h"
@@ -25,6 +21,7 @@
 #include "pipeline/backend.h"
 #include "pipeline/export.h"
 #include "pipeline/manifest.h"
+#include "pipeline/report_verdict.h"
 #include "pipeline/runtime_probe.h"
 #include "pipeline/verify_cases.h"
 #include "runtime/executor.h"
@@ -241,6 +238,8 @@ json VerifyReport::to_json() const {
   j["export"] = dir.string();
   j["runtime"] = runtime;
   j["passed"] = passed();
+  const Verdict v = verdict_of(*this);
+  j["verdict"] = {{"headline", v.headline}, {"why", v.why}, {"next", v.next}};
   j["checks"] = json::array();
   for (const auto& c : checks)
     j["checks"].push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}, {"tolerance", c.tolerance}, {"measured", c.measured}});
@@ -251,85 +250,11 @@ std::string VerifyReport::to_markdown() const {
   std::string md = fmt::format("# hfx verify: {}\n\nRuntime: `{}`. Result: **{}** ({} of {} checks passed).\n\n", dir.string(),
                                runtime, passed() ? "PASS" : "FAIL",
                                std::count_if(checks.begin(), checks.end(), [](const auto& c) { return c.passed; }), checks.size());
+  if (const Verdict v = verdict_of(*this); !v.passed) md += fmt::format("**Why:** {}\n\n**What to do:** {}\n\n", v.why, v.next);
   md += "| check | result | detail | tolerance |\n|---|---|---|---|\n";
   for (const auto& c : checks)
     md += fmt::format("| {} | {} | {} | {} |\n", c.name, c.passed ? "pass" : "**FAIL**", c.detail, c.tolerance);
   return md;
-}
-
-namespace {
-
-bool read_only_errno(int e) { return e == EROFS || e == EACCES || e == EPERM; }
-
-// `dir` opened as a folder that is not a symlink (creating it when missing); Io errors say why not.
-int open_report_dir(const fs::path& dir, const fs::path& out, bool default_dir) {
-  auto refuse = [&](int e) -> int {
-    std::error_code ec;
-    if (fs::is_symlink(dir, ec)) fail(ErrorKind::Io, "{} is a symlink; not writing through it", dir.string());
-    if (read_only_errno(e))
-      fail(ErrorKind::Io, "{} is read-only: report not written ({}; use --report DIR)",
-           (default_dir ? out : dir).string(), std::strerror(e));
-    if (e == ENOTDIR || e == EEXIST)
-      fail(ErrorKind::Io, "{} exists and is not a folder: report not written{}", dir.string(),
-           default_dir ? " (use --report DIR)" : "");
-    fail(ErrorKind::Io, "{}: cannot open the report folder: {}", dir.string(), std::strerror(e));
-  };
-  if (!default_dir && dir.has_parent_path()) {
-    std::error_code ec;  // --report a/b/c: the parents are the caller's to name, links and all
-    fs::create_directories(dir.parent_path(), ec);
-    if (ec) refuse(ec.value());
-  }
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) refuse(errno);
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) refuse(errno);
-  return fd;
-}
-
-// Writes `text` to dirfd/name through a new temporary file renamed over it.
-void write_report_file(int dirfd, const fs::path& dir, const std::string& name, const std::string& text, const fs::path& out,
-                       bool default_dir) {
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
-    tmp = fmt::format(".{}.{}.{}.tmp", name, ::getpid(), attempt);
-    fd = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    if (read_only_errno(errno))
-      fail(ErrorKind::Io, "{} is read-only: report not written ({}; use --report DIR)", (default_dir ? out : dir).string(),
-           std::strerror(errno));
-    fail(ErrorKind::Io, "{}: cannot create {}: {}", dir.string(), tmp, std::strerror(errno));
-  }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += size_t(n);
-  }
-  const int write_errno = done == text.size() ? 0 : errno ? errno : EIO;
-  const bool closed = ::close(fd) == 0;
-  if (write_errno || !closed || ::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) {
-    const int e = write_errno ? write_errno : errno;
-    ::unlinkat(dirfd, tmp.c_str(), 0);  // nothing half-written stays behind
-    fail(ErrorKind::Io, "{}: cannot write {}: {}", dir.string(), name, std::strerror(e));
-  }
-}
-
-}  // namespace
-
-fs::path write_reports(const VerifyReport& r, const fs::path& dir) {
-  const bool default_dir = dir.empty();
-  const fs::path target = default_dir ? r.dir / kReportDir : dir;
-  const int dirfd = open_report_dir(target, r.dir, default_dir);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{dirfd};
-  write_report_file(dirfd, target, "report.json", r.to_json().dump(2) + "\n", r.dir, default_dir);
-  write_report_file(dirfd, target, "report.md", r.to_markdown(), r.dir, default_dir);
-  return target;
 }
 
 namespace {
@@ -578,18 +503,24 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     const std::string label = fmt::format("numbers: {} / {} (batch {}, seq {}, past {})", r.comp->role, r.sc.name, r.sc.batch,
                                           r.sc.seq, r.sc.past);
     CheckResult c{label, d.mismatched == 0, "", tol_numbers(r.comp->role), {}};
-    c.measured = {{"max_abs", std::isfinite(d.max_abs) ? json(d.max_abs) : json("inf")}, {"mean_abs", d.mean_abs},
-                  {"mismatched", d.mismatched}, {"elements", d.total}};
+    auto number = [](double v) { return std::isfinite(v) ? json(v) : json("inf"); };
+    c.measured = {{"max_abs", number(d.max_abs)}, {"mean_abs", d.mean_abs},
+                  {"mismatched", d.mismatched}, {"elements", d.total}, {"atol", atol_for(r.comp->role)}};
     c.detail = fmt::format("max abs {:.3g}, mean abs {:.3g}, {} of {} elements over tolerance", d.max_abs, d.mean_abs,
                            d.mismatched, d.total);
-    if (!c.passed)
+    if (!c.passed) {
+      // Kept in the report as numbers too, for report.html's per-layer chart (pipeline/report_html.h).
+      const auto layers = step_runtime ? std::vector<LayerDiff>{}
+                                       : layer_diffs(r.refc->graph, r.comp->graph, r.inputs, art.cache.num_layers,
+                                                     atol_for(r.comp->role));
+      c.measured["worst_output"] = d.worst;
+      c.measured["layers"] = json::array();
+      for (const auto& l : layers) c.measured["layers"].push_back({{"max_abs", number(l.max_abs)}, {"mean_abs", number(l.mean_abs)}});
       c.detail += "; worst output " + d.worst + "; " +
                   (step_runtime ? std::string("layer outputs are not exposed by the compiled model (`hfx verify --runtime "
                                               "reference` localises the first diverging layer)")
-                                : diagnose_divergence(per_output,
-                                                      layer_diffs(r.refc->graph, r.comp->graph, r.inputs,
-                                                                  art.cache.num_layers, atol_for(r.comp->role)),
-                                                      atol_for(r.comp->role)));
+                                : diagnose_divergence(per_output, layers, atol_for(r.comp->role)));
+    }
     add(std::move(c));
   }
 

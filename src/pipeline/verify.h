@@ -51,13 +51,6 @@ constexpr double kF32Atol = 1e-4;
 
 VerifyReport verify_export(const std::filesystem::path& out_dir, const VerifyOptions& options);
 
-// Writes report.json and report.md into `dir`, or OUT/verify when `dir` is empty (created when
-// missing, `dir` with its parents). Never through a link: the folder itself must not be a symlink
-// (opened O_DIRECTORY|O_NOFOLLOW, and written relative to that descriptor, so a link swapped in
-// meanwhile changes nothing), and each report goes to a new file (O_CREAT|O_EXCL|O_NOFOLLOW) renamed
-// over its name, which replaces a symlink there rather than writing to its target. Io errors name
-// the folder: "OUT/verify is a symlink; not writing through it", "OUT is read-only: report not
-// written (use --report DIR)". Returns the folder written.
-std::filesystem::path write_reports(const VerifyReport& report, const std::filesystem::path& dir = {});
+// Writing the reports: pipeline/report_files.h.
 
 }  // namespace hfx::pipeline
