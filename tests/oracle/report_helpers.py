@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 
-def corrupt_layer_weight(out: Path, name: str = "model.layers.1.mlp.down_proj.weight", scale: float = -4.0) -> None:
+def corrupt_layer_weight(out: Path, name: str = "model.layers.1.mlp.down_proj.weight", scale: float = 1.2) -> None:
     """Scales one external f32 weight of OUT/onnx/model.onnx in its .onnx_data and re-signs hfx.json,
     so the checksums pass and the numbers really diverge from that layer on (as a wrong writer would)."""
     import onnx
@@ -42,6 +42,7 @@ class PageNumbers(HTMLParser):
         self.by_id: dict[str, dict] = {}
         self.by_class: dict[str, list[str]] = {}
         self.text_by_class: dict[str, list[str]] = {}
+        self.values_in: dict[str, list[str]] = {}  # id -> data-value of every element inside it
         self._open: list[tuple[str, str | None, list[str]]] = []  # tag, id, classes
 
     def handle_starttag(self, tag, attrs):
@@ -50,6 +51,10 @@ class PageNumbers(HTMLParser):
         if a.get("id"):
             self.by_id[a["id"]] = {"text": "", "value": a.get("data-value"), "class": classes,
                                    "first": a.get("data-first-divergence")}
+        if "data-value" in a:
+            for _, ident, _ in self._open:
+                if ident:
+                    self.values_in.setdefault(ident, []).append(a["data-value"])
         for c in classes:
             if "data-value" in a:
                 self.by_class.setdefault(c, []).append(a["data-value"])

@@ -144,7 +144,7 @@ def test_recipe_tolerance_is_recorded_and_used(tiny_checkpoint, tmp_path):
     run_hfx("export", "--model", tiny_checkpoint("llama"), "--recipe", recipe, "--quiet", out)
     assert json.loads((out / "hfx.json").read_text())["recipe"]["tolerances"] == {"f32": 2e-4}
     run_hfx("verify", out, "--no-reexport", "--tokens", "4")
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "reference" / "report.json").read_text())
     numbers = [c for c in report["checks"] if c["name"].startswith("numbers")]
     assert numbers and all("0.0002" in c["tolerance"] for c in numbers)
 

@@ -42,7 +42,7 @@ def test_small_total_bound_exports_and_verifies(tiny_checkpoint, tmp_path, profi
     assert component_dims(out)["total_sequence_length"] == {"min": 1, "max": 5}
     proc = run_hfx("verify", out, "--no-reexport", check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "reference" / "report.json").read_text())
     for c in report["checks"]:
         if c["name"].startswith("numbers:"):
             m = c["name"]  # "... (batch B, seq S, past P)"

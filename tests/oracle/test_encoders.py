@@ -181,7 +181,7 @@ def test_hfx_verify_onnxruntime(case, encoder_export):
     _, out = encoder_export(case)
     proc = run_hfx("verify", out, "--runtime", "onnxruntime", check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "onnxruntime" / "report.json").read_text())
     assert report["passed"] and report["runtime"] == "onnxruntime"
     assert any(c["name"].startswith("numbers: encoder") for c in report["checks"])
 
@@ -228,6 +228,6 @@ def test_verify_localises_a_corrupted_layer(encoder_export, tmp_path):
         f.write(b"\x00\x00\x80\x40" * 16)  # 4.0 over 16 floats
     proc = run_hfx("verify", out, "--no-reexport", check=False)
     assert proc.returncode == 1, proc.stdout
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "reference" / "report.json").read_text())
     failed = [c for c in report["checks"] if not c["passed"] and c["name"].startswith("numbers")]
     assert failed and all("first diverging layer: 1" in c["detail"] for c in failed)

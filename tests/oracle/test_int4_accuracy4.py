@@ -27,7 +27,7 @@ def test_accuracy4_recipe_verifies_on_onnxruntime(tiny_checkpoint, tmp_path, cas
     out = tmp_path / "q4"
     run_hfx("export", "-q", "-m", tiny_checkpoint(case), *args, out)
     proc = run_hfx("verify", out, "--runtime", "onnxruntime", "--no-reexport", check=False)
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "onnxruntime" / "report.json").read_text())
     numbers = [c for c in report["checks"] if c["name"].startswith("numbers:")]
     worst = max(c["measured"]["max_abs"] for c in numbers)
     print(f"\n{case} {' '.join(args)}: worst max abs against ONNX Runtime {worst:.3g}")
@@ -43,7 +43,7 @@ def test_bf16_near_ties_stay_within_the_budget(tmp_path):
     out = tmp_path / "q4"
     run_hfx("export", "-q", "-m", src, *RECIPE, out)
     proc = run_hfx("verify", out, "--runtime", "onnxruntime", "--no-reexport", check=False)
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "onnxruntime" / "report.json").read_text())
     numbers = [c for c in report["checks"] if c["name"].startswith("numbers:")]
     worst = max(c["measured"]["max_abs"] for c in numbers)
     print(f"\nbf16 llama, accuracy_level 4 against ONNX Runtime: worst max abs {worst:.3g}")
@@ -52,7 +52,7 @@ def test_bf16_near_ties_stay_within_the_budget(tmp_path):
     # the reference runtime keeps f32 activations on both sides: fp32's gate, no rounding step
     proc = run_hfx("verify", out, "--no-reexport", check=False)
     assert proc.returncode == 0, proc.stdout
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "reference" / "report.json").read_text())
     assert all("max abs <= 0.0001," in c["tolerance"] for c in report["checks"] if c["name"].startswith("numbers:"))
 
 

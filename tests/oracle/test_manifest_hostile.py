@@ -114,7 +114,7 @@ def test_integer_shape_dims_are_read_not_thrown(out):
     proc = hfx("verify", out, "--no-reexport", "--tokens", "2")
     assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr
     assert "FAIL I/O signature: decoder" in proc.stdout, proc.stdout
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "reference" / "report.json").read_text())
     assert not report["passed"]
 
 
@@ -126,37 +126,42 @@ def test_verify_without_a_decoder_component_fails_one_line(out):
 
 
 def test_verify_does_not_write_through_a_report_symlink(out, tmp_path):
-    """D1: OUT/verify/report.md -> victim was overwritten with the report."""
+    """D1: OUT/verify/reference/report.md -> victim was overwritten with the report."""
     victim = tmp_path / "precious.txt"
     victim.write_text("precious\n")
-    (out / "verify").mkdir()
-    os.symlink(victim, out / "verify" / "report.md")
-    os.symlink(tmp_path / "precious-json.txt", out / "verify" / "report.json")  # dangling: must not be created
+    reports = out / "verify" / "reference"
+    reports.mkdir(parents=True)
+    os.symlink(victim, reports / "report.md")
+    os.symlink(tmp_path / "precious-json.txt", reports / "report.json")  # dangling: must not be created
+    os.symlink(tmp_path / "precious-html.txt", reports / "report.html")
     proc = hfx("verify", out, "--no-reexport", "--tokens", "2")
     # The links in OUT may fail the checksum check (a file under OUT that the manifest does not
     # list); every other check passes, and the report is written, but not through them.
     assert proc.returncode in (0, 1) and "internal error" not in proc.stderr, proc.stdout + proc.stderr
     assert all(line.startswith("pass") for line in proc.stdout.splitlines()[1:-1]), proc.stdout
     assert victim.read_text() == "precious\n"
-    assert not (tmp_path / "precious-json.txt").exists()
+    assert not (tmp_path / "precious-json.txt").exists() and not (tmp_path / "precious-html.txt").exists()
     # The links were replaced by the reports themselves.
-    assert not (out / "verify" / "report.md").is_symlink()
-    assert (out / "verify" / "report.md").read_text().startswith("# hfx verify")
-    assert json.loads((out / "verify" / "report.json").read_text())["checks"]
-    assert sorted(p.name for p in (out / "verify").iterdir()) == ["report.json", "report.md"]
+    assert not (reports / "report.md").is_symlink()
+    assert (reports / "report.md").read_text().startswith("# hfx verify")
+    assert json.loads((reports / "report.json").read_text())["checks"]
+    assert sorted(p.name for p in reports.iterdir()) == ["report.html", "report.json", "report.md"]
 
 
-def test_verify_refuses_a_symlinked_report_folder(out, tmp_path):
-    """D1: OUT/verify -> victimdir wrote report.json and report.md there."""
+@pytest.mark.parametrize("link", ["verify", "verify/reference"])
+def test_verify_refuses_a_symlinked_report_folder(out, tmp_path, link):
+    """D1: OUT/verify -> victimdir wrote report.json and report.md there; the runtime's folder
+    OUT/verify/reference is refused alike."""
     victimdir = tmp_path / "victimdir"
     victimdir.mkdir()
-    os.symlink(victimdir, out / "verify")
+    (out / link).parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(victimdir, out / link)
     proc = hfx("verify", out, "--no-reexport", "--tokens", "2")
     assert list(victimdir.iterdir()) == []
     assert proc.returncode == 0, proc.stdout + proc.stderr  # the checks passed; the report is what is refused
     assert "pass numbers: decoder" in proc.stdout
     lines = error_lines(proc)
-    assert len(lines) == 1 and "verify is a symlink; not writing through it" in lines[0], proc.stderr
+    assert len(lines) == 1 and f"{link} is a symlink; not writing through it" in lines[0], proc.stderr
 
 
 def test_verify_report_option_writes_elsewhere(out, tmp_path):
@@ -164,9 +169,9 @@ def test_verify_report_option_writes_elsewhere(out, tmp_path):
     dest = tmp_path / "reports" / "llama"
     proc = hfx("verify", out, "--no-reexport", "--tokens", "2", "--report", dest)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert json.loads((dest / "report.json").read_text())["passed"]
-    assert (dest / "report.md").read_text().startswith("# hfx verify")
-    assert f"report in {dest / 'report.md'}" in proc.stdout
+    assert json.loads((dest / "reference" / "report.json").read_text())["passed"]
+    assert (dest / "reference" / "report.md").read_text().startswith("# hfx verify")
+    assert f"report in {dest / 'reference' / 'report.md'}" in proc.stdout
     assert not (out / "verify").exists()
     # --report refuses a symlink too, and as an error: the caller asked for the report there.
     link = tmp_path / "link"

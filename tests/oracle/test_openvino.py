@@ -249,7 +249,7 @@ def test_verify_runtime_openvino(layout, tiny_checkpoint, tmp_path):
     assert "pass greedy generation (16 tokens, batch 2)" in proc.stdout
     assert "openvino CPU plugin:" in proc.stdout and " in bf16" not in proc.stdout
     import json
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "openvino" / "report.json").read_text())
     assert report["runtime"] == "openvino" and report["passed"]
     numbers = [c for c in report["checks"] if c["name"].startswith("numbers:")]
     assert len(numbers) >= 6 and all(c["measured"]["mismatched"] == 0 for c in numbers)

@@ -75,7 +75,7 @@ def generate(out: Path, *extra):
 
 
 def verify_report(out: Path) -> dict:
-    return json.loads((out / "verify" / "report.json").read_text())
+    return json.loads((out / "verify" / "reference" / "report.json").read_text())
 
 
 def failed_check(out: Path, name: str) -> str:

@@ -46,7 +46,7 @@ def test_each_component_verified_at_its_precision(mixed_export, runtime):
     proc = run_hfx("verify", mixed_export, "--runtime", runtime, "--no-reexport", "--tokens", "16", check=False)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads((mixed_export / "verify" / "report.json").read_text())
+    report = json.loads((mixed_export / "verify" / runtime / "report.json").read_text())
     gates = {c["name"].split(" / ")[0]: c["tolerance"] for c in report["checks"] if c["name"].startswith("numbers:")}
     assert "same precision, f16" in gates["numbers: prefill"]
     assert "int4" in gates["numbers: decode"] and "<= 0.0001," in gates["numbers: decode"]

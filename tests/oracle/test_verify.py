@@ -18,12 +18,12 @@ def test_verify_passes(case, runtime, exported):
     out = exported(case)
     proc = run_hfx("verify", out, "--runtime", runtime, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / runtime / "report.json").read_text())
     assert report["passed"] and report["runtime"] == runtime
     names = [c["name"] for c in report["checks"]]
     assert any(n.startswith("numbers: decoder") for n in names)
     assert "re-export reproduces bytes" in names and "op placement" in names
-    assert (out / "verify" / "report.md").read_text().startswith("# hfx verify")
+    assert (out / "verify" / runtime / "report.md").read_text().startswith("# hfx verify")
     print(f"{case} [{runtime}]: " + "; ".join(c["detail"] for c in report["checks"] if c["name"] == "performance"))
 
 
@@ -37,7 +37,7 @@ def fresh_export(tiny_checkpoint, tmp_path, case="llama"):
 def verify_fails(out):
     proc = run_hfx("verify", out, "--no-reexport", check=False)
     assert proc.returncode != 0, proc.stdout
-    report = json.loads((out / "verify" / "report.json").read_text())
+    report = json.loads((out / "verify" / "reference" / "report.json").read_text())
     return {c["name"]: c for c in report["checks"] if not c["passed"]}
 
 
@@ -130,7 +130,7 @@ def test_streamed_weights_give_the_same_report_in_less_memory(tmp_path, capsys):
                                "--tokens", "8", "--reference-weights", flag], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         peaks[mode] = int(proc.stdout.split()[-1])
-        report = json.loads((out / "verify" / "report.json").read_text())
+        report = json.loads((out / "verify" / "reference" / "report.json").read_text())
         assert report["passed"]
         perf = next(c for c in report["checks"] if c["name"] == "performance")
         assert perf["measured"]["reference_weights"] == mode
