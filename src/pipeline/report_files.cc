@@ -127,8 +127,12 @@ std::string render_index_md(const fs::path& out, const std::vector<RuntimeOutcom
   std::string md = fmt::format("# hfx verify: {}\n\nResult: **{}** ({} of {} runtimes verified).\n\n", out.string(),
                                passed == outcomes.size() ? "PASS" : "FAIL", passed, outcomes.size());
   md += "| runtime | result | summary | report |\n|---|---|---|---|\n";
+  auto cell = [](std::string text) {  // an error message may hold a `|`, which would end the cell
+    for (size_t at = text.find('|'); at != std::string::npos; at = text.find('|', at + 2)) text.replace(at, 1, "\\|");
+    return text;
+  };
   for (const auto& o : outcomes)
-    md += fmt::format("| {} | {} | {} | {} |\n", o.runtime, o.passed ? "pass" : "**FAIL**", o.summary,
+    md += fmt::format("| {} | {} | {} | {} |\n", o.runtime, o.passed ? "pass" : "**FAIL**", cell(o.summary),
                       o.has_report ? fmt::format("[{0}/report.md]({0}/report.md)", o.runtime) : std::string("not written"));
   return md;
 }

@@ -258,3 +258,17 @@ def test_check_allow_extra(both, tmp_path):
     proc = run_hfx("check", out, "--allow-extra", check=False)
     assert proc.returncode == 1 and "onnx/model.onnx_data: sha256 mismatch" in proc.stderr, proc.stderr
     assert "README.md" not in proc.stderr
+
+
+def test_runtime_all_says_which_runtime_could_not_run(both, tmp_path, monkeypatch):
+    """A runtime that cannot run (here ONNX Runtime under Debian's python3, which lacks it) is a failed
+    row of the index saying why, not the end of the others."""
+    monkeypatch.setenv("HFX_PYTHON", "/usr/bin/python3")
+    out = fresh_copy(both, tmp_path / "nopython")
+    proc = run_hfx("verify", out, "--runtime", "all", "--no-reexport", "--tokens", "2", check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "hfx: --runtime onnxruntime:" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in (out / "verify").iterdir()) == ["index.html", "index.md", "openvino", "reference"]
+    index = (out / "verify" / "index.md").read_text()
+    assert "| onnxruntime | **FAIL** | did not run: " in index and "| not written |" in index, index
+    assert "| reference | pass |" in index and "| openvino | pass |" in index

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "pipeline/report_files.h"
 #include "pipeline/report_html.h"
 #include "pipeline/report_verdict.h"
 
@@ -117,4 +118,19 @@ TEST(ReportVerdict, RootCauseComesFirst) {
   EXPECT_NE(verdict_of(ort).next.find("hfx verify out/llama --runtime reference"), std::string::npos) << verdict_of(ort).next;
   EXPECT_TRUE(verdict_of(passing_report()).passed);
   EXPECT_EQ(verdict_of(passing_report()).headline, "PASS: 2 of 2 checks passed");
+}
+
+TEST(ReportIndex, VerdictPerRuntimeEscaped) {
+  const std::vector<RuntimeOutcome> outcomes = {{"reference", true, "13 of 13 checks passed", true},
+                                                {"onnxruntime", false, "did not run: a | b <c>", false}};
+  const std::string md = render_index_md("out/x", outcomes);
+  EXPECT_NE(md.find("Result: **FAIL** (1 of 2 runtimes verified)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| onnxruntime | **FAIL** | did not run: a \\| b <c> | not written |"), std::string::npos) << md;
+  EXPECT_NE(md.find("[reference/report.md](reference/report.md)"), std::string::npos);
+  const std::string html = render_index_html("out/<x>", outcomes);
+  EXPECT_NE(html.find("<span id=\"verdict\" class=\"verdict fail\">FAIL</span>"), std::string::npos);
+  EXPECT_NE(html.find("did not run: a | b &lt;c&gt;"), std::string::npos);
+  EXPECT_NE(html.find("out/&lt;x&gt;"), std::string::npos);
+  EXPECT_EQ(html.find("<x>"), std::string::npos);
+  EXPECT_NE(html.find("<a href=\"reference/report.html\">"), std::string::npos);
 }
