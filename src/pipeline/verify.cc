@@ -332,7 +332,12 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   {
     auto r = check_export(out);
     add({"artifact checksums", r.problems.empty(),
-         r.problems.empty() ? fmt::format("{} files match hfx.json", r.files_checked) : r.problems.front(), "sha256 equal", {}});
+         r.problems.empty() ? fmt::format("{} files match hfx.json", r.files_checked)
+         : r.problems.size() == 1
+             ? r.problems.front()
+             : fmt::format("{} (and {} more problems: `hfx check {}` lists them)", r.problems.front(), r.problems.size() - 1,
+                           out.string()),
+         "sha256 equal", {}});
   }
   const auto manifest = read_manifest(out);
   const fs::path source = manifest["source"]["folder"].get<std::string>();

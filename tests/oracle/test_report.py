@@ -240,6 +240,10 @@ def test_check_lists_every_problem_then_fails(both, tmp_path):
     assert any("onnx/README.md: present but not in the manifest (--allow-extra allows it)" in l for l in lines)
     assert lines[-1] == f"hfx: check: {out}: 3 problems"
     assert all(l.startswith(f"hfx: check: {out}: ") for l in lines)
+    # verify's first check counts them too, and points at `hfx check`
+    proc = run_hfx("verify", out, "--runtime", "reference", "--no-reexport", "--tokens", "2", check=False)
+    assert proc.returncode == 1
+    assert f"(and 2 more problems: `hfx check {out}` lists them)" in proc.stdout, proc.stdout
 
 
 def test_check_allow_extra(both, tmp_path):
