@@ -180,6 +180,12 @@ nlohmann::json parse_manifest(const fs::path& out_dir) {
 
 }  // namespace
 
+fs::path manifest_source_folder(const nlohmann::json& manifest, const fs::path& out_dir) {
+  const auto& source = manifest.at("source");
+  if (source.contains("path")) return (out_dir / source["path"].get<std::string>()).lexically_normal();
+  return source.at("folder").get<std::string>();
+}
+
 void check_is_hfx_export(const fs::path& out_dir) {
   const nlohmann::json j = parse_manifest(out_dir);
   if (!j.contains("files") || !j["files"].is_object() || !j.contains("components") || !j["components"].is_array())

@@ -60,6 +60,10 @@ std::vector<std::filesystem::path> list_files(const std::filesystem::path& root)
 // when any member hfx reads back fails validate_manifest (pipeline/manifest_schema.h).
 nlohmann::json read_manifest(const std::filesystem::path& out_dir);
 
+// The source checkpoint folder an export names: source.path, relative to `out_dir` (the export
+// folder), when present, else an older manifest's absolute source.folder. Not checked to exist.
+std::filesystem::path manifest_source_folder(const nlohmann::json& manifest, const std::filesystem::path& out_dir);
+
 // Whether OUT is an hfx export at all, which is what `--overwrite` may replace: hfx.json parses, has
 // the schema version this hfx writes, a "files" object and a "components" list. Deliberately less
 // than read_manifest's full check: a damaged or hand-edited export is still the user's export to
