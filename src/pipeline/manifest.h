@@ -36,7 +36,10 @@ class ManifestBuilder {
                      const std::vector<std::string>& passes);
   // The checkpoint folder is this snapshot of the Hugging Face cache: source.hub records the Hub id,
   // the revision asked for and the commit it named, which say what was exported on any machine.
-  void set_hub_source(const io::HubSnapshot& hub);
+  void set_hub_source(const io::HubSnapshot& hub);  // also names the source by its Hub id
+  // Records source.path relative to `out_dir`, the export's final folder (until called it is the
+  // checkpoint folder as given).
+  void set_source_path(const std::filesystem::path& out_dir);
   // Records the onnx profile a component was written with, and why when it is not the requested one.
   void add_onnx_profile(const std::string& role, const std::string& profile, const std::string& note);
   // The sha256 of a file a writer hashed as it wrote it (`rel` under the root given to write(), `size`
