@@ -431,6 +431,9 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   }
   const auto manifest = read_manifest(out);
   const fs::path source = opt.model_dir.empty() ? manifest_source_folder(manifest, out) : opt.model_dir;
+  if (std::error_code ec; opt.model_dir.empty() && !fs::is_directory(source, ec))
+    bad_input("{}: the source checkpoint {} is not there (moved, or another machine): pass --model DIR where it is now",
+              (out / kManifestName).string(), source.string());
   if (opt.oracle == "auto" && !on_transformers)
     add({"oracle", true, fmt::format("Transformers not run: {}; compared with hfx's reference executor", oracle_missing),
          "--oracle auto: Transformers where it runs", {}});

@@ -194,19 +194,24 @@ def test_moved_source_is_found_with_model_and_the_manifest_has_no_absolute_path(
     assert manifest["source"]["name"] == "tiny" and manifest["source"]["path"] == "../../models/tiny"
     assert "folder" not in manifest["source"] and str(tmp_path) not in text
     # both moved together: the relative path still finds the source
-    shutil.move(tmp_path / "models", tmp_path / "elsewhere-models")
-    shutil.move(tmp_path / "exports", tmp_path / "elsewhere-exports")
-    (tmp_path / "elsewhere-exports" / "x").mkdir()
-    moved_out = tmp_path / "elsewhere-exports" / "x" / "tiny-onnx"
-    shutil.move(tmp_path / "elsewhere-exports" / "tiny-onnx", moved_out)
-    # the export moved one level deeper: the source is not where hfx.json says
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.move(tmp_path / "models", moved / "models")
+    shutil.move(tmp_path / "exports", moved / "exports")
+    proc = run_hfx("verify", moved / "exports" / "tiny-onnx", "--no-reexport", "--tokens", "4", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the export alone moved one level deeper: the source is not where hfx.json says, and the error says
+    # what to do
+    (moved / "exports" / "x").mkdir()
+    moved_out = moved / "exports" / "x" / "tiny-onnx"
+    shutil.move(moved / "exports" / "tiny-onnx", moved_out)
     proc = run_hfx("verify", moved_out, "--no-reexport", "--tokens", "4", check=False)
-    assert proc.returncode != 0
-    by_name = {c["name"]: c for c in report_of(moved_out)["checks"]} if (moved_out / "verify").exists() else {}
-    assert ("source unchanged" in by_name and not by_name["source unchanged"]["passed"]) or "no such" in proc.stderr, \
-        proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert (f"{moved_out / 'hfx.json'}: the source checkpoint {moved / 'exports' / 'models' / 'tiny'} is "
+            "not there (moved, or another machine): pass --model DIR where it is now") in lines[0]
     # --model re-points it; the re-export from the re-pointed source reproduces the same bytes
-    proc = run_hfx("verify", moved_out, "--model", tmp_path / "elsewhere-models" / "tiny", "--tokens", "4", check=False)
+    proc = run_hfx("verify", moved_out, "--model", moved / "models" / "tiny", "--tokens", "4", check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert report_of(moved_out)["passed"]
     # a missing --model folder is one line naming it
