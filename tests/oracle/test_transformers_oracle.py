@@ -64,7 +64,7 @@ def test_oracle_passes_on_every_decoder_family(case, family_export):
     assert report["passed"] and report["runtime"] == "onnxruntime"
     assert report["oracle"].startswith("Transformers ") and "eager" in report["oracle"]
     numbers = checks_of(report, "numbers: decoder")
-    assert len(numbers) == (6 if full else 6) and all("against Transformers" in c["tolerance"] for c in numbers)
+    assert len(numbers) == 6 and all("against Transformers" in c["tolerance"] for c in numbers)
     for c in numbers:
         per_output = c["measured"]["outputs"]
         assert "logits" in per_output and "present.0.key" in per_output
