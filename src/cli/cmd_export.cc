@@ -113,11 +113,14 @@ void note_options_that_do_not_apply(const State& s, const CLI::App& cmd, const s
     const char* format;
   };
   for (const auto& [flag, format] : {FormatOption{"--stateless", "openvino"}, FormatOption{"--onnx-profile", "onnx"},
-                                     FormatOption{"--onnx-opset", "onnx"}, FormatOption{"--verify-runtime", "onnx"}})
+                                     FormatOption{"--onnx-opset", "onnx"}, FormatOption{"--verify-runtime", "onnx"},
+                                     FormatOption{"--verify-oracle", "onnx"}})
     if (cmd.count(flag) && !writes(format))
       fmt::print(stderr, "hfx: note: {} only applies to --format {}; ignored\n", flag, format);
   if (cmd.count("--verify-runtime") && !s.opt.verify)
     fmt::print(stderr, "hfx: note: --verify-runtime chooses the built-in check's runtime, which --no-verify skips; ignored\n");
+  if (cmd.count("--verify-oracle") && !s.opt.verify)
+    fmt::print(stderr, "hfx: note: --verify-oracle chooses the built-in check's oracle, which --no-verify skips; ignored\n");
 }
 
 }  // namespace
@@ -180,6 +183,12 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_option("--verify-runtime", s->opt.verify_runtime,
                   "Runtimes of the built-in check: onnxruntime (also ONNX Runtime; the default whenever $HFX_PYTHON, else "
                   "python3, imports onnxruntime) or reference (hfx's reference executor only)");
+  cmd->add_option("--verify-oracle", s->opt.verify_oracle,
+                  "What the built-in check compares the files with: reference (hfx's reference executor on hfx's own "
+                  "definition) | transformers (also Transformers eager on the checkpoint; an error when $HFX_PYTHON, "
+                  "else python3, lacks torch or transformers) | auto (transformers when it runs, else a note)")
+      ->check(CLI::IsMember({"reference", "transformers", "auto"}))
+      ->capture_default_str();
   add_export_habits(*cmd, s->habits);
   cmd->footer(
       "Output layout:\n"
@@ -213,8 +222,14 @@ void register_export(CLI::App& app, Action& action) {
         const auto j = nlohmann::json::parse(text, nullptr, false);
         if (j.is_discarded()) bad_input("{}: not valid JSON", s->recipe.string());
         o.recipe = pipeline::Recipe::from_json(j, s->recipe.string());
-        if (!model_given && j.contains("source") && j["source"].contains("folder") && j["source"]["folder"].is_string())
-          o.model_dir = j["source"]["folder"].get<std::string>();
+        // An export's source: source.path, relative to the folder of its hfx.json; an older one's source.folder.
+        if (!model_given && j.contains("source") && j["source"].is_object()) {
+          const auto& src = j["source"];
+          if (src.contains("path") && src["path"].is_string() && !fs::path(src["path"].get<std::string>()).is_absolute())
+            o.model_dir = fs::absolute(s->recipe).parent_path() / src["path"].get<std::string>();
+          else if (src.contains("folder") && src["folder"].is_string())
+            o.model_dir = src["folder"].get<std::string>();
+        }
       } else {
         o.recipe = recipe_from_flags(*s, *cmd);
         note_options_that_do_not_apply(*s, *cmd, o.recipe.formats);
@@ -226,7 +241,7 @@ void register_export(CLI::App& app, Action& action) {
       }
       if (o.model_dir.empty() && s->recipe.empty()) usage_error("--model is required (or a --recipe taken from an export's hfx.json)");
       if (o.model_dir.empty())
-        bad_input("--model is required: {} has no source folder (a string at source.folder) to export", s->recipe.string());
+        bad_input("--model is required: {} has no source folder (a relative path at source.path, or source.folder) to export", s->recipe.string());
       o.model_dir = fs::absolute(o.model_dir).lexically_normal();
       o.out_dir = normalize_output_path(o.out_dir);  // D14: `newout/` is `newout`, never a folder inside it
       if (o.hub && !s->quiet)

@@ -68,7 +68,19 @@ void register_verify(CLI::App& app, Action& action) {
                   "auto (hold while that fits in half of the available memory)")
       ->check(CLI::IsMember({"auto", "hold", "stream"}))
       ->capture_default_str();
-  cmd->add_option("--python", opt->python, "Python with onnxruntime for --runtime onnxruntime (default: $HFX_PYTHON)");
+  cmd->add_option("--python", opt->python,
+                  "Python with onnxruntime for --runtime onnxruntime, and with torch and transformers for --oracle "
+                  "transformers (default: $HFX_PYTHON)");
+  cmd->add_option("--oracle", opt->oracle,
+                  "What the artifact is compared with: reference (hfx's reference executor on hfx's own definition of "
+                  "the checkpoint) | transformers (Transformers eager on the checkpoint, safetensors only, no remote "
+                  "code; an error when the Python lacks torch or transformers) | auto (transformers when it runs, else "
+                  "reference with a note)")
+      ->check(CLI::IsMember({"reference", "transformers", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--model", opt->model_dir,
+                  "The source checkpoint folder, when not where hfx.json says (moved, or on another machine); its "
+                  "files must still hash as at export");
   cmd->add_option("--report", *report_dir,
                   "Write the reports under DIR (created if needed) instead of OUT/verify, e.g. for a read-only export");
   cmd->footer("Writes report.json, report.md and report.html to OUT/verify/RUNTIME (or --report DIR/RUNTIME), never "
@@ -85,6 +97,8 @@ void register_verify(CLI::App& app, Action& action) {
       }
       if (opt->tokens < 1) usage_error("--tokens {}: expected at least 1 (the greedy tokens compared)", opt->tokens);
       if (!fs::is_directory(*dir)) bad_input("{}: no such export folder", dir->string());
+      if (!opt->model_dir.empty() && !fs::is_directory(opt->model_dir))
+        bad_input("--model {}: no such checkpoint folder", opt->model_dir.string());
       opt->reexport = !*no_reexport;
       // F#8: an OpenVINO-only or pt2-only export is verified on its own runtime without being told.
       std::vector<std::string> runtimes = {runtime->empty() ? pipeline::default_runtime(*dir) : *runtime};

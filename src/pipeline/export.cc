@@ -160,6 +160,7 @@ ExportResult run_export(const ExportOptions& opt) {
   result.source_weight_bytes = m.checkpoint->total_weight_bytes();
 
   ManifestBuilder manifest(*m.checkpoint, m, recipe);
+  manifest.set_source_path(staged.final_path());
   if (opt.hub) manifest.set_hub_source(*opt.hub);
   ir::WrittenWeights written;
   ExportJob job{m, recipe, staged.path(), manifest, result, written};

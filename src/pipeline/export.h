@@ -70,6 +70,9 @@ struct ExportOptions {
   bool verify = true;  // check the staged export against the reference executor before committing it
   int64_t verify_max_bytes = int64_t(1) << 30;  // ... when its f32 weights take at most this much
   std::string verify_runtime;                   // also verify with this runtime (e.g. onnxruntime)
+  // What the built-in check compares with (VerifyOptions::oracle): reference (hfx's reference
+  // executor), transformers or auto (also against Transformers eager on the checkpoint).
+  std::string verify_oracle = "reference";
   std::optional<io::HubSnapshot> hub;           // model_dir is this snapshot of the Hugging Face cache (manifest source.hub)
 };
 

@@ -75,8 +75,10 @@ ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& 
   });
   const auto& s = loaded.summary();
   // "files" is filled in by write(), in place: the key order of the manifest does not change.
-  json_["source"] = {{"folder", ckpt.dir().string()}, {"model_type", s.model_type}, {"hf_class", s.hf_class},
-                     {"files", nlohmann::ordered_json::object()}};
+  // No absolute path of this machine (F#25, D21): the folder's name, and its path relative to the
+  // export folder (set_source_path), which still finds it when both move together.
+  json_["source"] = {{"name", ckpt.dir().filename().string()}, {"path", ckpt.dir().string()},
+                     {"model_type", s.model_type}, {"hf_class", s.hf_class}, {"files", nlohmann::ordered_json::object()}};
   json_["recipe"] = recipe.to_json();
   json_["recipe"]["task"] = loaded.task();
   const auto g = loaded.model ? loaded.model->cache() : models::CacheGeometry{};
@@ -125,7 +127,17 @@ void ManifestBuilder::add_component(const tasks::Component& c, const std::string
   }
 }
 
+void ManifestBuilder::set_source_path(const fs::path& out_dir) {
+  // Both sides resolved through their symlinks, as the OS will resolve OUT/<path> when it is read.
+  const fs::path from = fs::weakly_canonical(fs::absolute(out_dir));
+  const fs::path to = fs::weakly_canonical(fs::absolute(json_["source"]["path"].get<std::string>()));
+  fs::path rel = to.lexically_relative(from);
+  if (rel.empty()) rel = ".";
+  json_["source"]["path"] = rel.generic_string();
+}
+
 void ManifestBuilder::set_hub_source(const io::HubSnapshot& hub) {
+  json_["source"]["name"] = hub.repo_id;
   json_["source"]["hub"] = {{"id", hub.repo_id}, {"revision", hub.revision}, {"commit", hub.commit}};
 }
 
@@ -179,6 +191,12 @@ nlohmann::json parse_manifest(const fs::path& out_dir) {
 }
 
 }  // namespace
+
+fs::path manifest_source_folder(const nlohmann::json& manifest, const fs::path& out_dir) {
+  const auto& source = manifest.at("source");
+  if (source.contains("path")) return fs::weakly_canonical(fs::absolute(out_dir) / source["path"].get<std::string>());
+  return source.at("folder").get<std::string>();
+}
 
 void check_is_hfx_export(const fs::path& out_dir) {
   const nlohmann::json j = parse_manifest(out_dir);

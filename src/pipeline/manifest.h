@@ -36,7 +36,10 @@ class ManifestBuilder {
                      const std::vector<std::string>& passes);
   // The checkpoint folder is this snapshot of the Hugging Face cache: source.hub records the Hub id,
   // the revision asked for and the commit it named, which say what was exported on any machine.
-  void set_hub_source(const io::HubSnapshot& hub);
+  void set_hub_source(const io::HubSnapshot& hub);  // also names the source by its Hub id
+  // Records source.path relative to `out_dir`, the export's final folder (until called it is the
+  // checkpoint folder as given).
+  void set_source_path(const std::filesystem::path& out_dir);
   // Records the onnx profile a component was written with, and why when it is not the requested one.
   void add_onnx_profile(const std::string& role, const std::string& profile, const std::string& note);
   // The sha256 of a file a writer hashed as it wrote it (`rel` under the root given to write(), `size`
@@ -59,6 +62,10 @@ std::vector<std::filesystem::path> list_files(const std::filesystem::path& root)
 // Reads and validates OUT/hfx.json: BadInput when missing, not JSON, of another schema version, or
 // when any member hfx reads back fails validate_manifest (pipeline/manifest_schema.h).
 nlohmann::json read_manifest(const std::filesystem::path& out_dir);
+
+// The source checkpoint folder an export names: source.path, relative to `out_dir` (the export
+// folder), when present, else an older manifest's absolute source.folder. Not checked to exist.
+std::filesystem::path manifest_source_folder(const nlohmann::json& manifest, const std::filesystem::path& out_dir);
 
 // Whether OUT is an hfx export at all, which is what `--overwrite` may replace: hfx.json parses, has
 // the schema version this hfx writes, a "files" object and a "components" list. Deliberately less

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "core/error.h"
 
 namespace hfx::pipeline {
@@ -133,7 +135,16 @@ class Schema {
 
 void validate_source(const Schema& s, const json& m) {
   const json& source = s.object(m, "", "source");
-  s.string(source, "/source", "folder", true);
+  // source.path (relative to the export folder) since hfx stopped recording absolute paths; an older
+  // manifest's source.folder is still read.
+  s.optional_string(source, "/source", "name");
+  if (source.contains("path") || !source.contains("folder")) {
+    s.string(source, "/source", "path", true);
+    if (std::filesystem::path(source["path"].get<std::string>()).is_absolute())
+      s.bad("/source/path", "expected a path relative to the export folder, found an absolute path");
+  } else {
+    s.string(source, "/source", "folder", true);
+  }
   s.optional_string(source, "/source", "model_type");
   s.optional_string(source, "/source", "hf_class");
   s.digests(source, "/source", "files");

@@ -88,10 +88,11 @@ std::optional<std::string> python_module_version(const std::string& python, cons
 
 std::optional<std::string> onnxruntime_version(const std::string& python) { return python_module_version(python, "onnxruntime"); }
 
-nlohmann::json run_ort_driver(const std::string& python, const fs::path& job, const fs::path& result) {
+nlohmann::json run_python_job(const std::string& python, const std::string& script, const fs::path& job,
+                              const fs::path& result, const std::string& failure) {
   const fs::path log = result.string() + ".stderr";
   const std::string cmd = fmt::format("{} {} {} {} 2>{}", shell_quote(python),
-                                      shell_quote(std::string(HFX_PYTHON_DIR) + "/hfx_ort_runner.py"),
+                                      shell_quote(std::string(HFX_PYTHON_DIR) + "/" + script),
                                       shell_quote(job.string()), shell_quote(result.string()), shell_quote(log.string()));
   const int status = std::system(cmd.c_str());
   std::error_code ec;
@@ -104,11 +105,16 @@ nlohmann::json run_ort_driver(const std::string& python, const fs::path& job, co
     }
   }
   if (status == 0 && out.is_object() && !out.contains("error")) return out;
-  // The runner writes the exception it caught; without a result it died earlier (no onnxruntime,
-  // no numpy): its stderr's last line says why.
+  // The driver writes the exception it caught; without a result it died earlier (a missing module):
+  // its stderr's last line says why.
   std::string why = out.is_object() && out.contains("error") ? out["error"].get<std::string>() : last_line(log);
   if (why.empty()) why = fmt::format("exit status {}", status);
-  fail(ErrorKind::Mismatch, "ONNX Runtime (run by {}) failed on the artifact: {}", python, why);
+  fail(ErrorKind::Mismatch, "{}: {}", failure, why);
+}
+
+nlohmann::json run_ort_driver(const std::string& python, const fs::path& job, const fs::path& result) {
+  return run_python_job(python, "hfx_ort_runner.py", job, result,
+                        fmt::format("ONNX Runtime (run by {}) failed on the artifact", python));
 }
 
 }  // namespace hfx::pipeline

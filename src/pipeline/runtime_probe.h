@@ -34,6 +34,12 @@ std::optional<std::string> onnxruntime_version(const std::string& python);
 nlohmann::json run_ort_driver(const std::string& python, const std::filesystem::path& job,
                               const std::filesystem::path& result);
 
+// Runs `python HFX_PYTHON_DIR/script job result` (a batch driver: one JSON job in, one JSON result
+// out) and returns the result. When the driver fails it throws ErrorKind::Mismatch, "<failure>: <the
+// Python exception's last line>" (what the driver wrote as {"error": ...}, else its stderr's last line).
+nlohmann::json run_python_job(const std::string& python, const std::string& script, const std::filesystem::path& job,
+                              const std::filesystem::path& result, const std::string& failure);
+
 // `s` as one single-quoted shell word.
 std::string shell_quote(const std::string& s);
 

@@ -21,6 +21,7 @@
 #include "pipeline/backend.h"
 #include "pipeline/export.h"
 #include "pipeline/manifest.h"
+#include "pipeline/oracle_transformers.h"
 #include "pipeline/report_verdict.h"
 #include "pipeline/runtime_probe.h"
 #include "pipeline/verify_cases.h"
@@ -181,6 +182,14 @@ std::vector<Parting> near_tie_partings(const ir::Graph& first, const runtime::Ca
 
 std::string python_interpreter(const VerifyOptions& o) { return driver_python(o.python); }
 
+// "over tolerance: logits, present.0.key" from each output's largest difference.
+std::string over_tolerance(const std::vector<OutputDiff>& outputs, double atol) {
+  std::vector<std::string> names;
+  for (const auto& o : outputs)
+    if (!(o.max_abs <= atol)) names.push_back(o.name);
+  return names.empty() ? "no output is over tolerance" : fmt::format("over tolerance: {}", fmt::join(names, ", "));
+}
+
 std::string sig_str(const std::vector<std::pair<std::string, std::string>>& sig) {
   std::string s;
   for (const auto& [n, t] : sig) s += n + ":" + t + " ";
@@ -237,6 +246,7 @@ json VerifyReport::to_json() const {
   json j;
   j["export"] = dir.string();
   j["runtime"] = runtime;
+  j["oracle"] = oracle;
   j["passed"] = passed();
   const Verdict v = verdict_of(*this);
   j["verdict"] = {{"headline", v.headline}, {"why", v.why}, {"next", v.next}};
@@ -247,8 +257,8 @@ json VerifyReport::to_json() const {
 }
 
 std::string VerifyReport::to_markdown() const {
-  std::string md = fmt::format("# hfx verify: {}\n\nRuntime: `{}`. Result: **{}** ({} of {} checks passed).\n\n", dir.string(),
-                               runtime, passed() ? "PASS" : "FAIL",
+  std::string md = fmt::format("# hfx verify: {}\n\nRuntime: `{}`. Oracle: {}. Result: **{}** ({} of {} checks passed).\n\n",
+                               dir.string(), runtime, oracle, passed() ? "PASS" : "FAIL",
                                std::count_if(checks.begin(), checks.end(), [](const auto& c) { return c.passed; }), checks.size());
   if (const Verdict v = verdict_of(*this); !v.passed) md += fmt::format("**Why:** {}\n\n**What to do:** {}\n\n", v.why, v.next);
   md += "| check | result | detail | tolerance |\n|---|---|---|---|\n";
@@ -295,6 +305,16 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   VerifyReport rep;
   rep.dir = out;
   rep.runtime = opt.runtime;
+  // The oracle is settled first: asked for and unable to run is an error before any work.
+  if (!is_oracle_name(opt.oracle)) bad_input("--oracle {}: expected reference, transformers or auto", opt.oracle);
+  const std::string oracle_python = python_interpreter(opt);
+  const std::string oracle_missing = opt.oracle == "reference" ? "" : transformers_oracle_unavailable(oracle_python);
+  if (opt.oracle == "transformers" && !oracle_missing.empty())
+    unsupported("--oracle transformers cannot run: {}", oracle_missing);
+  const bool on_transformers = opt.oracle != "reference" && oracle_missing.empty();
+  rep.oracle = on_transformers ? transformers_oracle_name(oracle_python) : "hfx's reference executor";
+  // A name for the reference side in check details: "the reference" or "Transformers".
+  const std::string oracle_word = on_transformers ? "Transformers" : "the reference";
   const auto manifest_for_tol = read_manifest(out);
   std::optional<Recipe> parsed;
   try {  // a recipe that does not parse is reported below, where it is read again
@@ -340,7 +360,13 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
          "sha256 equal", {}});
   }
   const auto manifest = read_manifest(out);
-  const fs::path source = manifest["source"]["folder"].get<std::string>();
+  const fs::path source = opt.model_dir.empty() ? manifest_source_folder(manifest, out) : opt.model_dir;
+  if (std::error_code ec; opt.model_dir.empty() && !fs::is_directory(source, ec))
+    bad_input("{}: the source checkpoint {} is not there (moved, or another machine): pass --model DIR where it is now",
+              (out / kManifestName).string(), source.string());
+  if (opt.oracle == "auto" && !on_transformers)
+    add({"oracle", true, fmt::format("Transformers not run: {}; compared with hfx's reference executor", oracle_missing),
+         "--oracle auto: Transformers where it runs", {}});
   {
     std::string problem;
     for (const auto& [name, sha] : manifest["source"]["files"].items()) {
@@ -429,7 +455,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
         r.prefix = stateful_case(rc->graph, sc, art.cache, vocab, seed++, r.inputs);
       else
         r.inputs = make_inputs(step_runtime ? rc->graph : c.graph, sc, art.cache, vocab, seed++);
-      r.expected = expected.run(r.inputs);
+      if (!on_transformers) r.expected = expected.run(r.inputs);
       runs.push_back(std::move(r));
       progress.advance(1, 0);
     }
@@ -448,6 +474,29 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   for (const auto& c : art.components) bounded.push_back(&c.graph);
   int64_t tokens = opt.tokens;
   const auto prompts = greedy_prompts(step_bounds(bounded), art.cache, vocab, causal, tokens);
+  // The oracle's side: Transformers on the same step inputs and prompts, in one driver run.
+  std::vector<std::vector<int64_t>> oracle_tokens;
+  if (on_transformers) {
+    if (art.cache.static_cache)
+      unsupported("--oracle transformers: a --static-cache export's cache inputs are not Transformers' cache layout; "
+                  "verify it against hfx's reference executor (--oracle reference)");
+    TransformersOracleJob job;
+    job.model_dir = source;
+    job.hf_class = ref.summary().hf_class;
+    job.layers = causal ? art.cache.num_layers : 0;
+    for (const auto& r : runs) job.runs.push_back(r.inputs);
+    job.generate = causal;
+    job.prompts = prompts;
+    job.max_new_tokens = tokens;
+    job.eos_token_ids = art.eos_token_ids;
+    job.pad_token_id = art.pad_token_id;
+    Progress progress = Progress::steps("verify: Transformers on the checkpoint", 1, "driver runs");
+    auto result = run_transformers_oracle(oracle_python, job, scratch);
+    progress.advance(1, 0);
+    progress.finish();
+    for (size_t i = 0; i < runs.size(); ++i) runs[i].expected = std::move(result.outputs[i]);
+    oracle_tokens = std::move(result.tokens);
+  }
   if (opt.runtime == "onnxruntime") {
     nlohmann::json job;
     job["runs"] = nlohmann::json::array();
@@ -492,6 +541,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   for (auto& r : runs) {
     Diff d;
     std::vector<OutputDiff> per_output;  // for the diagnosis of a failing case
+    json outputs = json::object();       // per output: its largest difference and elements over tolerance
     for (const auto& [name, t] : r.expected) {
       if (r.stateful && name.starts_with("present.")) continue;
       if (!r.actual.count(name)) {
@@ -503,26 +553,33 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       Diff one;
       accumulate(one, name, r.actual.at(name), t, atol_for(r.comp->role));
       per_output.push_back({name, one.max_abs});
+      outputs[name] = {{"max_abs", std::isfinite(one.max_abs) ? json(one.max_abs) : json("inf")},
+                       {"mismatched", one.mismatched}, {"elements", one.total}};
       accumulate(d, name, r.actual.at(name), t, atol_for(r.comp->role));
     }
     const std::string label = fmt::format("numbers: {} / {} (batch {}, seq {}, past {})", r.comp->role, r.sc.name, r.sc.batch,
                                           r.sc.seq, r.sc.past);
     CheckResult c{label, d.mismatched == 0, "", tol_numbers(r.comp->role), {}};
     auto number = [](double v) { return std::isfinite(v) ? json(v) : json("inf"); };
-    c.measured = {{"max_abs", number(d.max_abs)}, {"mean_abs", d.mean_abs},
-                  {"mismatched", d.mismatched}, {"elements", d.total}, {"atol", atol_for(r.comp->role)}};
+    if (on_transformers) c.tolerance = "against Transformers eager on the checkpoint: " + c.tolerance;
+    c.measured = {{"max_abs", number(d.max_abs)}, {"mean_abs", d.mean_abs}, {"mismatched", d.mismatched},
+                  {"elements", d.total}, {"atol", atol_for(r.comp->role)}, {"outputs", outputs}};
     c.detail = fmt::format("max abs {:.3g}, mean abs {:.3g}, {} of {} elements over tolerance", d.max_abs, d.mean_abs,
                            d.mismatched, d.total);
     if (!c.passed) {
       // Kept in the report as numbers too, for report.html's per-layer chart (pipeline/report_html.h).
-      const auto layers = step_runtime ? std::vector<LayerDiff>{}
+      // (Against Transformers there are no layer outputs to compare: hfx's own layers would say nothing.)
+      const auto layers = step_runtime || on_transformers ? std::vector<LayerDiff>{}
                                        : layer_diffs(r.refc->graph, r.comp->graph, r.inputs, art.cache.num_layers,
                                                      atol_for(r.comp->role));
       c.measured["worst_output"] = d.worst;
       c.measured["layers"] = json::array();
       for (const auto& l : layers) c.measured["layers"].push_back({{"max_abs", number(l.max_abs)}, {"mean_abs", number(l.mean_abs)}});
       c.detail += "; worst output " + d.worst + "; " +
-                  (step_runtime ? std::string("layer outputs are not exposed by the compiled model (`hfx verify --runtime "
+                  (on_transformers ? over_tolerance(per_output, atol_for(r.comp->role)) +
+                                         "; Transformers' layer outputs are not compared (where `hfx verify` against "
+                                         "hfx's reference executor passes, hfx's definition of the model is what differs)"
+                   : step_runtime ? std::string("layer outputs are not exposed by the compiled model (`hfx verify --runtime "
                                               "reference` localises the first diverging layer)")
                                 : diagnose_divergence(per_output, layers, atol_for(r.comp->role)));
     }
@@ -558,18 +615,21 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     if (next) r.second = runtime::make_executor_runner(*next, executor_options(*next, opt, sizes));
     return r;
   };
-  auto ref_runners = runners(ref.components, "the reference", {});
   const int64_t greedy_total = tokens * int64_t(prompts.size());
-  Progress ref_progress = Progress::steps("verify: greedy, checkpoint reference", greedy_total, "tokens");
-  auto expected_tokens = runtime::generate(*ref_runners.first, ref_runners.second ? *ref_runners.second : *ref_runners.first,
-                                           art.cache, prompts, so, [&](size_t, int64_t) { ref_progress.advance(1, 0); });
-  ref_progress.finish();
+  std::vector<std::vector<int64_t>> expected_tokens = oracle_tokens;
+  if (!on_transformers) {
+    auto ref_runners = runners(ref.components, "the reference", {});
+    Progress ref_progress = Progress::steps("verify: greedy, checkpoint reference", greedy_total, "tokens");
+    expected_tokens = runtime::generate(*ref_runners.first, ref_runners.second ? *ref_runners.second : *ref_runners.first,
+                                        art.cache, prompts, so, [&](size_t, int64_t) { ref_progress.advance(1, 0); });
+    ref_progress.finish();
+  }
   if (opt.runtime == "onnxruntime") {
     actual_tokens = ort_result["generate"]["tokens"].get<std::vector<std::vector<int64_t>>>();
     gen_s = ort_result["generate"]["total_s"].get<double>();
     first_step_s = ort_result["generate"]["cold_start_s"].get<double>();
   } else {
-    decltype(ref_runners) art_runners;
+    decltype(runners(art.components, "", {})) art_runners;
     if (step_runtime) {  // the runtime's own runners over the files
       const bool split = art.components.size() > 1;
       art_runners.first = backend.make_runner(art.component(split ? "prefill" : ""), opt.runtime);
@@ -595,6 +655,20 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
         same += b < actual_tokens.size() && i < actual_tokens[b].size() && actual_tokens[b][i] == expected_tokens[b][i];
     bool ok = expected_tokens == actual_tokens;
     std::string detail = ok ? "identical tokens" : fmt::format("{} of {} tokens agree", same, total);
+    // Where each row first parts (the artifact's token against the oracle's), for the report.
+    json divergence = json::array();
+    for (size_t b = 0; b < expected_tokens.size(); ++b) {
+      const auto& e = expected_tokens[b];
+      const auto a = b < actual_tokens.size() ? actual_tokens[b] : std::vector<int64_t>{};
+      size_t i = 0;
+      while (i < e.size() && i < a.size() && e[i] == a[i]) ++i;
+      if (i == e.size() && i == a.size()) continue;
+      divergence.push_back({{"row", b}, {"step", i}, {"expected", i < e.size() ? json(e[i]) : json()},
+                            {"actual", i < a.size() ? json(a[i]) : json()}});
+      if (divergence.size() == 1)
+        detail += fmt::format("; row {} first parts at token {}: {} gives {}, the artifact {}", b, i, oracle_word,
+                              i < e.size() ? std::to_string(e[i]) : "none", i < a.size() ? std::to_string(a[i]) : "none");
+    }
     std::string gate = "identical tokens";
     const tasks::Component& first_ref = ref.components.front();
     if (int8_activations(first_ref.role)) {
@@ -613,7 +687,8 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       }
     }
     CheckResult c{fmt::format("greedy generation ({} tokens, batch {})", tokens, prompts.size()), ok, detail, gate, {}};
-    c.measured = {{"expected", expected_tokens}, {"actual", actual_tokens}};
+    c.measured = {{"expected", expected_tokens}, {"actual", actual_tokens}, {"first_divergence", divergence}};
+    if (on_transformers) c.tolerance += " (Transformers' model.generate, greedy, same prompts)";
     add(std::move(c));
   }
   }
@@ -696,7 +771,12 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
         problem = rel + " differs";
         break;
       }
-    if (problem.empty() && read_text_file(again / kManifestName) != read_text_file(out / kManifestName)) problem = "hfx.json differs";
+    if (problem.empty()) {
+      // The same text but for source.path, which is relative to each export's own folder.
+      auto ours = json::parse(read_text_file(out / kManifestName)), theirs = json::parse(read_text_file(again / kManifestName));
+      if (ours["source"].contains("path")) theirs["source"]["path"] = ours["source"]["path"];
+      if (ours != theirs) problem = "hfx.json differs";
+    }
     add({"re-export reproduces bytes", problem.empty(), problem.empty() ? "every file identical" : problem, "sha256 equal", {}});
   }
   return rep;

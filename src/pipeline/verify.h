@@ -27,6 +27,13 @@ struct VerifyOptions {
   // and drops it after use (memory near the largest tensor, every weight converted every run),
   // "auto" holds while 4x the f32 weights fits in half of the machine's available memory.
   std::string reference_weights = "auto";
+  // What the artifact's numbers and greedy tokens are compared with (pipeline/oracle_transformers.h):
+  // reference (hfx's reference executor on its own definition of the checkpoint), transformers
+  // (Transformers eager on the checkpoint; an error when `python` cannot run it), auto (transformers
+  // when it can run, else reference with a note saying why).
+  std::string oracle = "reference";
+  // The source checkpoint, when not where the manifest says (the folder moved, another machine).
+  std::filesystem::path model_dir;
 };
 
 struct CheckResult {
@@ -40,6 +47,7 @@ struct CheckResult {
 struct VerifyReport {
   std::filesystem::path dir;
   std::string runtime;
+  std::string oracle;  // what the numbers were compared with, e.g. "hfx's reference executor"
   std::vector<CheckResult> checks;
   bool passed() const;
   nlohmann::ordered_json to_json() const;

@@ -86,7 +86,8 @@ def test_hub_id_is_exported_offline_from_the_cache(cache, tiny_checkpoint, tmp_p
     assert f"org/name at main (commit {COMMIT}) from the Hugging Face cache" in proc.stdout, proc.stdout
     source = manifest(out)["source"]
     assert source["hub"] == {"id": "org/name", "revision": "main", "commit": COMMIT}
-    assert source["folder"] == str(cache / "models--org--name" / "snapshots" / COMMIT)
+    assert (out / source["path"]).resolve() == (cache / "models--org--name" / "snapshots" / COMMIT).resolve()
+    assert source["name"] == "org/name"
     # the same bytes as an export of the folder itself
     run_hfx("export", "-q", "-m", tiny_checkpoint("llama"), tmp_path / "by-folder")
     assert (out / "onnx" / "model.onnx").read_bytes() == (tmp_path / "by-folder" / "onnx" / "model.onnx").read_bytes()
@@ -142,7 +143,8 @@ def test_a_local_folder_wins_over_a_hub_id(cache, tiny_checkpoint, tmp_path):
     proc = hfx_env("export", "-q", "-m", "org/name", "out", env={"HF_HUB_CACHE": str(cache)}, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     source = manifest(tmp_path / "out")["source"]
-    assert "hub" not in source and source["model_type"] == "gpt2" and source["folder"] == str(tmp_path / "org" / "name")
+    assert "hub" not in source and source["model_type"] == "gpt2"
+    assert source["path"] == "../org/name" and source["name"] == "name"
 
 
 def test_revision_with_a_local_folder_is_a_usage_error(tiny_checkpoint, tmp_path):

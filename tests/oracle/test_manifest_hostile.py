@@ -56,9 +56,14 @@ def expect_field_error(proc, *parts):
 # (label, edit of hfx.json, words of the one-line error)
 FIELD_CASES = [
     # D3: wrong types and missing members
-    ("source-folder-number", lambda m: m["source"].update(folder=5),
+    ("source-path-number", lambda m: m["source"].update(path=5),
+     ["hfx.json: /source/path: expected a string, found number 5"]),
+    ("source-path-deleted", lambda m: m["source"].pop("path"), ["/source/path: missing"]),
+    ("source-path-absolute", lambda m: m["source"].update(path="/etc"),
+     ["/source/path: expected a path relative to the export folder, found an absolute path"]),
+    # an older manifest: source.folder instead of source.path
+    ("source-folder-number", lambda m: (m["source"].pop("path"), m["source"].update(folder=5)),
      ["hfx.json: /source/folder: expected a string, found number 5"]),
-    ("source-folder-deleted", lambda m: m["source"].pop("folder"), ["/source/folder: missing"]),
     ("source-files-deleted", lambda m: m["source"].pop("files"), ["/source/files: missing"]),
     ("source-string", lambda m: m.update(source="x"), ["/source: expected an object, found string"]),
     ("source-file-number", lambda m: m["source"]["files"].update({"config.json": 5}),

@@ -148,7 +148,7 @@ def test_d6d_source_files_outside_the_model_folder(out, tmp_path):
     """(d) source.files names `../../…/secret.bin`, a file outside the model folder (with its true sha256, so the old code passed the
     check: an existence and content oracle) and `/etc/hostname`: refused by name, never opened."""
     m = load_manifest(out)
-    source = Path(m["source"]["folder"])
+    source = (Path(out) / m["source"]["path"]).resolve()
     secret = tmp_path / "secret.bin"
     secret.write_bytes(b"someone else's file\n")
     escape = os.path.relpath(secret, source)

@@ -82,7 +82,8 @@ def test_wrong_rope_base_is_caught_at_layer_0(tiny_checkpoint, tmp_path):
     run_hfx("export", "--model", wrong, "--quiet", out)
     # Point the manifest at the true checkpoint: the artifact now claims to be what it is not.
     manifest = json.loads((out / "hfx.json").read_text())
-    manifest["source"]["folder"] = str(good)
+    manifest["source"].pop("path")
+    manifest["source"]["folder"] = str(good)  # an older manifest's absolute folder, still read
     (out / "hfx.json").write_text(json.dumps(manifest, indent=2))
     failed = verify_fails(out)
     assert "source unchanged" in failed

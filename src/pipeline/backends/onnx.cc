@@ -232,9 +232,21 @@ class OnnxBackend final : public Backend {
     vo.full_shape_matrix = false;
     const CheckRuntimes plan = check_runtimes(opt);
     vo.python = plan.python;
+    vo.model_dir = job.model.checkpoint->dir();  // the staged manifest's source.path is relative to the final folder
     size_t checks = 0;
-    for (const auto& rt : plan.runtimes) {
+    // Each runtime against hfx's reference executor, then (--verify-oracle) the last runtime against
+    // Transformers: the summary names every oracle that ran.
+    struct Pass {
+      std::string runtime, oracle;
+    };
+    std::vector<Pass> passes;
+    for (const auto& rt : plan.runtimes) passes.push_back({rt, "reference"});
+    if (opt.verify_oracle != "reference") passes.push_back({plan.runtimes.back(), opt.verify_oracle});
+    std::string oracles = "hfx's reference executor";
+    for (const auto& [rt, oracle] : passes) {
       vo.runtime = rt;
+      vo.oracle = oracle;
+      if (oracle != "reference" && plan.python.empty()) vo.python = export_check_python();
       // Where the real runtime refused or differed, say how to publish without it.
       const std::string skip = rt == "reference" ? "--no-verify skips this check"
                                                  : "--verify-runtime reference checks on hfx's reference executor only, "
@@ -243,21 +255,31 @@ class OnnxBackend final : public Backend {
       try {
         report = verify_export(job.staging, vo);
       } catch (const Error& e) {
-        if (rt == "reference") throw;
+        if (rt == "reference" && oracle == "reference") throw;
+        if (oracle != "reference")
+          throw Error(e.kind(), fmt::format("{} (nothing was written; --verify-oracle reference checks against hfx's "
+                                            "reference executor only)", e.describe()));
         throw Error(e.kind(), fmt::format("{} (nothing was written; {})", e.describe(), skip));
       }
       checks += report.checks.size();
+      if (oracle != "reference") {
+        const bool ran = report.oracle != "hfx's reference executor";
+        std::string note;
+        for (const auto& c : report.checks)
+          if (c.name == "oracle") note = c.detail;
+        oracles += ran ? " and " + report.oracle : fmt::format(" ({})", note);
+      }
       for (const auto& c : report.checks)
         if (!c.passed) {
           if (!job.result.non_finite_weights.empty() && non_finite_difference(c))
             bad_input("the export cannot be verified: its outputs are not finite ({}: {}) because the checkpoint holds "
                       "non-finite weights: {} (the checkpoint's values, not the export's; --no-verify writes it anyway)",
                       c.name, c.detail, fmt::join(job.result.non_finite_weights, "; "));
-          fail(ErrorKind::Mismatch, "the export does not match its reference ({}): {}: {} (nothing was written; {})", rt,
-               c.name, c.detail, skip);
+          fail(ErrorKind::Mismatch, "the export does not match its reference ({}{}): {}: {} (nothing was written; {})", rt,
+               oracle == "reference" ? "" : ", against " + report.oracle, c.name, c.detail, skip);
         }
     }
-    return fmt::format("{}: {} checks passed", plan.summary, checks);
+    return fmt::format("{}; oracle: {}: {} checks passed", plan.summary, oracles, checks);
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {

@@ -1,0 +1,132 @@
+"""Transformers side of `hfx verify --oracle transformers`: the source checkpoint run by Transformers
+eager, in f32, on the same step inputs and greedy prompts hfx runs the artifact on. Reads a job file,
+writes a result file, both JSON; tensors go through safetensors files:
+
+  {"model": DIR, "hf_class": "LlamaForCausalLM", "layers": N,
+   "runs": [{"inputs": "in.safetensors", "outputs": "out.safetensors"}],
+   "generate": {"prompts": [[...]], "max_new_tokens": N, "eos_token_ids": [...], "pad_token_id": P} | null}
+  -> {"transformers_version": "..", "torch_version": "..", "generate": {"tokens": [[...]]}}
+
+Each run's outputs are named as hfx names them: logits, present.<layer>.key / .value (the cache after
+the step: the given past_key_values.* plus the step's own keys and values), last_hidden_state.
+
+Only safetensors are read (use_safetensors=True) and no code from the checkpoint folder runs
+(trust_remote_code=False): the class is the one hfx's definition reproduces, taken from transformers
+itself. A failure writes {"error": "<the exception's last line>"} and exits 1.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+
+def error_line(exc: BaseException) -> str:
+    import traceback
+    text = traceback.format_exception_only(type(exc), exc)[-1]
+    return " ".join(text.split())[:2000]
+
+
+def load_model(job):
+    cls = getattr(transformers, job["hf_class"], None)
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        raise ValueError(f"transformers {transformers.__version__} has no model class {job['hf_class']}")
+    model = cls.from_pretrained(job["model"], use_safetensors=True, trust_remote_code=False, dtype=torch.float32,
+                                attn_implementation="eager", local_files_only=True)
+    return model.eval()
+
+
+def cache_of(feeds, layers):
+    """The past_key_values.* inputs as a Transformers cache (None when the step has none). Every layer
+    keeps its whole past, as hfx's present.* does, sliding layers too (their window is in the mask)."""
+    if "past_key_values.0.key" not in feeds:
+        return None
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    for layer in range(layers):
+        cache.update(feeds[f"past_key_values.{layer}.key"], feeds[f"past_key_values.{layer}.value"], layer)
+    return cache
+
+
+def cache_tensors(cache, layers):
+    out = {}
+    for layer in range(layers):
+        if hasattr(cache, "layers"):
+            k, v = cache.layers[layer].keys, cache.layers[layer].values
+        else:  # older Transformers
+            k, v = cache.key_cache[layer], cache.value_cache[layer]
+        out[f"present.{layer}.key"], out[f"present.{layer}.value"] = k, v
+    return out
+
+
+def run_step(model, feeds, layers):
+    args = {"input_ids": feeds["input_ids"], "attention_mask": feeds["attention_mask"]}
+    causal = "position_ids" in feeds
+    if causal:
+        args["position_ids"] = feeds["position_ids"]
+        args["past_key_values"] = cache_of(feeds, layers)
+        args["use_cache"] = True
+        if args["past_key_values"] is None:
+            from transformers import DynamicCache
+            args["past_key_values"] = DynamicCache()
+    elif "token_type_ids" in feeds:
+        args["token_type_ids"] = feeds["token_type_ids"]
+    if not causal:
+        args["output_hidden_states"] = True
+    out = model(**args)
+    result = {}
+    if getattr(out, "logits", None) is not None:
+        result["logits"] = out.logits
+    if causal:
+        result.update(cache_tensors(out.past_key_values, layers))
+    else:
+        hidden = getattr(out, "last_hidden_state", None)
+        result["last_hidden_state"] = hidden if hidden is not None else out.hidden_states[-1]
+    return {k: v.detach().to(torch.float32).contiguous() for k, v in result.items()}
+
+
+def generate(model, g):
+    """Greedy tokens as hfx's generate returns them: new tokens only, rows left-padded, a finished row
+    padded with pad_token_id."""
+    prompts = g["prompts"]
+    length = max(len(p) for p in prompts)
+    pad = g["pad_token_id"]
+    ids = torch.full((len(prompts), length), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), length), dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, length - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[b, length - len(p):] = 1
+    # A fresh greedy config: the checkpoint's generation_config.json may ask for sampling or penalties,
+    # which hfx's greedy check does not apply either.
+    config = transformers.GenerationConfig(max_new_tokens=g["max_new_tokens"], do_sample=False, num_beams=1,
+                                           eos_token_id=g["eos_token_ids"] or None, pad_token_id=pad)
+    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    return out[:, length:].tolist()
+
+
+def run(job, result):
+    model = load_model(job)
+    layers = int(job.get("layers", 0))
+    with torch.no_grad():
+        for case in job.get("runs", []):
+            save_file(run_step(model, load_file(case["inputs"]), layers), case["outputs"])
+        if job.get("generate"):
+            result["generate"] = {"tokens": generate(model, job["generate"])}
+
+
+def main():
+    result = {"transformers_version": transformers.__version__, "torch_version": torch.__version__}
+    try:
+        run(json.loads(Path(sys.argv[1]).read_text()), result)
+    except Exception as exc:  # noqa: BLE001 - any refusal is reported, with its own text
+        Path(sys.argv[2]).write_text(json.dumps({"error": error_line(exc), **result}))
+        raise SystemExit(1) from exc
+    Path(sys.argv[2]).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
