@@ -24,8 +24,9 @@ FAMILIES = list({model_type: case for case, (model_type, _) in reversed(CASES.it
 DEBIAN_PYTHON = "/usr/bin/python3"  # Debian's interpreter: no torch, no transformers
 
 
-def report_of(out: Path) -> dict:
-    return json.loads((out / "verify" / "report.json").read_text())
+def report_of(out: Path, runtime: str = "onnxruntime") -> dict:
+    """The report of the last `hfx verify OUT --runtime RUNTIME` (each runtime has its own folder)."""
+    return json.loads((out / "verify" / runtime / "report.json").read_text())
 
 
 def checks_of(report: dict, prefix: str) -> list[dict]:
@@ -73,7 +74,7 @@ def test_oracle_passes_on_every_decoder_family(case, family_export):
     assert greedy["measured"]["expected"] == greedy["measured"]["actual"]
     assert greedy["measured"]["first_divergence"] == []
     assert len(greedy["measured"]["expected"][0]) == (64 if full else 8)
-    assert "Oracle: Transformers" in (out / "verify" / "report.md").read_text()
+    assert "Oracle: Transformers" in (out / "verify" / "onnxruntime" / "report.md").read_text()
 
 
 def test_oracle_passes_on_an_encoder(tmp_path):
@@ -163,7 +164,7 @@ def test_missing_torch_is_an_error_when_asked_and_a_note_with_auto(family_export
     # auto: compared with hfx's reference executor, and the report says why Transformers did not run
     proc = run_env(env, "verify", out, "--oracle", "auto", "--no-reexport", "--tokens", "4")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = report_of(out)
+    report = report_of(out, "reference")
     assert report["oracle"] == "hfx's reference executor"
     (note,) = checks_of(report, "oracle")
     assert note["detail"].startswith(f"Transformers not run: {DEBIAN_PYTHON} has no torch")
@@ -213,7 +214,7 @@ def test_moved_source_is_found_with_model_and_the_manifest_has_no_absolute_path(
     # --model re-points it; the re-export from the re-pointed source reproduces the same bytes
     proc = run_hfx("verify", moved_out, "--model", moved / "models" / "tiny", "--tokens", "4", check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert report_of(moved_out)["passed"]
+    assert report_of(moved_out, "reference")["passed"]
     # a missing --model folder is one line naming it
     proc = run_hfx("verify", moved_out, "--model", tmp_path / "nowhere", check=False)
     assert proc.returncode != 0 and f"--model {tmp_path / 'nowhere'}: no such checkpoint folder" in proc.stderr
