@@ -9,4 +9,6 @@ bash scripts/setup.sh
 echo "== unit tests (ctest)"
 ctest --test-dir build --output-on-failure -j2
 echo "== oracle tests (pytest)"
-.venv/bin/python -m pytest tests/oracle -q -p no:cacheprovider "$@"
+# Two workers (HFX_TEST_JOBS), a test file each at a time: module fixtures (one export per case) stay
+# shared within a file, and every fixture writes under its worker's own tmp folder.
+.venv/bin/python -m pytest tests/oracle -q -p no:cacheprovider -n "${HFX_TEST_JOBS:-2}" --dist loadfile "$@"

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "core/error.h"
 
@@ -14,15 +15,47 @@ namespace {
 // (1980-01-01, the first time a zip can hold).
 constexpr time_t kEntryTime = 315532800;
 
-// A tensor's bytes, produced when libzip reads the entry (OPEN), dropped when it is done (CLOSE).
+// A tensor's bytes, produced when libzip reads the entry (OPEN .. CLOSE): straight from the mapped
+// checkpoint when stored as is, else converted block by block of rows as libzip reads (so a cast or
+// transposed weight never needs a tensor-sized buffer), else materialized whole (other transforms).
 struct TensorSource {
   ir::WeightRef weight;
   std::function<void(int64_t)> on_written;
   std::exception_ptr* error;
   std::optional<Tensor> held;
-  std::span<const uint8_t> bytes;
-  size_t pos = 0;
+  std::span<const uint8_t> bytes;  // the current bytes: the whole tensor, or the current row block
+  size_t pos = 0;                  // read position in `bytes`
+  // Row streaming (weight.streamable()): the next row to convert and the block buffer.
+  bool by_rows = false;
+  int64_t next_row = 0;
+  std::vector<uint8_t> block;
+  bool finished = false;  // done() ran since the last OPEN
   zip_error_t zerr;
+
+  // Drops the tensor's bytes and its source pages, and reports it written (once per OPEN).
+  void done() {
+    if (finished) return;
+    finished = true;
+    held.reset();
+    std::vector<uint8_t>().swap(block);  // (assigning {} would keep the capacity)
+    bytes = {};
+    pos = 0;
+    weight.release_source_pages();
+    if (on_written) on_written(int64_t(weight.nbytes()));
+  }
+
+  // Converts the next block of rows into `block` (about kBlockBytes of whole rows).
+  void next_block() {
+    static constexpr size_t kBlockBytes = size_t(4) << 20;
+    const size_t row = weight.row_bytes();
+    const int64_t rows = std::max<int64_t>(1, int64_t(kBlockBytes / row));
+    const int64_t r1 = std::min(weight.rows(), next_row + rows);
+    block.resize(size_t(r1 - next_row) * row);
+    weight.write_rows(next_row, r1, block.data(), row);
+    next_row = r1;
+    bytes = block;
+    pos = 0;
+  }
 };
 
 zip_int64_t tensor_source(void* user, void* data, zip_uint64_t len, zip_source_cmd_t cmd) {
@@ -30,27 +63,36 @@ zip_int64_t tensor_source(void* user, void* data, zip_uint64_t len, zip_source_c
   try {
     switch (cmd) {
       case ZIP_SOURCE_OPEN:
+        s->pos = 0;
+        s->by_rows = false;
+        s->finished = false;
         if (auto raw = s->weight.raw_bytes()) {
           s->bytes = *raw;
+        } else if (s->weight.streamable() && s->weight.row_bytes() > 0 &&
+                   size_t(s->weight.rows()) * s->weight.row_bytes() == s->weight.nbytes()) {
+          s->by_rows = true;
+          s->next_row = 0;
+          s->bytes = {};
+          return 0;
         } else {
           s->held = s->weight.materialize();
           s->bytes = {s->held->data(), s->held->nbytes()};
         }
         if (s->bytes.size() != s->weight.nbytes())
           fail(ErrorKind::Internal, "tensor {}: {} bytes for {} expected", s->weight.describe(), s->bytes.size(), s->weight.nbytes());
-        s->pos = 0;
         return 0;
       case ZIP_SOURCE_READ: {
+        if (s->by_rows && s->pos == s->bytes.size() && s->next_row < s->weight.rows()) s->next_block();
         const size_t n = std::min<size_t>(len, s->bytes.size() - s->pos);
         std::memcpy(data, s->bytes.data() + s->pos, n);
         s->pos += n;
+        // Once the last byte is out, what the tensor holds goes: libzip reads exactly the STAT size and
+        // closes its sources only when the whole archive is written, so CLOSE is too late.
+        if (s->pos == s->bytes.size() && (!s->by_rows || s->next_row == s->weight.rows())) s->done();
         return zip_int64_t(n);
       }
       case ZIP_SOURCE_CLOSE:
-        s->held.reset();
-        s->bytes = {};
-        s->weight.release_source_pages();
-        if (s->on_written) s->on_written(int64_t(s->weight.nbytes()));
+        s->done();
         return 0;
       case ZIP_SOURCE_STAT: {
         auto* st = static_cast<zip_stat_t*>(data);
@@ -122,7 +164,7 @@ void Pt2Archive::add_text(const std::string& name, std::string text) {
 }
 
 void Pt2Archive::add_tensor(const std::string& name, const ir::WeightRef& weight, std::function<void(int64_t)> on_written) {
-  auto* s = new TensorSource{weight, std::move(on_written), &source_error_, std::nullopt, {}, 0, {}};
+  auto* s = new TensorSource{weight, std::move(on_written), &source_error_, std::nullopt, {}, 0, false, 0, {}, false, {}};
   zip_error_init(&s->zerr);
   zip_source_t* src = zip_source_function(zip_, tensor_source, s);
   if (!src) {

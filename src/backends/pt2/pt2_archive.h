@@ -1,7 +1,8 @@
 // A torch `.pt2` archive as PyTorchStreamReader reads it: a zip whose entries all sit under one root
 // folder, stored (not compressed), zip64 when large, written by libzip. Tensors are added as sources
-// that produce their bytes when the archive is written, one tensor at a time, so peak memory is the
-// largest tensor (a stored checkpoint tensor is copied straight from its mapping).
+// that produce their bytes when the archive is written, one tensor at a time: a stored checkpoint
+// tensor is copied straight from its mapping, a cast or transposed one converted a few MiB of rows at a
+// time as libzip reads it, and only other transforms hold a whole tensor.
 #pragma once
 
 #include <zip.h>
