@@ -110,8 +110,8 @@ struct ProfileChoice {
 ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
   if (requested != "ort") return {requested, ""};
   if (!m.model)
-    return {"portable", fmt::format("onnx profile ort: {} is an encoder; written with the portable profile (the fused "
-                                    "lowering covers decoders)", m.summary().model_type)};
+    return {"portable", fmt::format("onnx profile ort: {} is an encoder, written with the portable profile (the fused "
+                                    "lowering is for causal attention)", m.summary().model_type)};
   const auto blockers = passes::ort_profile_blockers(c.graph);
   if (blockers.empty()) return {"ort", ""};
   return {"portable", fmt::format("onnx profile ort: {} {} falls back to the portable profile: {}", m.summary().model_type,
