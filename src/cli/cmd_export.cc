@@ -154,7 +154,8 @@ void register_export(CLI::App& app, Action& action) {
                 "kept in --dtype)");
   cmd->add_option("--onnx-profile", s->onnx_profile,
                   "onnx: `ort` (default: ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, packed "
-                  "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache) or "
+                  "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache; its "
+                  "com.microsoft ops fail onnx.checker's full check) or "
                   "`portable` (standard ops only, for other ONNX runtimes; the default with --onnx-opset 23)");
   cmd->add_option("--onnx-opset", s->onnx_opset,
                   "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are exact; "

@@ -198,6 +198,7 @@ def test_encoder_output_is_worded_for_an_encoder(tmp_path):
     (["--prompt-ids", "600"], "token 600 \u2265 vocab 128"),
     (["--prompt", ""], "--prompt is empty"),
     ([a for i in range(5) for a in ("--prompt-ids", f"{i + 1},2")], "5 prompts, the export takes at most 4"),
+    (["--prompt-ids", "1", "-n", "4", "--runtime", "onnxruntime"], "`python python/hfx_ort.py OUT --prompt TEXT` generates with"),
 ])
 def test_generate_refuses_up_front(default_export, args, text):
     out, _ = default_export

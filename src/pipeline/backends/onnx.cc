@@ -314,7 +314,9 @@ class OnnxBackend final : public Backend {
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
     if (rt == "reference") return runtime::make_executor_runner(c.graph);
-    unsupported("onnx: the {} runtime runs through `hfx verify --runtime {}` (python driver), not as a step runner here", rt, rt);
+    unsupported("onnx: the {0} runtime runs through `hfx verify --runtime {0}` (python driver), not as a step runner "
+                "here; `python python/hfx_ort.py OUT --prompt TEXT` generates with ONNX Runtime",
+                rt);
   }
 
   Signature signature(const ArtifactComponent& c) const override {
