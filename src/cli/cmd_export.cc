@@ -284,11 +284,16 @@ void register_inspect(CLI::App& app, Action& action) {
   cmd->add_option("--onnx-profile", s->options.onnx_profile, "onnx: the profile whose contract is shown (ort, the default, or portable)");
   cmd->add_option("--onnx-opset", s->options.onnx_opset, "onnx: 21 (default) or 23 (portable by default)")->capture_default_str();
   cmd->add_flag("--stateless", s->stateless, "openvino: explicit past_key_values.*/present.* I/O instead of the stateful cache");
-  cmd->callback([s, &action] {
-    action = [s] {
+  cmd->callback([s, cmd, &action] {
+    action = [s, cmd] {
       const auto formats = split_commas(s->format);
       if (formats.size() != 1) usage_error("--format {}: inspect shows the contract of one format at a time", s->format);
       s->options.format = lowercase(formats[0]);
+      // F#13's habit: an option of another format changes nothing here either.
+      for (const auto& [flag, format] : {std::pair<const char*, const char*>{"--onnx-profile", "onnx"}, {"--onnx-opset", "onnx"},
+                                         {"--stateless", "openvino"}})
+        if (cmd->count(flag) && s->options.format != format)
+          fmt::print(stderr, "hfx: note: {} only applies to --format {}; ignored\n", flag, format);
       s->options.openvino_stateful = !s->stateless;
       std::cout << pipeline::inspect_report(s->dir, s->json, s->options);
       return 0;

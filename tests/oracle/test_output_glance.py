@@ -91,6 +91,8 @@ def test_inspect_follows_the_profile_and_format_options(llama, tmp_path):
         ov = run_hfx("inspect", llama, "-f", "openvino").stdout
         assert inspect_inputs(ov) == ["input_ids", "attention_mask", "position_ids", "beam_idx"], ov
         assert "stateful KV cache" in ov
+        noted = run_hfx("inspect", llama, "-f", "openvino", "--onnx-profile", "portable")
+        assert "hfx: note: --onnx-profile only applies to --format onnx; ignored" in noted.stderr, noted.stderr
     proc = run_hfx("inspect", llama, "--onnx-profile", "fused", check=False)
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
