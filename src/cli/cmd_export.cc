@@ -290,8 +290,9 @@ void register_inspect(CLI::App& app, Action& action) {
       if (formats.size() != 1) usage_error("--format {}: inspect shows the contract of one format at a time", s->format);
       s->options.format = lowercase(formats[0]);
       // F#13's habit: an option of another format changes nothing here either.
-      for (const auto& [flag, format] : {std::pair<const char*, const char*>{"--onnx-profile", "onnx"}, {"--onnx-opset", "onnx"},
-                                         {"--stateless", "openvino"}})
+      using FlagFormat = std::pair<const char*, const char*>;
+      for (const auto& [flag, format] :
+           std::initializer_list<FlagFormat>{{"--onnx-profile", "onnx"}, {"--onnx-opset", "onnx"}, {"--stateless", "openvino"}})
         if (cmd->count(flag) && s->options.format != format)
           fmt::print(stderr, "hfx: note: {} only applies to --format {}; ignored\n", flag, format);
       s->options.openvino_stateful = !s->stateless;
