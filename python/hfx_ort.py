@@ -9,7 +9,7 @@ growing cache (present.* fed back as past_key_values.*) or a static cache whose 
 with IO binding to the same OrtValue as input and output, so steps update them in place.
 Greedy decoding; left padding and positions as Transformers' generate() computes them.
 
-Command line:  python python/hfx_ort.py OUT --prompt-ids 1,2,3 [--prompt-ids ...] [-n 64]
+Command line:  python python/hfx_ort.py OUT (--prompt TEXT | --prompt-ids 1,2,3 [--prompt-ids ...]) [-n 64]
 """
 from __future__ import annotations
 

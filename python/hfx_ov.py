@@ -10,7 +10,7 @@ beam_idx -> logits) and `--stateless` (past_key_values.* fed back from present.*
 Greedy decoding; left padding and positions as Transformers' generate() computes them. Compiled on
 CPU with INFERENCE_PRECISION_HINT=f32 (the CPU plugin would otherwise run bf16 where it can).
 
-Command line:  python python/hfx_ov.py OUT --prompt-ids 1,2,3 [--prompt-ids ...] [-n 64]
+Command line:  python python/hfx_ov.py OUT (--prompt TEXT | --prompt-ids 1,2,3 [--prompt-ids ...]) [-n 64]
 """
 from __future__ import annotations
 
@@ -39,7 +39,11 @@ class OvGenerator:
         self.manifest = self.facts.manifest
         comps = {c["role"]: c for c in self.manifest["components"] if c["format"] == "openvino"}
         if "decoder" not in comps:
-            raise ValueError(f"{self.dir}: no openvino decoder component (export with --format openvino)")
+            # F#16: a --split-prefill export has openvino components, just not one decoder graph.
+            found = ", ".join(sorted(comps)) or "none"
+            hint = ("this loop runs one decoder graph; `hfx generate --runtime openvino` runs prefill + decode"
+                    if comps else "export with --format openvino")
+            raise ValueError(f"{self.dir}: no openvino decoder component (openvino components: {found}); {hint}")
         self.component = comps["decoder"]
         self.compiled = compile_model(self.dir / self.component["file"], device)
         inputs = {n for i in self.compiled.inputs for n in i.get_names()}

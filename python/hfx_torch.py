@@ -16,7 +16,7 @@ hfx never pickles: an archive whose data/sample_inputs/*.pt entry is not empty (
 pickles example inputs there) or whose weights say use_pickle is not hfx's, and is refused before
 torch reads it.
 
-Command line:  python python/hfx_torch.py OUT --prompt-ids 1,2,3 [--prompt-ids ...] [-n 64]
+Command line:  python python/hfx_torch.py OUT (--prompt TEXT | --prompt-ids 1,2,3 [--prompt-ids ...]) [-n 64]
 """
 from __future__ import annotations
 

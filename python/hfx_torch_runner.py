@@ -82,7 +82,7 @@ class StepServer:
 
 def main() -> None:
     proto = protocol_stream()
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     ap.add_argument("--serve", required=True, metavar="FILE.pt2")
     ap.add_argument("--input", action="append", default=[], metavar="NAME", help="a user input, in order; repeat")
     ap.add_argument("--shared", action="append", nargs=2, default=[], metavar=("IN", "OUT"),

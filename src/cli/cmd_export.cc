@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <iostream>
 #include <map>
 
@@ -52,7 +53,7 @@ struct State {
   std::string formats = "onnx";
   std::vector<std::string> dims;
   fs::path recipe;
-  bool quiet = false;
+  bool quiet = false, verbose = false;
   bool split = false, static_cache = false, dynamic = false, stateless = false;
   int64_t max_cache_len = 0;
   std::string dtype = "f32", quantize;
@@ -156,7 +157,8 @@ void register_export(CLI::App& app, Action& action) {
                 "kept in --dtype)");
   cmd->add_option("--onnx-profile", s->onnx_profile,
                   "onnx: `ort` (default: ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, packed "
-                  "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache) or "
+                  "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache; its "
+                  "com.microsoft ops fail onnx.checker's full check) or "
                   "`portable` (standard ops only, for other ONNX runtimes; the default with --onnx-opset 23)");
   cmd->add_option("--onnx-opset", s->onnx_opset,
                   "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are exact; "
@@ -180,6 +182,7 @@ void register_export(CLI::App& app, Action& action) {
                 "Skip the built-in check before the export is published (reference executor, and ONNX Runtime "
                 "when found)");
   cmd->add_flag("--quiet,-q", s->quiet, "Print nothing on success");
+  cmd->add_flag("--verbose,-v", s->verbose, "Also list the files written and the checkpoint bytes the writers read");
   cmd->add_option("--verify-runtime", s->opt.verify_runtime,
                   "Runtimes of the built-in check: onnxruntime (also ONNX Runtime; the default whenever $HFX_PYTHON, else "
                   "python3, imports onnxruntime) or reference (hfx's reference executor only)");
@@ -247,16 +250,30 @@ void register_export(CLI::App& app, Action& action) {
       if (o.hub && !s->quiet)
         fmt::print("{} at {} (commit {}) from the Hugging Face cache: {}\n", o.hub->repo_id, o.hub->revision,
                    o.hub->commit, o.model_dir.string());
+      // What will be written, and any choice made on the user's behalf, before the work (F#19).
+      o.on_plan = [&](const pipeline::ExportPlan& plan) {
+        if (!s->quiet)
+          fmt::print("exporting {} ({}) to {}: {}\n", plan.model_type, plan.task, o.out_dir.string(),
+                     fmt::join(plan.components, ", "));
+        for (const auto& note : plan.notes) fmt::print(stderr, "hfx: note: {}\n", note);
+        std::fflush(stdout);
+      };
       auto r = pipeline::run_export(o);
       for (const auto& note : r.notes) fmt::print(stderr, "hfx: note: {}\n", note);
       if (!s->quiet) {
-        fmt::print("exported {} in {:.2f} s: {} files, {} of weights\n", r.out_dir.string(), r.seconds, r.files.size(),
-                   human_bytes(r.weight_bytes_written));
-        for (const auto& f : r.files) fmt::print("  {}\n", f.string());
-        // Each checkpoint weight is read once however many formats are written (ir/written_weights.h).
-        if (r.source_weight_bytes > 0)
-          fmt::print("read {} bytes of checkpoint weights for {} bytes in the checkpoint ({:.2f}x)\n", r.source_bytes_read,
-                     r.source_weight_bytes, double(r.source_bytes_read) / double(r.source_weight_bytes));
+        // Weight bytes per format: the tensors as stored, not the files (whose 64 KiB alignment makes
+        // a tiny int4 export look as large as its f32 one, F#20).
+        std::vector<std::string> sizes;
+        for (const auto& [format, bytes] : r.weight_bytes) sizes.push_back(fmt::format("{} {}", format, human_bytes(bytes)));
+        fmt::print("exported {} in {:.2f} s: {} files{}; weights {}\n", r.out_dir.string(), r.seconds, r.files.size(),
+                   s->verbose ? "" : " (-v lists them)", fmt::join(sizes, ", "));
+        if (s->verbose) {
+          for (const auto& f : r.files) fmt::print("  {}\n", f.string());
+          // Each checkpoint weight is read once however many formats are written (ir/written_weights.h).
+          if (r.source_weight_bytes > 0)
+            fmt::print("read {} bytes of checkpoint weights for {} bytes in the checkpoint ({:.2f}x)\n", r.source_bytes_read,
+                       r.source_weight_bytes, double(r.source_bytes_read) / double(r.source_weight_bytes));
+        }
         if (!r.verify_summary.empty()) fmt::print("{}\n", r.verify_summary);
       } else if (r.verify_summary.starts_with("not verified")) {
         fmt::print(stderr, "hfx: note: {}\n", r.verify_summary);
@@ -267,14 +284,34 @@ void register_export(CLI::App& app, Action& action) {
 }
 
 void register_inspect(CLI::App& app, Action& action) {
-  auto dir = std::make_shared<fs::path>();
-  auto json = std::make_shared<bool>(false);
+  struct InspectState {
+    fs::path dir;
+    bool json = false, stateless = false;
+    std::string format = "onnx";
+    pipeline::InspectOptions options;
+  };
+  auto s = std::make_shared<InspectState>();
   auto* cmd = app.add_subcommand("inspect", "Describe a checkpoint and what an export of it would write.");
-  cmd->add_option("model", *dir, "Checkpoint folder")->required()->check(CLI::ExistingDirectory);
-  cmd->add_flag("--json", *json, "Machine-readable output");
-  cmd->callback([dir, json, &action] {
-    action = [dir, json] {
-      std::cout << pipeline::inspect_report(*dir, *json);
+  cmd->add_option("model", s->dir, "Checkpoint folder")->required()->check(CLI::ExistingDirectory);
+  cmd->add_flag("--json", s->json, "Machine-readable output");
+  cmd->add_option("--format,-f", s->format, "The format whose I/O contract is shown (onnx, openvino, pt2; as `hfx export`)")
+      ->capture_default_str();
+  cmd->add_option("--onnx-profile", s->options.onnx_profile, "onnx: the profile whose contract is shown (ort, the default, or portable)");
+  cmd->add_option("--onnx-opset", s->options.onnx_opset, "onnx: 21 (default) or 23 (portable by default)")->capture_default_str();
+  cmd->add_flag("--stateless", s->stateless, "openvino: explicit past_key_values.*/present.* I/O instead of the stateful cache");
+  cmd->callback([s, cmd, &action] {
+    action = [s, cmd] {
+      const auto formats = split_commas(s->format);
+      if (formats.size() != 1) usage_error("--format {}: inspect shows the contract of one format at a time", s->format);
+      s->options.format = lowercase(formats[0]);
+      // F#13's habit: an option of another format changes nothing here either.
+      using FlagFormat = std::pair<const char*, const char*>;
+      for (const auto& [flag, format] :
+           std::initializer_list<FlagFormat>{{"--onnx-profile", "onnx"}, {"--onnx-opset", "onnx"}, {"--stateless", "openvino"}})
+        if (cmd->count(flag) && s->options.format != format)
+          fmt::print(stderr, "hfx: note: {} only applies to --format {}; ignored\n", flag, format);
+      s->options.openvino_stateful = !s->stateless;
+      std::cout << pipeline::inspect_report(s->dir, s->json, s->options);
       return 0;
     };
   });

@@ -22,10 +22,18 @@ std::map<std::string, std::string> component_metadata(const LoadedModel& m, cons
   return md;
 }
 
-std::unique_ptr<Progress> weight_progress(const std::string& what, const ir::Graph& g) {
+Backend::Plan Backend::plan(const tasks::Component& c, const LoadedModel&, const Recipe&, bool) const {
+  return {"", {}, c.inputs, c.outputs};
+}
+
+int64_t graph_weight_bytes(const ir::Graph& g) {
   int64_t total = 0;
   for (auto id : g.weights()) total += int64_t(g.weight(id)->nbytes());
-  return std::make_unique<Progress>(what, int64_t(g.weights().size()), total);
+  return total;
+}
+
+std::unique_ptr<Progress> weight_progress(const std::string& what, const ir::Graph& g) {
+  return std::make_unique<Progress>(what, int64_t(g.weights().size()), graph_weight_bytes(g));
 }
 
 GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format, const std::string& runtime_name,

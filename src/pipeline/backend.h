@@ -53,6 +53,17 @@ class Backend {
   virtual BackendInfo info() const = 0;
   // The passes (names from passes::all_passes()) run on each component before precision and writing.
   virtual std::vector<std::string> passes() const = 0;
+  // What this format makes of component `c` under `recipe`, without writing anything: the profile or
+  // layout it picks (e.g. "profile ort"), a note for each choice it makes on its own (a fallback, a
+  // file it will not write), and, with `contract`, the I/O contract it will write (running the
+  // passes that change the I/O). `hfx export` prints the notes before the work; `hfx inspect` shows
+  // the contract. The default: the task's contract, no notes.
+  struct Plan {
+    std::string layout;
+    std::vector<std::string> notes;
+    std::vector<tasks::IoSpec> inputs, outputs;
+  };
+  virtual Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const;
   // Writes one component into job.staging/<name>/ and records it in the manifest.
   virtual void write_component(const tasks::Component& c, ExportJob& job) const = 0;
   // The quick check of the staged files against the reference executor before the export is

@@ -91,6 +91,12 @@ void fit_bounds_to_context(LoadedModel& m, tasks::CausalLmOptions& task) {
 
 }  // namespace
 
+void ExportResult::add_weight_bytes(const std::string& format, int64_t bytes) {
+  auto it = std::find_if(weight_bytes.begin(), weight_bytes.end(), [&](const auto& e) { return e.first == format; });
+  if (it == weight_bytes.end()) weight_bytes.emplace_back(format, bytes);
+  else it->second += bytes;
+}
+
 void check_replaceable_export(const fs::path& out) {
   const std::string keep = "--overwrite only replaces a previous hfx export; remove it yourself or choose another folder";
   std::error_code ec;
@@ -153,6 +159,16 @@ ExportResult run_export(const ExportOptions& opt) {
     std::vector<std::string> roles;
     for (const auto& c : m.components) roles.push_back(c.role);
     recipe.check_component_roles(roles, "export");
+  }
+  if (opt.on_plan) {
+    ExportPlan plan{m.summary().model_type, m.task(), {}, {}};
+    for (const Backend* backend : ordered)
+      for (const auto& c : m.components) {
+        const auto p = backend->plan(c, m, recipe, false);
+        plan.components.push_back(fmt::format("{} {}{}", backend->info().name, c.role, p.layout.empty() ? "" : " (" + p.layout + ")"));
+        plan.notes.insert(plan.notes.end(), p.notes.begin(), p.notes.end());
+      }
+    opt.on_plan(plan);
   }
   StagedDirectory staged(opt.out_dir, opt.overwrite, check_replaceable_export);
   ExportResult result;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -62,6 +63,14 @@ struct Recipe {
   static Recipe from_json(const nlohmann::json& j, const std::string& where);
 };
 
+// What an export will write, known once the model is loaded and before any file is, so `hfx export`
+// says it before the work rather than after it (F#19).
+struct ExportPlan {
+  std::string model_type, task;
+  std::vector<std::string> components;  // per format and component: "onnx decoder (profile ort)"
+  std::vector<std::string> notes;       // choices made on the user's behalf (a profile fallback), one line each
+};
+
 struct ExportOptions {
   std::filesystem::path model_dir;
   std::filesystem::path out_dir;
@@ -74,19 +83,23 @@ struct ExportOptions {
   // executor), transformers or auto (also against Transformers eager on the checkpoint).
   std::string verify_oracle = "reference";
   std::optional<io::HubSnapshot> hub;           // model_dir is this snapshot of the Hugging Face cache (manifest source.hub)
+  std::function<void(const ExportPlan&)> on_plan;  // called before anything is written (may be empty)
 };
 
 struct ExportResult {
   std::filesystem::path out_dir;
   std::vector<std::filesystem::path> files;  // relative to out_dir, sorted
-  int64_t weight_bytes_written = 0;
+  // Bytes of the weights each format wrote (the tensors themselves: no alignment padding, so an int4
+  // export shows its size next to an f32 one), in the order written.
+  std::vector<std::pair<std::string, int64_t>> weight_bytes;
+  void add_weight_bytes(const std::string& format, int64_t bytes);
   // Checkpoint weight bytes the writers read (each format reuses what an earlier one wrote, so with
   // several formats this stays near source_weight_bytes), and the checkpoint's tensor bytes.
   int64_t source_bytes_read = 0;
   int64_t source_weight_bytes = 0;
   double seconds = 0;
   std::string verify_summary;  // empty when not verified
-  std::vector<std::string> notes;  // choices the export made on its own (e.g. an onnx profile fallback)
+  std::vector<std::string> notes;  // what the writers found on the way (ExportPlan::notes are said before)
   // Weights written with NaN or Inf, one line each (ir::describe_non_finite): also in `notes`, and the
   // diagnosis when the built-in verification then fails on non-finite outputs.
   std::vector<std::string> non_finite_weights;

@@ -139,7 +139,15 @@ Preflight preflight(const LoadedModel& m) {
 
 }  // namespace
 
-std::string inspect_report(const fs::path& model_dir, bool as_json) {
+std::string inspect_report(const fs::path& model_dir, bool as_json, const InspectOptions& options) {
+  const Backend& backend = find_backend(options.format);
+  Recipe recipe;
+  recipe.formats = {backend.info().name};
+  recipe.onnx_opset = options.onnx_opset;
+  recipe.onnx_profile = options.onnx_profile.empty() ? default_onnx_profile(options.onnx_opset) : options.onnx_profile;
+  recipe.openvino_stateful = options.openvino_stateful;
+  check_onnx_profile(recipe.onnx_profile, "--onnx-profile");
+  check_onnx_opset(recipe.onnx_opset, "--onnx-opset");
   LoadedModel m = load_model(model_dir);
   const auto& s = m.summary();
   int64_t params = 0;
@@ -151,8 +159,11 @@ std::string inspect_report(const fs::path& model_dir, bool as_json) {
     dtypes[std::string(dtype_name(t.dtype))] += n;
   }
   Preflight p = preflight(m);
-  const auto& inputs = m.components.at(0).inputs;
-  const auto& outputs = m.components.at(0).outputs;
+  // The contract of the component as this format writes it (the ort profile drops position_ids).
+  const Backend::Plan plan = backend.plan(m.components.at(0), m, recipe, true);
+  const auto& inputs = plan.inputs;
+  const auto& outputs = plan.outputs;
+  const std::string written_as = backend.info().name + (plan.layout.empty() ? "" : ", " + plan.layout);
 
   if (as_json) {
     nlohmann::ordered_json j;
@@ -170,6 +181,7 @@ std::string inspect_report(const fs::path& model_dir, bool as_json) {
       }
       return arr;
     };
+    j["contract_of"] = {{"format", backend.info().name}, {"layout", plan.layout}, {"notes", plan.notes}};
     j["inputs"] = io(inputs);
     j["outputs"] = io(outputs);
     j["preflight"] = {{"disk_bytes", p.disk_bytes},
@@ -189,14 +201,15 @@ std::string inspect_report(const fs::path& model_dir, bool as_json) {
   for (const auto& [k, v] : dtypes) dt.push_back(fmt::format("{} {}", k, v));
   out += fmt::format("dtypes       {}\n", fmt::join(dt, ", "));
   for (const auto& [k, v] : s.features) out += fmt::format("{:<12} {}\n", k, v);
-  out += m.model ? "\nI/O contract of an export (decoder step, symbolic query axis):\n"
-                 : "\nI/O contract of an export (encoder, feature extraction):\n";
+  out += m.model ? fmt::format("\nI/O contract of the export ({}; decoder step, symbolic query axis):\n", written_as)
+                 : fmt::format("\nI/O contract of the export ({}; encoder, feature extraction):\n", written_as);
+  for (const auto& note : plan.notes) out += fmt::format("  note: {}\n", note);
   auto line = [&](const char* dir, const tasks::IoSpec& x) {
     std::vector<std::string> dims;
     for (const auto& d : x.shape) dims.push_back(d.str());
     out += fmt::format("  {} {:<28} {:<4} [{}]\n", dir, x.name, dtype_name(x.dtype), fmt::join(dims, ", "));
   };
-  const size_t shown = 7;  // inputs: ids, mask, positions, and the first two layers' cache
+  const size_t shown = 7;  // inputs: ids, mask, positions (when read), and the first layers' cache
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i == shown && inputs.size() > shown + 1) {
       out += fmt::format("     ... {} more cache inputs\n", inputs.size() - shown - 1);

@@ -15,7 +15,16 @@ struct Preflight {
   std::string largest_tensor;
 };
 
+// The export whose I/O contract inspect shows: a format and its options, as `hfx export` takes them
+// (F#7: the contract of what will be written, e.g. the default ort profile has no position_ids).
+struct InspectOptions {
+  std::string format = "onnx";
+  std::string onnx_profile;  // empty: default_onnx_profile(onnx_opset)
+  int64_t onnx_opset = 21;
+  bool openvino_stateful = true;
+};
+
 // Human-readable report (or JSON with `as_json`) on stdout's behalf.
-std::string inspect_report(const std::filesystem::path& model_dir, bool as_json);
+std::string inspect_report(const std::filesystem::path& model_dir, bool as_json, const InspectOptions& options = {});
 
 }  // namespace hfx::pipeline

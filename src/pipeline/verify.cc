@@ -466,6 +466,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   const ScratchDirectory scratch_dir({}, "hfx-verify-");
   const fs::path& scratch = scratch_dir.path();
   nlohmann::json ort_result;
+  const auto runs_start = Clock::now();  // the artifact's shape cases: an encoder's performance figure
   // Prompts for the greedy check: batch 2 (left-padded) when the contract allows it (every causal
   // decoder serves a padded row: graphs with position_ids take the padding from it; the onnx ort
   // profile's GroupQueryAttention graphs roll padded rows themselves). Prompts and token count stay
@@ -538,6 +539,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     }
     progress.finish();
   }
+  const double runs_s = seconds_since(runs_start);
   for (auto& r : runs) {
     Diff d;
     std::vector<OutputDiff> per_output;  // for the diagnosis of a failing case
@@ -557,8 +559,9 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
                        {"mismatched", one.mismatched}, {"elements", one.total}};
       accumulate(d, name, r.actual.at(name), t, atol_for(r.comp->role));
     }
-    const std::string label = fmt::format("numbers: {} / {} (batch {}, seq {}, past {})", r.comp->role, r.sc.name, r.sc.batch,
-                                          r.sc.seq, r.sc.past);
+    const std::string label =
+        causal ? fmt::format("numbers: {} / {} (batch {}, seq {}, past {})", r.comp->role, r.sc.name, r.sc.batch, r.sc.seq, r.sc.past)
+               : fmt::format("numbers: {} / {} (batch {}, seq {})", r.comp->role, r.sc.name, r.sc.batch, r.sc.seq);
     CheckResult c{label, d.mismatched == 0, "", tol_numbers(r.comp->role), {}};
     auto number = [](double v) { return std::isfinite(v) ? json(v) : json("inf"); };
     if (on_transformers) c.tolerance = "against Transformers eager on the checkpoint: " + c.tolerance;
@@ -749,10 +752,24 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     c.measured = {{"runtime", opt.runtime}, {"load_s", opt.runtime == "onnxruntime" ? first_step_s : open_s},
                   {"generate_s", gen_s}, {"tokens_per_s", gen_s > 0 ? double(new_tokens) / gen_s : 0.0},
                   {"peak_rss_bytes", peak_rss_bytes()}, {"artifact_bytes", size}, {"reference_weights", weights}};
-    c.detail = fmt::format("load {:.3f} s, {} tokens in {:.3f} s ({:.1f} tok/s), peak RSS {} MiB (this process; reference "
-                           "weights {}), artifact {} KiB",
-                           opt.runtime == "onnxruntime" ? first_step_s : open_s, new_tokens, gen_s,
-                           gen_s > 0 ? double(new_tokens) / gen_s : 0.0, peak_rss_bytes() >> 20, weights, size >> 10);
+    const double load_s = opt.runtime == "onnxruntime" ? first_step_s : open_s;
+    if (causal) {
+      c.detail = fmt::format("load {:.3f} s, {} tokens in {:.3f} s ({:.1f} tok/s), peak RSS {} MiB (this process; reference "
+                             "weights {}), artifact {} KiB",
+                             load_s, new_tokens, gen_s, gen_s > 0 ? double(new_tokens) / gen_s : 0.0, peak_rss_bytes() >> 20,
+                             weights, size >> 10);
+    } else {
+      // An encoder generates nothing (F#17): its figure is the sequences of the shape cases it ran.
+      int64_t sequences = 0;
+      for (const auto& r : runs) sequences += r.sc.batch;
+      c.measured["sequences"] = sequences;
+      c.measured["encode_s"] = runs_s;
+      c.detail = fmt::format("{} sequences in {:.1f} ms ({} shape cases{}), peak RSS {} MiB (this process; reference "
+                             "weights {}), artifact {} KiB",
+                             sequences, runs_s * 1e3, runs.size(),
+                             opt.runtime == "onnxruntime" ? ", with the python driver's start" : "", peak_rss_bytes() >> 20,
+                             weights, size >> 10);
+    }
     add(std::move(c));
   }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <random>
 #include <set>
 
@@ -89,7 +90,13 @@ std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role,
   const int64_t p_lo = sb.past_min, p_hi = sb.past_max.value_or(kNone);
   const int64_t t_lo = cache.static_cache ? 1 : sb.total_min;
   std::vector<ShapeCase> cases;
+  // An encoder has no cache and no decode step (F#17): its cases are named by what they run.
+  const std::map<std::string, std::string> encoder_names = {
+      {"prompt, batch max", "longest, batch max"},    {"decode, cache partial", "one token, batch min"},
+      {"prompt, batch min", "longest, batch min"},    {"chunk, cache partial", "half length"},
+      {"decode, cache near full", "one token, batch max"}, {"sequence max, cache near full", "longest, batch min"}};
   auto add = [&](std::string name, int64_t b, int64_t s, int64_t p) {
+    if (role == "encoder" && encoder_names.count(name)) name = encoder_names.at(name);
     if (role == "prefill" || role == "encoder") p = 0;
     s = role == "decode" ? 1 : std::clamp(s, s_lo, std::max(s_lo, s_hi));
     // The cache length this sequence allows: past's own bounds, and past + s within total's.

@@ -139,8 +139,11 @@ def test_inspect_reports_contract_and_preflight(good):
     info = json.loads(proc.stdout)
     assert info["model_type"] == "llama"
     names = [i["name"] for i in info["inputs"]]
-    assert names[:3] == ["input_ids", "attention_mask", "position_ids"]
-    assert info["inputs"][3]["shape"] == ["batch_size", "2", "past_sequence_length", "16"]
+    # the default (ort) profile's contract: positions come from attention_mask (F#7)
+    assert names[:3] == ["input_ids", "attention_mask", "past_key_values.0.key"]
+    assert info["inputs"][2]["shape"] == ["batch_size", "2", "past_sequence_length", "16"]
+    portable = json.loads(run_hfx("inspect", "--json", "--onnx-profile", "portable", good).stdout)
+    assert [i["name"] for i in portable["inputs"]][:3] == ["input_ids", "attention_mask", "position_ids"]
     assert info["outputs"][0]["shape"] == ["batch_size", "sequence_length", "128"]
     assert info["preflight"]["disk_bytes"] > 0 and info["preflight"]["peak_memory_bytes"] > 0
 

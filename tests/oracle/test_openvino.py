@@ -175,7 +175,7 @@ def test_both_formats_from_one_load(tiny_checkpoint, tmp_path):
 
 
 def _bytes_read(stdout: str) -> tuple[int, int]:
-    """(checkpoint bytes the writers read, bytes in the checkpoint) from `hfx export`'s summary line."""
+    """(checkpoint bytes the writers read, bytes in the checkpoint) from `hfx export -v`'s summary line."""
     line = next(x for x in stdout.splitlines() if x.startswith("read ") and "bytes of checkpoint weights" in x)
     words = line.split()
     return int(words[1]), int(words[7])
@@ -188,7 +188,7 @@ def test_two_formats_read_each_weight_once(case, tiny_checkpoint, tmp_path):
     every weight they take from the checkpoint, the mapped bytes they read), printed by `hfx export`."""
     reads = {}
     for formats in ("onnx", "openvino", "onnx,openvino", "openvino,onnx"):
-        proc = run_hfx("export", "--model", tiny_checkpoint(case), "--format", formats, "--no-verify",
+        proc = run_hfx("export", "-v", "--model", tiny_checkpoint(case), "--format", formats, "--no-verify",
                        tmp_path / formats.replace(",", "-"))
         reads[formats] = _bytes_read(proc.stdout)
     size = reads["onnx"][1]
@@ -201,7 +201,7 @@ def test_two_formats_read_each_weight_once(case, tiny_checkpoint, tmp_path):
     for both in ("onnx,openvino", "openvino,onnx"):
         assert reads[both][0] == reads["onnx"][0], (both, reads)
     # Two graphs (prefill + decode) in two formats: still once (decode copies prefill's written bytes).
-    proc = run_hfx("export", "--model", tiny_checkpoint(case), "--format", "onnx,openvino", "--split-prefill",
+    proc = run_hfx("export", "-v", "--model", tiny_checkpoint(case), "--format", "onnx,openvino", "--split-prefill",
                    "--stateless", "--no-verify", tmp_path / "split")
     assert _bytes_read(proc.stdout)[0] == reads["onnx"][0]
 
@@ -222,8 +222,8 @@ def test_two_formats_read_once_in_every_precision(profile, mode_id, tiny_checkpo
     The export's built-in check runs the OpenVINO model too."""
     ckpt = tiny_checkpoint("qwen2-tied")  # biases (packed inline), a tied table
     mode = READ_ONCE_MODES[mode_id]
-    alone = run_hfx("export", "--model", ckpt, "--format", "openvino", *mode, "--no-verify", tmp_path / "ov")
-    both = run_hfx("export", "--model", ckpt, "--format", "onnx,openvino", "--onnx-profile", profile, *mode,
+    alone = run_hfx("export", "-v", "--model", ckpt, "--format", "openvino", *mode, "--no-verify", tmp_path / "ov")
+    both = run_hfx("export", "-v", "--model", ckpt, "--format", "onnx,openvino", "--onnx-profile", profile, *mode,
                    tmp_path / "both")
     (read_alone, size), read_both = _bytes_read(alone.stdout), _bytes_read(both.stdout)[0]
     print(f"{profile} {' '.join(mode) or 'f32'}: openvino alone {read_alone}, onnx+openvino {read_both} bytes read")

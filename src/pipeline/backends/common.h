@@ -17,6 +17,8 @@ namespace hfx::pipeline {
 // hfx.version, model type, task, role, each symbol's bounds and relations, shared buffers.
 std::map<std::string, std::string> component_metadata(const LoadedModel& m, const tasks::Component& c, const ir::Graph& g);
 
+// The bytes of `g`'s weights as stored (quantized ones packed; no file padding).
+int64_t graph_weight_bytes(const ir::Graph& g);
 // Progress over the weights of `g` (count and bytes), labelled `what`.
 std::unique_ptr<Progress> weight_progress(const std::string& what, const ir::Graph& g);
 

@@ -4,6 +4,7 @@
 // driver `hfx verify` uses; ONNX Runtime's wheel ships no C/C++ headers).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backends/onnx/onnx_writer.h"
@@ -79,6 +80,58 @@ bool non_finite_difference(const CheckResult& c) {
   return m.contains("mean_abs") && m["mean_abs"].is_number() && !std::isfinite(m["mean_abs"].get<double>());
 }
 
+// Reasons that share their subject are said once: "static cache (a); static cache (b)" reads
+// "static cache (a; b)" (F#19), and a reason repeated per layer appears once.
+std::string merged_reasons(const std::vector<std::string>& reasons) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_subject;  // in first-seen order
+  for (const auto& r : reasons) {
+    const auto open = r.find(" (");
+    const bool bracketed = open != std::string::npos && r.ends_with(")");
+    const std::string subject = bracketed ? r.substr(0, open) : r;
+    const std::string detail = bracketed ? r.substr(open + 2, r.size() - open - 3) : "";
+    auto it = std::find_if(by_subject.begin(), by_subject.end(), [&](const auto& e) { return e.first == subject; });
+    if (it == by_subject.end()) it = by_subject.insert(by_subject.end(), {subject, {}});
+    if (!detail.empty() && std::find(it->second.begin(), it->second.end(), detail) == it->second.end())
+      it->second.push_back(detail);
+  }
+  std::vector<std::string> out;
+  for (const auto& [subject, details] : by_subject)
+    out.push_back(details.empty() ? subject : fmt::format("{} ({})", subject, fmt::join(details, "; ")));
+  return fmt::format("{}", fmt::join(out, "; "));
+}
+
+// The lowering a component gets: the requested profile, or portable where ort cannot express the
+// model, with the note that says why.
+struct ProfileChoice {
+  std::string profile;
+  std::string fallback;  // empty when the requested profile is used
+};
+
+ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
+  if (requested != "ort") return {requested, ""};
+  if (!m.model)
+    return {"portable", fmt::format("onnx profile ort: {} is an encoder, written with the portable profile (the fused "
+                                    "lowering is for causal attention)", m.summary().model_type)};
+  const auto blockers = passes::ort_profile_blockers(c.graph);
+  if (blockers.empty()) return {"ort", ""};
+  return {"portable", fmt::format("onnx profile ort: {} {} falls back to the portable profile: {}", m.summary().model_type,
+                                  c.role, merged_reasons(blockers))};
+}
+
+// onnxruntime-genai loads the folder with either lowering (a decoder asked for with the ort profile).
+bool writes_genai_config(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
+  return requested == "ort" && c.role == "decoder" && m.model;
+}
+
+// The task's inputs that graph `g` (the component as lowered) still takes.
+std::vector<tasks::IoSpec> inputs_of(const tasks::Component& c, const ir::Graph& g) {
+  std::vector<tasks::IoSpec> kept;
+  for (const auto& in : c.inputs)
+    if (g.find(in.name) && std::find(g.inputs().begin(), g.inputs().end(), *g.find(in.name)) != g.inputs().end())
+      kept.push_back(in);
+  return kept;
+}
+
 class OnnxBackend final : public Backend {
  public:
   BackendInfo info() const override {
@@ -114,34 +167,40 @@ class OnnxBackend final : public Backend {
 
   std::vector<std::string> passes() const override { return {"decompose-composites", "fold-weight-transforms"}; }
 
+  Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
+    const std::string requested = recipe.onnx_profile_for(c.role);
+    const ProfileChoice choice = choose_profile(m, c, requested);
+    Plan p{"profile " + choice.profile, {}, c.inputs, c.outputs};
+    if (!choice.fallback.empty()) p.notes.push_back(choice.fallback);
+    if (writes_genai_config(m, c, requested) && !c.shared_buffers.empty()) p.notes.push_back(kNoGenaiForStaticCache);
+    if (contract && choice.profile == "ort") {
+      // The fused lowering derives positions in the graph: its inputs are the task's minus what it no
+      // longer reads (position_ids, except for learned position tables).
+      const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
+      const ir::Graph g = passes::ort_contrib_ops(c.graph, {rows});
+      p.inputs = inputs_of(c, g);
+    }
+    return p;
+  }
+
   void write_component(const tasks::Component& c, ExportJob& job) const override {
     const LoadedModel& m = job.model;
     std::vector<std::string> passes_run;
     // --onnx-profile ort: ONNX Runtime's fused ops first, where the model allows them.
     std::optional<ir::Graph> fused;
-    std::string profile = job.recipe.onnx_profile_for(c.role);
     // Quantized Linear layers follow the requested profile even where attention falls back: ONNX
     // Runtime runs MatMulNBits for the ort profile whatever the attention is (and `hfx verify` builds
     // its reference from the recipe's profile).
-    const std::string requested = profile;
-    std::string fallback;
-    if (profile == "ort" && !m.model) {
-      profile = "portable";
-      fallback = fmt::format("onnx profile ort: {} is an encoder; written with the portable profile (the fused lowering "
-                             "covers decoders)", m.summary().model_type);
-    } else if (profile == "ort") {
-      auto blockers = passes::ort_profile_blockers(c.graph);
-      if (blockers.empty()) {
-        const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
-        fused = with_context(c.role + ": pass ort-contrib-ops", [&] { return passes::ort_contrib_ops(c.graph, {rows}); });
-        passes_run.push_back("ort-contrib-ops");
-      } else {
-        profile = "portable";
-        fallback = fmt::format("onnx profile ort: {} {} falls back to the portable profile: {}", m.summary().model_type,
-                               c.role, fmt::join(blockers, "; "));
-      }
+    const std::string requested = job.recipe.onnx_profile_for(c.role);
+    // The fallback note was printed before the work (plan); it is recorded in the manifest below.
+    const ProfileChoice choice = choose_profile(m, c, requested);
+    const std::string& profile = choice.profile;
+    const std::string& fallback = choice.fallback;
+    if (profile == "ort") {
+      const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
+      fused = with_context(c.role + ": pass ort-contrib-ops", [&] { return passes::ort_contrib_ops(c.graph, {rows}); });
+      passes_run.push_back("ort-contrib-ops");
     }
-    if (!fallback.empty()) job.result.notes.push_back(fallback);
     // Standard fused ops: LayerNormalization and Gelu at every opset; with --onnx-opset 23 the portable
     // lowering (also where ort fell back) writes the opset-23 fused ops where they are exact. An
     // ort-fused graph stays at opset 21 (its contrib ops were measured there).
@@ -177,7 +236,7 @@ class OnnxBackend final : public Backend {
     wo.on_weight_written = [&](int64_t n, int64_t bytes) { progress->advance(n, bytes); };
     auto written = with_context("onnx " + c.role, [&] { return onnx_backend::write_onnx(g, dir, wo); });
     progress->finish();
-    job.result.weight_bytes_written += written.data_bytes;
+    job.result.add_weight_bytes("onnx", graph_weight_bytes(g));
     // Hashed as they were written: the manifest does not read them back.
     job.manifest.add_file_digest(fs::path("onnx") / wo.model_file, written.model_sha256, fs::file_size(written.model_path));
     if (!written.data_path.empty())
@@ -189,23 +248,16 @@ class OnnxBackend final : public Backend {
     }
     // The contract as written: the ort profile derives positions in the graph (no position_ids input)
     // and bounds the total length by its rotary caches' rows.
-    tasks::Component contract{c.role, c.file_stem, c.graph, {}, c.outputs, c.shared_buffers};
+    tasks::Component contract{c.role, c.file_stem, c.graph, inputs_of(c, g), c.outputs, c.shared_buffers};
     contract.graph.symbols() = g.symbols();
-    for (const auto& in : c.inputs)
-      if (g.find(in.name) && std::find(g.inputs().begin(), g.inputs().end(), *g.find(in.name)) != g.inputs().end())
-        contract.inputs.push_back(in);
     job.manifest.add_component(contract, "onnx", (fs::path("onnx") / wo.model_file).string(), passes_run);
     // onnxruntime-genai loads the folder with either lowering: a model whose attention fell back to
     // portable gets its config too, with growing (not shared) cache buffers. Not a static cache: its
     // contract (cache_position slots, a max-length mask) is one genai does not drive.
-    const bool genai = requested == "ort" && c.role == "decoder" && m.model;
-    std::string genai_note;
-    if (genai && !c.shared_buffers.empty()) {
-      genai_note = kNoGenaiForStaticCache;
-      job.result.notes.push_back(genai_note);
-    }
+    const bool genai = writes_genai_config(m, c, requested);
+    const std::string genai_note = genai && !c.shared_buffers.empty() ? std::string(kNoGenaiForStaticCache) : std::string();  // said by plan()
     std::vector<std::string> profile_notes;
-    for (const std::string* n : {&fallback, &kept_note, &genai_note})
+    for (const std::string* n : std::initializer_list<const std::string*>{&fallback, &kept_note, &genai_note})
       if (!n->empty()) profile_notes.push_back(*n);
     job.manifest.add_onnx_profile(c.role, profile, fmt::format("{}", fmt::join(profile_notes, "; ")));
     if (genai && genai_note.empty()) {
@@ -284,7 +336,9 @@ class OnnxBackend final : public Backend {
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
     if (rt == "reference") return runtime::make_executor_runner(c.graph);
-    unsupported("onnx: the {} runtime runs through `hfx verify --runtime {}` (python driver), not as a step runner here", rt, rt);
+    unsupported("onnx: the {0} runtime runs through `hfx verify --runtime {0}` (python driver), not as a step runner "
+                "here; `python python/hfx_ort.py OUT --prompt TEXT` generates with ONNX Runtime",
+                rt);
   }
 
   Signature signature(const ArtifactComponent& c) const override {

@@ -116,7 +116,7 @@ class Pt2Backend final : public Backend {
     o.on_weight_written = [&](int64_t n, int64_t bytes) { progress->advance(n, bytes); };
     auto written = with_context("pt2 " + c.role, [&] { return pt2_backend::write_pt2(g, job.staging / "pt2", o); });
     progress->finish();
-    job.result.weight_bytes_written += written.weight_bytes;
+    job.result.add_weight_bytes("pt2", written.weight_bytes);
     job.result.source_bytes_read += written.source_bytes_read;
     job.manifest.add_component(c, "pt2", (fs::path("pt2") / o.file_name).string(), passes_run);
   }
