@@ -217,16 +217,16 @@ def test_verify_localises_a_corrupted_layer(encoder_export, tmp_path):
 
     import onnx
 
-    _, good = encoder_export("bert-cls")
+    ckpt, good = encoder_export("bert-cls")
     out = tmp_path / "out"
-    shutil.copytree(good, out)
+    shutil.copytree(good, out)  # the copy's source.path (relative) no longer reaches the checkpoint: --model
     model = onnx.load(str(out / "onnx" / "model.onnx"), load_external_data=False)
     t = next(t for t in model.graph.initializer if t.name == "bert.encoder.layer.1.output.dense.weight")
     offset = int({e.key: e.value for e in t.external_data}["offset"])
     with open(out / "onnx" / "model.onnx_data", "r+b") as f:
         f.seek(offset + 64)
         f.write(b"\x00\x00\x80\x40" * 16)  # 4.0 over 16 floats
-    proc = run_hfx("verify", out, "--no-reexport", check=False)
+    proc = run_hfx("verify", out, "--model", ckpt, "--no-reexport", check=False)
     assert proc.returncode == 1, proc.stdout
     report = json.loads((out / "verify" / "reference" / "report.json").read_text())
     failed = [c for c in report["checks"] if not c["passed"] and c["name"].startswith("numbers")]
