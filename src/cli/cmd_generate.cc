@@ -13,6 +13,7 @@
 #include "pipeline/artifact.h"
 #include "pipeline/backend.h"
 #include "pipeline/verify_cases.h"
+#include "pipeline/verify_runtimes.h"
 #include "runtime/generate.h"
 
 namespace fs = std::filesystem;
@@ -65,7 +66,7 @@ void register_generate(CLI::App& app, Action& action) {
     std::vector<std::string> prompt_ids;
     runtime::SamplingOptions sampling;
     bool print_ids = false;
-    std::string runtime = "reference";
+    std::string runtime;  // empty: picked from the export's formats (pipeline/verify_runtimes.h)
   };
   auto s = std::make_shared<State>();
   auto* cmd = app.add_subcommand("generate", "Generate tokens from an export (reference executor, or --runtime openvino).");
@@ -82,8 +83,9 @@ void register_generate(CLI::App& app, Action& action) {
   cmd->add_option("--top-p", s->sampling.top_p, "Keep the smallest set with this probability mass; 1 = off");
   cmd->add_option("--seed", s->sampling.seed, "Random seed for sampling")->capture_default_str();
   cmd->add_option("--runtime", s->runtime,
-                  "reference (the onnx graphs on hfx's executor) | openvino (openvino/*.xml on OpenVINO's CPU plugin, f32)")
-      ->capture_default_str();
+                  "reference (the onnx graphs on hfx's executor) | openvino (openvino/*.xml on OpenVINO's CPU plugin, "
+                  "f32) | torch (pt2/*.pt2 through torch.export.load). Default: reference for an export with onnx "
+                  "files, else the runtime of its format (as hfx verify picks it)");
   cmd->add_flag("--print-ids", s->print_ids, "Print each row's new token ids (comma separated, one row a line)");
   cmd->callback([s, text, cmd, &action] {
     action = [s, text, cmd] {
@@ -96,6 +98,7 @@ void register_generate(CLI::App& app, Action& action) {
       std::vector<std::vector<int64_t>> prompts;
       for (const auto& p : s->prompt_ids) prompts.push_back(as_usage([&] { return parse_id_list(p, "--prompt-ids"); }));
       if (!fs::is_directory(s->dir)) bad_input("{}: no such export folder", s->dir.string());
+      if (s->runtime.empty()) s->runtime = pipeline::default_runtime(s->dir);  // F#8: an OpenVINO-only export runs on openvino
       const pipeline::Backend& backend = pipeline::backend_for_runtime(s->runtime);
       auto art = pipeline::open_artifact(s->dir, backend.info().name);
       if (art.manifest["model"].value("task", "causal-lm") != "causal-lm")

@@ -211,16 +211,25 @@ def test_runtime_all_writes_a_folder_per_runtime_and_an_index(both, failing, tmp
 
 
 @pytest.mark.parametrize("fmt, runtime", [("openvino", "openvino"), ("pt2", "torch")])
-def test_runtime_picked_from_the_formats_present(tiny_checkpoint, tmp_path, fmt, runtime):
-    """F#8: an OpenVINO-only (or pt2-only) export used to fail with "the export has no onnx component"."""
+def test_runtime_picked_from_the_formats_present(tiny_checkpoint, tmp_path, monkeypatch, fmt, runtime):
+    """F#8: an OpenVINO-only (or pt2-only) export used to fail with "the export has no onnx component",
+    in verify and in generate."""
     out = tmp_path / fmt
     run_hfx("export", "--model", tiny_checkpoint("llama"), "--format", fmt, "--quiet", "--no-verify", out)
+    run_hfx("export", "--model", tiny_checkpoint("llama"), "--quiet", "--no-verify", tmp_path / f"{fmt}-onnx")
     proc = run_hfx("verify", out, "--no-reexport", "--tokens", "4", check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no onnx component" not in proc.stderr
     report = json.loads((out / "verify" / runtime / "report.json").read_text())
     assert report["runtime"] == runtime and report["passed"]
     assert sorted(p.name for p in (out / "verify").iterdir()) == [runtime]
+    # hfx generate picks the same runtime, and its greedy tokens are the ones verify compared
+    if runtime == "torch":
+        monkeypatch.setenv("HFX_PYTHON", sys.executable)  # the torch driver runs under the venv's Python
+    gen = run_hfx("generate", out, "--prompt-ids", "1,2,3", "-n", "4", "--print-ids", check=False)
+    assert gen.returncode == 0 and "no onnx component" not in gen.stderr, gen.stderr
+    ref = run_hfx("generate", out.parent / f"{fmt}-onnx", "--prompt-ids", "1,2,3", "-n", "4", "--print-ids")
+    assert gen.stdout == ref.stdout
 
 
 def test_check_lists_every_problem_then_fails(both, tmp_path):
