@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "io/json_fields.h"
 #include "pipeline/artifact.h"
+#include "pipeline/report_files.h"
 #include "pipeline/verify.h"
 #include "runtime/generate.h"
 
