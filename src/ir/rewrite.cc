@@ -4,12 +4,15 @@
 
 namespace hfx::ir {
 
-Rewriter::Rewriter(const Graph& src) : src_(src), dst_(src.name()), builder_(dst_), map_(src.num_values(), kNone) {
+Rewriter::Rewriter(const Graph& src) : Rewriter(src, {}) {}
+
+Rewriter::Rewriter(const Graph& src, const std::set<std::string>& computed)
+    : src_(src), dst_(src.name()), builder_(dst_), map_(src.num_values(), kNone) {
   dst_.symbols() = src.symbols();
   builder_.avoid_names_of(&src_);
   for (auto id : src.inputs()) {
     const Value& v = src.value(id);
-    map_[size_t(id)] = dst_.add_input(v.name, v.dtype, v.shape);
+    if (!computed.count(v.name)) map_[size_t(id)] = dst_.add_input(v.name, v.dtype, v.shape);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@ namespace hfx::ir {
 class Rewriter {
  public:
   explicit Rewriter(const Graph& src);
+  // The source's inputs named in `computed` are not inputs of the target: the caller builds each one
+  // in the target and remap()s it before copying the nodes that read it.
+  Rewriter(const Graph& src, const std::set<std::string>& computed);
   const Graph& source() const { return src_; }
   Builder& builder() { return builder_; }
   Graph& target() { return dst_; }

@@ -103,10 +103,10 @@ class MissingOpenVino final : public Backend {
 
 const std::vector<const Backend*>& all_backends() {
 #ifdef HFX_HAVE_OPENVINO
-  static const std::vector<const Backend*> backends = {&onnx_format(), &openvino_format(), &pt2_format()};
+  static const std::vector<const Backend*> backends = {&onnx_format(), &openvino_format(), &pt2_format(), &executorch_format()};
 #else
   static const MissingOpenVino missing_openvino;
-  static const std::vector<const Backend*> backends = {&onnx_format(), &missing_openvino, &pt2_format()};
+  static const std::vector<const Backend*> backends = {&onnx_format(), &missing_openvino, &pt2_format(), &executorch_format()};
 #endif
   return backends;
 }

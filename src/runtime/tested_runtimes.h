@@ -12,6 +12,7 @@ inline constexpr const char* kTestedOnnxRuntime = "1.31.1";
 inline constexpr const char* kTestedOpenVino = "2026.4.1";
 inline constexpr const char* kTestedOnnxRuntimeGenai = "0.18.0";
 inline constexpr const char* kTestedTorch = "2.13.0";
+inline constexpr const char* kTestedExecuTorch = "1.5.1";
 
 // The warning for `found` (a version string, possibly with a build suffix: "2026.4.1-22982-...") of
 // `runtime`, or nothing when it is the tested release.

@@ -98,6 +98,15 @@ class Lowerer {
   void declare_symbols();
   std::string fresh(const std::string& base);
   json tensor_meta(DType dtype, const std::vector<SymExpr>& shape) const;
+  // A tensor's TensorMeta in the JSON and its exact shape in the program's side table.
+  void declare_tensor(const std::string& name, DType dtype, const std::vector<SymExpr>& shape) {
+    tensor_values_[name] = tensor_meta(dtype, shape);
+    tensors_[name] = {dtype, shape};
+  }
+  void declare_sym_int(const std::string& name, const SymExpr& e) {
+    sym_int_values_[name] = sym_meta(e);
+    sym_ints_[name] = e;
+  }
   json sym_meta(const SymExpr& e) const;
   std::string sym_node(const SymExpr& e);
   std::string sym_binary(const std::string& op, const json& a, const json& b, const SymExpr& result);
@@ -125,6 +134,8 @@ class Lowerer {
   std::vector<std::pair<ValueId, Pt2Tensor>> params_, consts_;
   std::map<ValueId, std::string> weight_placeholders_;
   std::set<std::string> ops_;
+  std::map<std::string, Pt2TensorInfo> tensors_;
+  std::map<std::string, SymExpr> sym_ints_;
 };
 
 std::string Lowerer::fresh(const std::string& base) {
@@ -257,7 +268,7 @@ void Lowerer::add_node(const std::string& target, std::vector<Arg> args, json ou
 std::string Lowerer::sym_binary(const std::string& op, const json& a, const json& b, const SymExpr& result) {
   const std::string name = fresh("sym_" + op);
   add_node("_operator." + op, {{"a", a}, {"b", b}}, json::array({{{"as_sym_int", {{"as_name", name}}}}}), "");
-  sym_int_values_[name] = sym_meta(result);
+  declare_sym_int(name, result);
   return name;
 }
 
@@ -274,7 +285,7 @@ std::string Lowerer::sym_node(const SymExpr& e) {
     add_node("torch.ops.aten.sym_size.int",
              {{"self", tensor_arg(src->second.first)}, {"dim", int_arg(src->second.second)}},
              json::array({{{"as_sym_int", {{"as_name", name}}}}}), "");
-    sym_int_values_[name] = sym_meta(e);
+    declare_sym_int(name, e);
   } else {
     // Sum of the terms, each a product of symbols times its coefficient; the constant last.
     std::optional<std::pair<std::string, SymExpr>> acc;
@@ -357,7 +368,7 @@ std::string Lowerer::placeholder_for_weight(ValueId id) {
   const std::string ph = fresh((param ? "p_" : "c_") + fqn);
   (param ? params_ : consts_).push_back({id, Pt2Tensor{fqn, w}});
   weight_placeholders_[id] = ph;
-  tensor_values_[ph] = tensor_meta(w.dtype(), shape(id));
+  declare_tensor(ph, w.dtype(), shape(id));
   return ph;
 }
 
@@ -503,7 +514,7 @@ std::string Lowerer::emit_temp(const std::string& hfx_name, const std::string& t
                                const std::vector<SymExpr>& shape) {
   const std::string out = fresh(target.substr(target.rfind("aten.") == std::string::npos ? 0 : target.rfind("aten.") + 5));
   add_node(target, std::move(args), json::array({tensor_arg(out)}), hfx_name);
-  tensor_values_[out] = tensor_meta(dtype, shape);
+  declare_tensor(out, dtype, shape);
   return out;
 }
 
@@ -526,7 +537,7 @@ void Lowerer::emit(const ir::Node& n, const std::string& target, std::vector<Arg
   const std::string base = target.substr(target.rfind("aten.") == std::string::npos ? 0 : target.rfind("aten.") + 5);
   const std::string name = fresh(base.substr(0, base.find('.')));
   add_node(target, std::move(args), json::array({tensor_arg(name)}), n.name);
-  tensor_values_[name] = tensor_meta(v.dtype, final_shape);
+  declare_tensor(name, v.dtype, final_shape);
   names_[size_t(id)] = name;
   shapes_[size_t(id)] = final_shape;
 }
@@ -940,7 +951,7 @@ Pt2Program Lowerer::run() {
     const auto& v = g_.value(id);
     const std::string ph = fresh(v.name);
     names_[size_t(id)] = ph;
-    tensor_values_[ph] = tensor_meta(v.dtype, shape(id));
+    declare_tensor(ph, v.dtype, shape(id));
     user_inputs.push_back({{"user_input", {{"arg", tensor_arg(ph)}}}});
     arg_names.push_back(ph);
     for (size_t d = 0; d < v.shape.size(); ++d)
@@ -1034,6 +1045,9 @@ Pt2Program Lowerer::run() {
   for (auto& [id, t] : params_) p.parameters.push_back(t);
   for (auto& [id, t] : consts_) p.constants.push_back(t);
   p.ops.assign(ops_.begin(), ops_.end());
+  p.tensors = std::move(tensors_);
+  p.sym_ints = std::move(sym_ints_);
+  for (const auto& [name, b] : roots_) p.symbols.push_back({name, b});
   return p;
 }
 

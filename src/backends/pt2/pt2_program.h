@@ -15,12 +15,14 @@
 // one tensor carries the cache across steps; their present.* outputs are that mutation, not returned.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "backends/pt2/sym_expr.h"
 #include "ir/graph.h"
 
 namespace hfx::pt2_backend {
@@ -30,11 +32,22 @@ struct Pt2Tensor {
   ir::WeightRef weight;
 };
 
+// A tensor of the program as the lowering computed it: exact, where the JSON keeps sympy strings.
+struct Pt2TensorInfo {
+  DType dtype = DType::F32;
+  std::vector<SymExpr> shape;
+};
+
 struct Pt2Program {
   nlohmann::json model;                // models/model.json
   std::vector<Pt2Tensor> parameters;   // data/weights, is_param
   std::vector<Pt2Tensor> constants;    // data/constants (lifted tensor constants)
   std::vector<std::string> ops;        // the ATen targets the program calls, sorted
+  // What a program lowered further needs (the executorch backend starts from this program): every
+  // tensor's shape and every SymInt's value over torch's symbols, and symbol i's contract dim and bounds.
+  std::map<std::string, Pt2TensorInfo> tensors;
+  std::map<std::string, SymExpr> sym_ints;
+  std::vector<std::pair<std::string, SymbolBounds>> symbols;
 };
 
 struct Pt2LowerOptions {

@@ -39,6 +39,7 @@ GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format,
 // The backends this file set builds (backend.cc lists them).
 const class Backend& onnx_format();
 const class Backend& pt2_format();
+const class Backend& executorch_format();
 #ifdef HFX_HAVE_OPENVINO
 const class Backend& openvino_format();
 #endif

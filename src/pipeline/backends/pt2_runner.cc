@@ -38,7 +38,13 @@ namespace {
 // An answer longer than this is not the protocol (something else wrote to the server's stdout).
 constexpr size_t kMaxAnswerBytes = size_t(1) << 20;
 
-std::string server_script() { return std::string(HFX_PYTHON_DIR) + "/hfx_torch_runner.py"; }
+// Which Python step server: the runtime's name in messages, its script in python/, and the key of its
+// version in the server's first line.
+struct ServerKind {
+  std::string runtime, script, version_key, scratch_prefix;
+};
+const ServerKind kTorch{"torch", "hfx_torch_runner.py", "torch_version", "hfx-torch-"};
+const ServerKind kExecuTorch{"executorch", "hfx_executorch_runner.py", "executorch_version", "hfx-et-"};
 
 // The last non-empty line of a file, read from its last 64 KiB (a server's stderr may hold a long
 // history of warnings before the traceback that ended it).
@@ -62,11 +68,11 @@ std::string how_it_ended(int status) {
   return fmt::format("wait status {}", status);
 }
 
-class TorchRunner final : public runtime::StepRunner {
+class PythonStepRunner final : public runtime::StepRunner {
  public:
-  TorchRunner(fs::path pt2, std::vector<std::string> names, const std::vector<std::pair<std::string, std::string>>& shared,
-              std::string python)
-      : scratch_({}, "hfx-torch-"), pt2_(std::move(pt2)), names_(std::move(names)), python_(std::move(python)) {
+  PythonStepRunner(const ServerKind& kind, fs::path pt2, std::vector<std::string> names,
+                   const std::vector<std::pair<std::string, std::string>>& shared, std::string python)
+      : kind_(kind), scratch_({}, kind.scratch_prefix), pt2_(std::move(pt2)), names_(std::move(names)), python_(std::move(python)) {
     spawn(shared);
     try {
       wait_until_ready();
@@ -76,12 +82,12 @@ class TorchRunner final : public runtime::StepRunner {
     }
   }
 
-  ~TorchRunner() override { stop(); }
+  ~PythonStepRunner() override { stop(); }
 
   std::vector<std::string> input_names() const override { return names_; }
 
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) override {
-    if (pid_ <= 0) fail(ErrorKind::Mismatch, "torch (run by {}) on {}: the step server stopped earlier: {}", python_, pt2_.string(), ended_);
+    if (pid_ <= 0) fail(ErrorKind::Mismatch, "{} (run by {}) on {}: the step server stopped earlier: {}", kind_.runtime, python_, pt2_.string(), ended_);
     const fs::path in = scratch_.path() / "inputs.safetensors", out = scratch_.path() / "outputs.safetensors";
     std::map<std::string, Tensor> only;  // the program's inputs, when the caller gave more
     for (const auto& name : names_)
@@ -97,15 +103,16 @@ class TorchRunner final : public runtime::StepRunner {
     const nlohmann::json answer = parse(*line);
     if (answer.contains("error")) {
       const std::string why = answer["error"].is_string() ? answer["error"].get<std::string>() : answer["error"].dump();
-      fail(ErrorKind::Mismatch, "torch {} (run by {}) failed on {}: {}", version_, python_, pt2_.string(), why);
+      fail(ErrorKind::Mismatch, "{} {} (run by {}) failed on {}: {}", kind_.runtime, version_, python_, pt2_.string(), why);
     }
-    if (!answer.value("ok", false)) fail(ErrorKind::Mismatch, "{}: unexpected answer from {}: {}", pt2_.string(), server_script(), *line);
+    if (!answer.value("ok", false)) fail(ErrorKind::Mismatch, "{}: unexpected answer from {}: {}", pt2_.string(), server_script_, *line);
     return io::load_safetensors(out);
   }
 
  private:
   void spawn(const std::vector<std::pair<std::string, std::string>>& shared) {
-    std::vector<std::string> args = {python_, server_script(), "--serve", pt2_.string()};
+    server_script_ = std::string(HFX_PYTHON_DIR) + "/" + kind_.script;
+    std::vector<std::string> args = {python_, server_script_, "--serve", pt2_.string()};
     for (const auto& name : names_) args.insert(args.end(), {"--input", name});
     for (const auto& [in, out] : shared) args.insert(args.end(), {"--shared", in, out});
     std::vector<char*> argv;
@@ -114,7 +121,7 @@ class TorchRunner final : public runtime::StepRunner {
 
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-      fail(ErrorKind::Io, "cannot create a socket pair for the torch driver: {}", std::strerror(errno));
+      fail(ErrorKind::Io, "cannot create a socket pair for the {} driver: {}", kind_.runtime, std::strerror(errno));
     stderr_log_ = scratch_.path() / "stderr.log";
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
@@ -129,7 +136,7 @@ class TorchRunner final : public runtime::StepRunner {
     if (rc != 0) {
       ::close(sv[0]);
       pid_ = -1;
-      unsupported("cannot run {} for the torch driver: {}", python_, std::strerror(rc));
+      unsupported("cannot run {} for the {} driver: {}", python_, kind_.runtime, std::strerror(rc));
     }
     fd_ = sv[0];
   }
@@ -139,19 +146,19 @@ class TorchRunner final : public runtime::StepRunner {
     const auto line = read_line();
     if (!line) {
       const auto [why, ended] = reap();
-      unsupported("{} cannot run the torch driver {}: {}", python_, server_script(), why.empty() ? ended : why);
+      unsupported("{} cannot run the {} driver {}: {}", python_, kind_.runtime, server_script_, why.empty() ? ended : why);
     }
     const nlohmann::json ready = parse(*line);
     if (ready.contains("error")) {
       const std::string why = ready["error"].is_string() ? ready["error"].get<std::string>() : ready["error"].dump();
-      if (!ready.contains("torch_version")) unsupported("{} cannot import torch: {}", python_, why);
-      const auto& v = ready["torch_version"];
-      fail(ErrorKind::Mismatch, "torch {} (run by {}) refused {}: {}", v.is_string() ? v.get<std::string>() : v.dump(), python_,
+      if (!ready.contains(kind_.version_key)) unsupported("{} cannot import {}: {}", python_, kind_.runtime, why);
+      const auto& v = ready[kind_.version_key];
+      fail(ErrorKind::Mismatch, "{} {} (run by {}) refused {}: {}", kind_.runtime, v.is_string() ? v.get<std::string>() : v.dump(), python_,
            pt2_.string(), why);
     }
     if (!ready.value("ready", false))
-      fail(ErrorKind::Mismatch, "{}: unexpected first line from {}: {}", pt2_.string(), server_script(), line->substr(0, 200));
-    version_ = ready.contains("torch_version") && ready["torch_version"].is_string() ? ready["torch_version"].get<std::string>() : "?";
+      fail(ErrorKind::Mismatch, "{}: unexpected first line from {}: {}", pt2_.string(), server_script_, line->substr(0, 200));
+    version_ = ready.contains(kind_.version_key) && ready[kind_.version_key].is_string() ? ready[kind_.version_key].get<std::string>() : "?";
   }
 
   // Ends the server, whatever it is doing, and reaps it.
@@ -186,7 +193,7 @@ class TorchRunner final : public runtime::StepRunner {
         return line;
       }
       if (buffered_.size() > kMaxAnswerBytes)
-        fail(ErrorKind::Mismatch, "{}: {} wrote a line of more than {} bytes, not its protocol", pt2_.string(), server_script(),
+        fail(ErrorKind::Mismatch, "{}: {} wrote a line of more than {} bytes, not its protocol", pt2_.string(), server_script_,
              kMaxAnswerBytes);
       char buf[4096];
       const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
@@ -202,7 +209,7 @@ class TorchRunner final : public runtime::StepRunner {
       if (j.is_object()) return j;
     } catch (const nlohmann::json::exception&) {
     }
-    fail(ErrorKind::Mismatch, "{}: {} answered something that is not its protocol: {}", pt2_.string(), server_script(),
+    fail(ErrorKind::Mismatch, "{}: {} answered something that is not its protocol: {}", pt2_.string(), server_script_,
          line.substr(0, 200));
   }
 
@@ -225,11 +232,13 @@ class TorchRunner final : public runtime::StepRunner {
 
   [[noreturn]] void died() {
     const auto [why, ended] = reap();
-    fail(ErrorKind::Mismatch, "torch {} (run by {}) stopped while running {}: {}{}", version_, python_, pt2_.string(),
+    fail(ErrorKind::Mismatch, "{} {} (run by {}) stopped while running {}: {}{}", kind_.runtime, version_, python_, pt2_.string(),
          why.empty() ? "" : why + ", ", ended);
   }
 
-  ScratchDirectory scratch_;  // first: removed after the server is gone
+  const ServerKind& kind_;
+  std::string server_script_;
+  ScratchDirectory scratch_;  // removed after the server is gone
   fs::path pt2_;
   std::vector<std::string> names_;
   std::string python_;
@@ -246,8 +255,15 @@ class TorchRunner final : public runtime::StepRunner {
 std::unique_ptr<runtime::StepRunner> make_torch_runner(const fs::path& pt2, const std::vector<std::string>& input_names,
                                                        const std::vector<std::pair<std::string, std::string>>& shared_buffers,
                                                        const std::string& python) {
-  return std::make_unique<TorchRunner>(pt2, input_names, shared_buffers, python);
+  return std::make_unique<PythonStepRunner>(kTorch, pt2, input_names, shared_buffers, python);
 }
+
+std::unique_ptr<runtime::StepRunner> make_executorch_runner(const fs::path& pte, const std::vector<std::string>& input_names,
+                                                            const std::string& python) {
+  return std::make_unique<PythonStepRunner>(kExecuTorch, pte, input_names, std::vector<std::pair<std::string, std::string>>{}, python);
+}
+
+std::string executorch_version(const std::string& python) { return python_module_version(python, "executorch").value_or(""); }
 
 std::string torch_version(const std::string& python) { return python_module_version(python, "torch").value_or(""); }
 

@@ -1,0 +1,499 @@
+#include "backends/executorch/et_program.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "backends/executorch/et_ops.h"
+#include "core/error.h"
+
+namespace hfx::executorch_backend {
+
+using nlohmann::json;
+using pt2_backend::SymExpr;
+using Kind = EtValue::Kind;
+
+int et_scalar_type(DType t) {
+  switch (t) {
+    case DType::U8: return 0;
+    case DType::I8: return 1;
+    case DType::I16: return 2;
+    case DType::I32: return 3;
+    case DType::I64: return 4;
+    case DType::F16: return 5;
+    case DType::F32: return 6;
+    case DType::F64: return 7;
+    case DType::Bool: return 11;
+    case DType::BF16: return 15;
+    default: unsupported("executorch: no ExecuTorch scalar type for {}", dtype_name(t));
+  }
+}
+
+int64_t EtTensor::nbytes() const {
+  static const std::map<int, int64_t> element = {{0, 1}, {1, 1}, {2, 2}, {3, 4}, {4, 8}, {5, 2}, {6, 4}, {7, 8}, {11, 1}, {15, 2}};
+  int64_t n = element.at(scalar_type);
+  for (auto s : sizes) n *= s;
+  return n;
+}
+
+namespace {
+
+template <typename... Args>
+[[noreturn]] void internal(fmt::format_string<Args...> format, Args&&... args) {
+  fail(ErrorKind::Internal, format, std::forward<Args>(args)...);
+}
+
+// torch serde's ScalarType number (as_scalar_type) -> ExecuTorch's.
+int et_from_serde(int serde) {
+  static const std::map<int, int> m = {{1, 0}, {2, 1}, {3, 2}, {4, 3}, {5, 4}, {6, 5}, {7, 6}, {8, 7}, {12, 11}, {13, 15}};
+  auto it = m.find(serde);
+  if (it == m.end()) unsupported("executorch: torch scalar type {} has no ExecuTorch kernel type", serde);
+  return it->second;
+}
+
+constexpr int64_t kAlignment = 16;  // exir's tensor alignment in the planned arena and the constant segment
+int64_t align(int64_t v) { return (v + kAlignment - 1) / kAlignment * kAlignment; }
+
+class Converter {
+ public:
+  Converter(const pt2_backend::Pt2Program& p, const EtLowerOptions& o) : p_(p), opt_(o) { bounds(); }
+
+  EtProgram run();
+
+ private:
+  void bounds();
+  std::pair<int64_t, int64_t> range(const SymExpr& e) const;
+  int add(EtValue v);
+  int add_int(int64_t v);
+  int add_tensor(DType dtype, const std::vector<SymExpr>& shape, const std::string& what);
+  int tensor_of(const std::string& name) const;
+  int convert_arg(const json& arg, const std::string& where);
+  int op_index(const std::string& name, const std::string& overload);
+  void call(const std::string& name, const std::string& overload, std::vector<int> args);
+  void lower_node(const json& node);
+  void lower_matmul(const json& node, const std::string& where);
+  int view(int src, DType dtype, const std::vector<SymExpr>& shape, const std::string& where);
+  void plan_memory();
+
+  const pt2_backend::Pt2Program& p_;
+  const EtLowerOptions& opt_;
+  std::vector<int64_t> lo_, hi_;  // per torch symbol
+  EtMethod m_;
+  EtProgram out_;
+  std::map<std::string, int> tensors_;  // pt2 tensor name -> EValue
+  std::map<std::string, int> syms_;     // pt2 SymInt name -> Int EValue
+  std::set<int> buffers_;               // mutable buffers' EValues
+  std::set<std::string> kernels_;
+};
+
+void Converter::bounds() {
+  for (const auto& [name, b] : p_.symbols) {
+    if (!b.max)
+      unsupported("executorch: dim `{}` has no upper bound; ExecuTorch plans memory for the largest shape: give --dim {}=MIN:MAX",
+                  name, name);
+    lo_.push_back(b.min.value_or(0));
+    hi_.push_back(*b.max);
+  }
+}
+
+// The least and greatest value of `e` over the symbols' ranges: at the corners of the box, since a
+// shape polynomial is multilinear in its symbols (or of even degree with positive coefficients).
+std::pair<int64_t, int64_t> Converter::range(const SymExpr& e) const {
+  const size_t n = lo_.size();
+  int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+  for (size_t corner = 0; corner < (size_t(1) << n); ++corner) {
+    std::vector<int64_t> at(n);
+    for (size_t i = 0; i < n; ++i) at[i] = (corner >> i) & 1 ? hi_[i] : lo_[i];
+    const int64_t v = e.eval(at);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  return {lo, hi};
+}
+
+int Converter::add(EtValue v) {
+  m_.values.push_back(std::move(v));
+  return int(m_.values.size() - 1);
+}
+
+int Converter::add_int(int64_t v) {
+  EtValue e;
+  e.kind = Kind::Int;
+  e.i = v;
+  return add(std::move(e));
+}
+
+int Converter::add_tensor(DType dtype, const std::vector<SymExpr>& shape, const std::string& what) {
+  EtValue e;
+  e.kind = Kind::Tensor;
+  e.tensor.scalar_type = et_scalar_type(dtype);
+  for (const auto& d : shape) {
+    const auto [lo, hi] = range(d);
+    if (hi > std::numeric_limits<int32_t>::max()) unsupported("executorch: {}: dim {} is past ExecuTorch's int32 sizes", what, d.str());
+    e.tensor.sizes.push_back(std::max<int64_t>(hi, 0));
+    e.tensor.dynamic = e.tensor.dynamic || lo != hi;
+  }
+  return add(std::move(e));
+}
+
+int Converter::tensor_of(const std::string& name) const {
+  auto it = tensors_.find(name);
+  HFX_CHECK(it != tensors_.end(), "executorch: tensor {} used before it is computed", name);
+  return it->second;
+}
+
+int Converter::convert_arg(const json& arg, const std::string& where) {
+  EtValue v;
+  if (arg.contains("as_tensor")) return tensor_of(arg["as_tensor"]["name"].get<std::string>());
+  if (arg.contains("as_none")) return add(EtValue{});
+  if (arg.contains("as_int")) return add_int(arg["as_int"].get<int64_t>());
+  if (arg.contains("as_sym_int")) {
+    const auto& s = arg["as_sym_int"];
+    if (s.contains("as_int")) return add_int(s["as_int"].get<int64_t>());
+    auto it = syms_.find(s["as_name"].get<std::string>());
+    HFX_CHECK(it != syms_.end(), "executorch: {}: SymInt {} used before it is computed", where, s.dump());
+    return it->second;
+  }
+  if (arg.contains("as_bool")) {
+    v.kind = Kind::Bool;
+    v.b = arg["as_bool"].get<bool>();
+    return add(std::move(v));
+  }
+  if (arg.contains("as_float")) {
+    v.kind = Kind::Double;
+    v.d = arg["as_float"].get<double>();
+    return add(std::move(v));
+  }
+  if (arg.contains("as_string")) {
+    v.kind = Kind::String;
+    v.s = arg["as_string"].get<std::string>();
+    return add(std::move(v));
+  }
+  if (arg.contains("as_scalar_type")) return add_int(et_from_serde(arg["as_scalar_type"].get<int>()));
+  if (arg.contains("as_ints")) {
+    v.kind = Kind::IntList;
+    for (const auto& i : arg["as_ints"]) v.items.push_back(add_int(i.get<int64_t>()));
+    return add(std::move(v));
+  }
+  if (arg.contains("as_sym_ints")) {
+    v.kind = Kind::IntList;
+    for (const auto& i : arg["as_sym_ints"]) {
+      if (i.contains("as_int")) {
+        v.items.push_back(add_int(i["as_int"].get<int64_t>()));
+        continue;
+      }
+      auto it = syms_.find(i["as_name"].get<std::string>());
+      HFX_CHECK(it != syms_.end(), "executorch: {}: SymInt {} used before it is computed", where, i.dump());
+      v.items.push_back(it->second);
+    }
+    return add(std::move(v));
+  }
+  if (arg.contains("as_tensors")) {
+    v.kind = Kind::TensorList;
+    for (const auto& t : arg["as_tensors"]) v.items.push_back(tensor_of(t["name"].get<std::string>()));
+    return add(std::move(v));
+  }
+  if (arg.contains("as_optional_tensors")) {
+    v.kind = Kind::OptionalTensorList;
+    for (const auto& t : arg["as_optional_tensors"])
+      v.items.push_back(t.contains("as_tensor") ? tensor_of(t["as_tensor"]["name"].get<std::string>()) : -1);
+    return add(std::move(v));
+  }
+  unsupported("executorch: {}: an argument ExecuTorch has no value for: {}", where, arg.dump());
+}
+
+int Converter::op_index(const std::string& name, const std::string& overload) {
+  for (size_t i = 0; i < m_.operators.size(); ++i)
+    if (m_.operators[i].first == name && m_.operators[i].second == overload) return int(i);
+  m_.operators.emplace_back(name, overload);
+  kernels_.insert(overload.empty() ? name : name + "." + overload);
+  return int(m_.operators.size() - 1);
+}
+
+void Converter::call(const std::string& name, const std::string& overload, std::vector<int> args) {
+  m_.calls.push_back({op_index(name, overload), std::move(args)});
+}
+
+// A reshape ExecuTorch's view_copy computes at run time: fixed dims as they are, the one dim that
+// varies with the contract's symbols as -1.
+int Converter::view(int src, DType dtype, const std::vector<SymExpr>& shape, const std::string& where) {
+  EtValue sizes;
+  sizes.kind = Kind::IntList;
+  int dynamic = 0;
+  for (const auto& d : shape) {
+    const auto [lo, hi] = range(d);
+    if (lo != hi) ++dynamic;
+    sizes.items.push_back(add_int(lo == hi ? hi : -1));
+  }
+  if (dynamic > 1) unsupported("executorch: {}: a matmul whose batch flattens two symbolic dims", where);
+  const int size_list = add(std::move(sizes));
+  const int out = add_tensor(dtype, shape, where);
+  call("aten::view_copy", "out", {src, size_list, out, out});
+  return out;
+}
+
+// aten.matmul is not an ExecuTorch kernel: mm for 2-D operands, bmm over the flattened batch dims
+// otherwise (equal batch dims; a 2-D right operand flattens the left one's rows instead).
+void Converter::lower_matmul(const json& node, const std::string& where) {
+  std::string a_name, b_name;
+  for (const auto& in : node["inputs"])
+    (in["name"] == "self" ? a_name : b_name) = in["arg"]["as_tensor"]["name"].get<std::string>();
+  const std::string out_name = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
+  const auto& a = p_.tensors.at(a_name);
+  const auto& b = p_.tensors.at(b_name);
+  const auto& o = p_.tensors.at(out_name);
+  const int ta = tensor_of(a_name), tb = tensor_of(b_name);
+  const int out = add_tensor(o.dtype, o.shape, where);
+  tensors_[out_name] = out;
+  const size_t ra = a.shape.size(), rb = b.shape.size();
+  if (ra == 2 && rb == 2) return call("aten::mm", "out", {ta, tb, out, out});
+  if (rb == 2) {
+    SymExpr rows(1);
+    for (size_t i = 0; i + 1 < ra; ++i) rows = rows * a.shape[i];
+    const int a2 = view(ta, a.dtype, {rows, a.shape.back()}, where);
+    const int o2 = add_tensor(o.dtype, {rows, b.shape.back()}, where);
+    call("aten::mm", "out", {a2, tb, o2, o2});
+    EtValue sizes;
+    sizes.kind = Kind::IntList;
+    for (const auto& d : o.shape) {
+      const auto [lo, hi] = range(d);
+      sizes.items.push_back(add_int(lo == hi ? hi : -1));
+    }
+    const int list = add(std::move(sizes));
+    return call("aten::view_copy", "out", {o2, list, out, out});
+  }
+  if (ra != rb || ra < 3) unsupported("executorch: {}: matmul of rank {} by rank {}", where, ra, rb);
+  for (size_t i = 0; i + 2 < ra; ++i)
+    if (a.shape[i] != b.shape[i]) unsupported("executorch: {}: matmul broadcasting its batch dims ({} against {})", where, a.shape[i].str(), b.shape[i].str());
+  if (ra == 3) return call("aten::bmm", "out", {ta, tb, out, out});
+  SymExpr batch(1);
+  for (size_t i = 0; i + 2 < ra; ++i) batch = batch * a.shape[i];
+  const int a3 = view(ta, a.dtype, {batch, a.shape[ra - 2], a.shape[ra - 1]}, where);
+  const int b3 = view(tb, b.dtype, {batch, b.shape[rb - 2], b.shape[rb - 1]}, where);
+  const int o3 = add_tensor(o.dtype, {batch, a.shape[ra - 2], b.shape[rb - 1]}, where);
+  call("aten::bmm", "out", {a3, b3, o3, o3});
+  EtValue sizes;
+  sizes.kind = Kind::IntList;
+  int dynamic = 0;
+  for (const auto& d : o.shape) {
+    const auto [lo, hi] = range(d);
+    if (lo != hi) ++dynamic;
+    sizes.items.push_back(add_int(lo == hi ? hi : -1));
+  }
+  if (dynamic > 1) unsupported("executorch: {}: a matmul result with two symbolic dims", where);
+  const int list = add(std::move(sizes));
+  call("aten::view_copy", "out", {o3, list, out, out});
+}
+
+void Converter::lower_node(const json& node) {
+  const std::string target = node["target"].get<std::string>();
+  const std::string where = fmt::format("node {} ({})", node.value("name", "?"), target);
+  // The bounds' runtime asserts: a DYNAMIC_BOUND tensor cannot grow past its planned capacity, so
+  // ExecuTorch refuses a call outside them without the asserts.
+  if (target == "torch.ops.aten._assert_scalar.default" || target == "_operator.le" || target == "_operator.ge") return;
+  auto input = [&](const char* name) -> const json& {
+    for (const auto& in : node["inputs"])
+      if (in["name"] == name) return in["arg"];
+    internal("executorch: {}: no argument {}", where, name);
+  };
+  if (target == "torch.ops.aten.sym_size.int") {
+    const int out = add_int(0);
+    syms_[node["outputs"][0]["as_sym_int"]["as_name"].get<std::string>()] = out;
+    return call("aten::sym_size", "int", {convert_arg(input("self"), where), convert_arg(input("dim"), where), out});
+  }
+  if (target.starts_with("_operator.")) {
+    const std::string op = target.substr(10);
+    if (op != "add" && op != "sub" && op != "mul") unsupported("executorch: {}: no ExecuTorch kernel for SymInt {}", where, op);
+    const int a = convert_arg(input("a"), where), b = convert_arg(input("b"), where);
+    const int out = add_int(0);
+    syms_[node["outputs"][0]["as_sym_int"]["as_name"].get<std::string>()] = out;
+    return call("executorch_prim::" + op, "Scalar", {a, b, out});
+  }
+  if (target == "torch.ops.aten.matmul.default") return lower_matmul(node, where);
+  const auto& table = et_op_table();
+  auto spec = table.find(target);
+  if (spec == table.end()) unsupported("executorch: {}: no ExecuTorch kernel for {}", where, target);
+  std::vector<int> args;
+  for (const auto& a : spec->second.args) {
+    const json* given = nullptr;
+    for (const auto& in : node["inputs"])
+      if (in["name"] == a.name) given = &in["arg"];
+    if (given) {
+      args.push_back(convert_arg(*given, where));
+      continue;
+    }
+    EtValue v;
+    switch (a.kind) {
+      case EtArgSpec::Default::Required: internal("executorch: {}: argument {} is required", where, a.name);
+      case EtArgSpec::Default::Null: break;
+      case EtArgSpec::Default::Int: v.kind = Kind::Int, v.i = a.value; break;
+      case EtArgSpec::Default::Bool: v.kind = Kind::Bool, v.b = a.value != 0; break;
+      case EtArgSpec::Default::EmptyIntList: v.kind = Kind::IntList; break;
+    }
+    args.push_back(add(std::move(v)));
+  }
+  const std::string out_name = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
+  const auto& info = p_.tensors.at(out_name);
+  const int out = add_tensor(info.dtype, info.shape, where);
+  tensors_[out_name] = out;
+  args.push_back(out);
+  args.push_back(out);
+  call(spec->second.name, spec->second.overload, std::move(args));
+}
+
+// One arena (memory_id 1): the mutable buffers first, in a region nothing else reuses; then every
+// other planned tensor at the lowest 16-byte-aligned offset free for its lifetime (first def to last
+// use, inclusive: a kernel reads its inputs while it writes its output), method inputs live from the
+// start and outputs to the end.
+void Converter::plan_memory() {
+  const int n_calls = int(m_.calls.size());
+  std::map<int, std::pair<int, int>> life;  // tensor EValue -> [first, last] call
+  auto touch = [&](int v, int at) {
+    auto [it, fresh] = life.try_emplace(v, at, at);
+    if (!fresh) it->second = {std::min(it->second.first, at), std::max(it->second.second, at)};
+  };
+  auto planned = [&](int v) {
+    const auto& e = m_.values[size_t(v)];
+    return e.kind == Kind::Tensor && e.tensor.constant == 0 && !buffers_.count(v);
+  };
+  for (int c = 0; c < n_calls; ++c)
+    for (int a : m_.calls[size_t(c)].args) {
+      const auto& e = m_.values[size_t(a)];
+      if (planned(a)) touch(a, c);
+      if (e.kind == Kind::TensorList || e.kind == Kind::OptionalTensorList)
+        for (auto i : e.items)
+          if (i >= 0 && planned(int(i))) touch(int(i), c);
+    }
+  for (int v : m_.inputs) touch(v, -1);
+  for (int v : m_.outputs) touch(v, n_calls);
+  int64_t offset = 0;
+  for (int b : buffers_) {
+    m_.values[size_t(b)].tensor.offset = offset;
+    offset = align(offset + m_.values[size_t(b)].tensor.nbytes());
+  }
+  const int64_t region = offset;
+  struct Block {
+    int64_t start, end;
+    int first, last;
+  };
+  std::vector<std::pair<int, std::pair<int, int>>> order(life.begin(), life.end());
+  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.second.first < y.second.first; });
+  std::vector<Block> placed;
+  int64_t top = region;
+  for (const auto& [v, span] : order) {
+    const int64_t size = align(std::max<int64_t>(m_.values[size_t(v)].tensor.nbytes(), 1));
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const auto& b : placed)
+      if (!(b.last < span.first || span.second < b.first)) busy.emplace_back(b.start, b.end);
+    std::sort(busy.begin(), busy.end());
+    int64_t at = region;
+    for (const auto& [s, e] : busy) {
+      if (at + size <= s) break;
+      at = std::max(at, e);
+    }
+    m_.values[size_t(v)].tensor.offset = at;
+    placed.push_back({at, at + size, span.first, span.second});
+    top = std::max(top, at + size);
+  }
+  m_.arena_bytes = top;
+  out_.buffer_bytes = region;
+}
+
+EtProgram Converter::run() {
+  const auto& graph = p_.model.at("graph_module").at("graph");
+  const auto& signature = p_.model.at("graph_module").at("signature");
+  std::set<std::string> buffer_inputs;
+  for (const auto& [in, out] : opt_.shared_buffers) buffer_inputs.insert(pt2_backend::placeholder_name(in));
+  std::map<std::string, std::string> buffer_port;
+  for (const auto& [in, out] : opt_.shared_buffers) buffer_port[pt2_backend::placeholder_name(in)] = in;
+
+  m_.name = "forward";
+  size_t param = 0, constant = 0;
+  for (const auto& spec : signature.at("input_specs")) {
+    std::string ph;
+    const ir::WeightRef* w = nullptr;
+    if (spec.contains("parameter")) {
+      ph = spec["parameter"]["arg"]["name"].get<std::string>();
+      w = &p_.parameters.at(param++).weight;
+    } else if (spec.contains("tensor_constant")) {
+      ph = spec["tensor_constant"]["arg"]["name"].get<std::string>();
+      w = &p_.constants.at(constant++).weight;
+    } else if (spec.contains("user_input")) {
+      ph = spec["user_input"]["arg"]["as_tensor"]["name"].get<std::string>();
+    } else {
+      unsupported("executorch: a program input of kind {}", spec.begin().key());
+    }
+    const auto& info = p_.tensors.at(ph);
+    const int v = add_tensor(info.dtype, info.shape, "input " + ph);
+    tensors_[ph] = v;
+    if (w) {
+      out_.constants.push_back(*w);
+      m_.values[size_t(v)].tensor.constant = uint32_t(out_.constants.size());
+      if (m_.values[size_t(v)].tensor.dynamic) internal("executorch: constant {} has a symbolic shape", ph);
+    } else if (buffer_inputs.count(ph)) {
+      buffers_.insert(v);
+      m_.values[size_t(v)].tensor.fqn = buffer_port.at(ph);
+      if (m_.values[size_t(v)].tensor.dynamic) unsupported("executorch: the cache buffer {} has a symbolic shape", ph);
+    } else {
+      m_.inputs.push_back(v);
+    }
+  }
+  for (const auto& node : graph.at("nodes")) lower_node(node);
+  for (const auto& spec : signature.at("output_specs")) {
+    if (spec.contains("user_input_mutation")) {
+      // The updated cache written back into its buffer, in place: copy_(self, src, non_blocking).
+      const int buf = tensor_of(spec["user_input_mutation"]["user_input_name"].get<std::string>());
+      const int updated = tensor_of(spec["user_input_mutation"]["arg"]["name"].get<std::string>());
+      EtValue no;
+      no.kind = Kind::Bool;
+      call("aten::copy_", "", {buf, updated, add(std::move(no)), buf});
+    } else if (spec.contains("user_output")) {
+      m_.outputs.push_back(tensor_of(spec["user_output"]["arg"]["as_tensor"]["name"].get<std::string>()));
+    } else {
+      unsupported("executorch: a program output of kind {}", spec.begin().key());
+    }
+  }
+  plan_memory();
+  out_.arena_bytes = m_.arena_bytes;
+  out_.kernels.assign(kernels_.begin(), kernels_.end());
+  out_.methods.push_back(std::move(m_));
+
+  // Constant methods: no inputs, no instructions, their outputs are the values.
+  for (const auto& c : opt_.metadata) {
+    EtMethod meta;
+    meta.name = c.name;
+    EtValue v;
+    v.kind = c.is_bool ? Kind::Bool : Kind::Int;
+    v.i = c.value;
+    v.b = c.value != 0;
+    meta.values.push_back(v);
+    meta.outputs = {0};
+    out_.methods.push_back(std::move(meta));
+  }
+  if (!opt_.eos_ids.empty()) {
+    EtMethod meta;
+    meta.name = "get_eos_ids";
+    for (auto id : opt_.eos_ids) {
+      EtValue v;
+      v.kind = Kind::Int;
+      v.i = id;
+      meta.values.push_back(v);
+      meta.outputs.push_back(int(meta.values.size() - 1));
+    }
+    out_.methods.push_back(std::move(meta));
+  }
+  return std::move(out_);
+}
+
+}  // namespace
+
+EtProgram lower_to_executorch(const pt2_backend::Pt2Program& program, const EtLowerOptions& options) {
+  Converter c(program, options);
+  return c.run();
+}
+
+}  // namespace hfx::executorch_backend

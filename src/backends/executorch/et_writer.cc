@@ -1,0 +1,199 @@
+#include "backends/executorch/et_writer.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "core/error.h"
+#include "core/pipelined_file.h"
+#include "executorch/program_generated.h"
+
+namespace fs = std::filesystem;
+namespace etfb = executorch_flatbuffer;
+
+namespace hfx::executorch_backend {
+
+namespace {
+
+constexpr size_t kHeaderOffset = 8;    // the extended header follows the root offset and the identifier
+constexpr size_t kHeaderLength = 32;   // "eh00", its length, program size, segment base, segment size
+constexpr int64_t kSegmentAlignment = 128;  // exir's default segment alignment
+constexpr int64_t kConstantAlignment = 16;  // exir's tensor alignment
+constexpr size_t kInFlightBytes = size_t(64) << 20;
+
+int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+flatbuffers::Offset<etfb::EValue> evalue(flatbuffers::FlatBufferBuilder& fb, const EtValue& v) {
+  using K = EtValue::Kind;
+  switch (v.kind) {
+    case K::Null: return etfb::CreateEValue(fb, etfb::KernelTypes::Null, etfb::CreateNull(fb).Union());
+    case K::Int: return etfb::CreateEValue(fb, etfb::KernelTypes::Int, etfb::CreateInt(fb, v.i).Union());
+    case K::Bool: return etfb::CreateEValue(fb, etfb::KernelTypes::Bool, etfb::CreateBool(fb, v.b).Union());
+    case K::Double: return etfb::CreateEValue(fb, etfb::KernelTypes::Double, etfb::CreateDouble(fb, v.d).Union());
+    case K::String: return etfb::CreateEValue(fb, etfb::KernelTypes::String, etfb::CreateStringDirect(fb, v.s.c_str()).Union());
+    case K::IntList: return etfb::CreateEValue(fb, etfb::KernelTypes::IntList, etfb::CreateIntListDirect(fb, &v.items).Union());
+    case K::TensorList: {
+      const std::vector<int32_t> items(v.items.begin(), v.items.end());
+      return etfb::CreateEValue(fb, etfb::KernelTypes::TensorList, etfb::CreateTensorListDirect(fb, &items).Union());
+    }
+    case K::OptionalTensorList: {
+      const std::vector<int32_t> items(v.items.begin(), v.items.end());
+      return etfb::CreateEValue(fb, etfb::KernelTypes::OptionalTensorList, etfb::CreateOptionalTensorListDirect(fb, &items).Union());
+    }
+    case K::Tensor: {
+      const EtTensor& t = v.tensor;
+      const std::vector<int32_t> sizes(t.sizes.begin(), t.sizes.end());
+      std::vector<uint8_t> dim_order(t.sizes.size());
+      for (size_t i = 0; i < dim_order.size(); ++i) dim_order[i] = uint8_t(i);
+      flatbuffers::Offset<etfb::AllocationDetails> alloc = 0;
+      if (t.constant == 0 && t.offset >= 0)
+        alloc = etfb::CreateAllocationDetails(fb, 1, uint32_t(uint64_t(t.offset) & 0xffffffffu), uint32_t(uint64_t(t.offset) >> 32));
+      flatbuffers::Offset<etfb::ExtraTensorInfo> extra = 0;
+      if (!t.fqn.empty()) extra = etfb::CreateExtraTensorInfoDirect(fb, 0, t.fqn.c_str());
+      auto tensor = etfb::CreateTensorDirect(fb, etfb::ScalarType(t.scalar_type), 0, &sizes, &dim_order, false, t.constant, alloc, 0,
+                                             t.dynamic ? etfb::TensorShapeDynamism::DYNAMIC_BOUND : etfb::TensorShapeDynamism::STATIC,
+                                             extra);
+      return etfb::CreateEValue(fb, etfb::KernelTypes::Tensor, tensor.Union());
+    }
+  }
+  fail(ErrorKind::Internal, "executorch: an EValue of unknown kind");
+}
+
+flatbuffers::Offset<etfb::ExecutionPlan> plan(flatbuffers::FlatBufferBuilder& fb, const EtMethod& m) {
+  std::vector<flatbuffers::Offset<etfb::EValue>> values;
+  for (const auto& v : m.values) values.push_back(evalue(fb, v));
+  std::vector<flatbuffers::Offset<etfb::Instruction>> instructions;
+  for (const auto& c : m.calls) {
+    const std::vector<int32_t> args(c.args.begin(), c.args.end());
+    instructions.push_back(
+        etfb::CreateInstruction(fb, etfb::InstructionArguments::KernelCall, etfb::CreateKernelCallDirect(fb, c.op, &args).Union()));
+  }
+  const std::vector<int32_t> none;
+  std::vector<flatbuffers::Offset<etfb::Chain>> chains = {etfb::CreateChainDirect(fb, &none, &none, &instructions)};
+  std::vector<flatbuffers::Offset<etfb::Operator>> operators;
+  for (const auto& [name, overload] : m.operators) operators.push_back(etfb::CreateOperatorDirect(fb, name.c_str(), overload.c_str()));
+  // `delegates` must be present even when empty: the runtime refuses a method without it.
+  const std::vector<flatbuffers::Offset<etfb::BackendDelegate>> delegates;
+  const std::vector<int64_t> buffer_sizes = {0, m.arena_bytes};
+  const std::vector<int32_t> inputs(m.inputs.begin(), m.inputs.end()), outputs(m.outputs.begin(), m.outputs.end());
+  return etfb::CreateExecutionPlanDirect(fb, m.name.c_str(), 0, &values, &inputs, &outputs, &chains, &operators, &delegates,
+                                         &buffer_sizes);
+}
+
+void put_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+void put_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+// One constant into the segment: the mapped bytes themselves, blocks of converted rows, or the
+// materialised tensor, as the weight allows.
+void write_constant(const ir::WeightRef& w, PipelinedFile& out) {
+  if (auto raw = w.raw_bytes()) {
+    out.write(*raw, [w] { w.release_source_pages(); });
+    return;
+  }
+  if (w.streamable() && w.row_bytes() > 0) {
+    const int64_t rows = w.rows();
+    const size_t row = w.row_bytes();
+    const int64_t step = std::max<int64_t>(1, int64_t((size_t(4) << 20) / row));
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+      const int64_t r1 = std::min(rows, r0 + step);
+      PipelinedFile::Buffer b = out.buffer(size_t(r1 - r0) * row);
+      w.write_rows(r0, r1, b.data.get(), row);
+      out.write(std::move(b));
+    }
+    w.release_source_pages();
+    return;
+  }
+  auto tensor = std::make_shared<const Tensor>(w.materialize());
+  HFX_CHECK(tensor->nbytes() == w.nbytes(), "executorch: {} bytes for a constant of {}", tensor->nbytes(), w.nbytes());
+  out.write({tensor->data(), tensor->nbytes()}, [tensor, w] { w.release_source_pages(); });
+}
+
+}  // namespace
+
+EtWritten write_pte(const EtProgram& program, const fs::path& file, const std::function<void(int64_t, int64_t)>& on_constant_written) {
+  // The constant segment's layout first: the flatbuffer records every offset.
+  std::vector<uint64_t> offsets = {0};  // [0]: the reserved placeholder
+  int64_t segment = 0;
+  for (const auto& c : program.constants) {
+    segment = align_up(segment, kConstantAlignment);
+    offsets.push_back(uint64_t(segment));
+    segment += int64_t(c.nbytes());
+  }
+  flatbuffers::FlatBufferBuilder fb(size_t(1) << 20);
+  std::vector<flatbuffers::Offset<etfb::ExecutionPlan>> plans;
+  for (const auto& m : program.methods) plans.push_back(plan(fb, m));
+  std::vector<flatbuffers::Offset<etfb::DataSegment>> segments = {etfb::CreateDataSegment(fb, 0, uint64_t(segment))};
+  const std::vector<flatbuffers::Offset<etfb::Buffer>> no_buffers;
+  auto root = etfb::CreateProgramDirect(fb, 0, &plans, &no_buffers, nullptr, &segments,
+                                        etfb::CreateSubsegmentOffsetsDirect(fb, 0, &offsets));
+  etfb::FinishProgramBuffer(fb, root);
+  const uint8_t* data = fb.GetBufferPointer();
+  const size_t fb_size = fb.GetSize();
+
+  // [root offset + ET12][eh00 header][the rest of the flatbuffer], root offset moved by the header.
+  const uint64_t program_size = fb_size + kHeaderLength;
+  const uint64_t segment_base = uint64_t(align_up(int64_t(program_size), kSegmentAlignment));
+  EtWritten out;
+  out.file = file;
+  PipelinedFile f(file, kInFlightBytes);
+  PipelinedFile::Buffer head = f.buffer(program_size);
+  uint8_t* h = head.data.get();
+  std::memcpy(h, data, kHeaderOffset);
+  uint32_t root_offset;
+  std::memcpy(&root_offset, data, 4);
+  put_u32(h, root_offset + uint32_t(kHeaderLength));
+  std::memcpy(h + 8, "eh00", 4);
+  put_u32(h + 12, uint32_t(kHeaderLength));
+  put_u64(h + 16, program_size);
+  put_u64(h + 24, segment_base);
+  put_u64(h + 32, uint64_t(segment));
+  std::memcpy(h + kHeaderOffset + kHeaderLength, data + kHeaderOffset, fb_size - kHeaderOffset);
+  f.write(std::move(head));
+  for (size_t k = 0; k < program.constants.size(); ++k) {
+    const auto& c = program.constants[k];
+    f.pad_to(size_t(segment_base + offsets[k + 1]));
+    write_constant(c, f);
+    out.constant_bytes += int64_t(c.nbytes());
+    out.source_bytes_read += int64_t(c.source_bytes());
+    if (on_constant_written) on_constant_written(1, int64_t(c.nbytes()));
+  }
+  if (program.constants.empty()) f.pad_to(size_t(segment_base));
+  out.size = f.size();
+  out.sha256 = f.finish();
+  return out;
+}
+
+std::string read_pte_program(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) bad_input("{}: cannot open", file.string());
+  uint8_t head[kHeaderOffset + kHeaderLength];
+  if (!in.read(reinterpret_cast<char*>(head), sizeof head)) bad_input("{}: shorter than an ExecuTorch program header", file.string());
+  if (std::memcmp(head + 4, "ET12", 4) != 0) bad_input("{}: not an ExecuTorch program (no ET12 identifier)", file.string());
+  if (std::memcmp(head + 8, "eh00", 4) != 0) bad_input("{}: no eh00 extended header", file.string());
+  uint64_t program_size, segment_base, segment_size;
+  std::memcpy(&program_size, head + 16, 8);
+  std::memcpy(&segment_base, head + 24, 8);
+  std::memcpy(&segment_size, head + 32, 8);
+  const uintmax_t size = fs::file_size(file);
+  if (program_size > size || segment_base < program_size || segment_base + segment_size > size)
+    bad_input("{}: header sizes (program {}, segments {} at {}) do not fit the file's {} bytes", file.string(), program_size,
+              segment_size, segment_base, size);
+  if (program_size > (uint64_t(256) << 20)) bad_input("{}: a program of {} bytes is past hfx's 256 MiB limit", file.string(), program_size);
+  std::string bytes(program_size, '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), std::streamsize(program_size))) bad_input("{}: cannot read its program", file.string());
+  // The flatbuffer as flatc wrote it: the header removed and the root offset put back.
+  std::string fb = bytes.substr(0, kHeaderOffset) + bytes.substr(kHeaderOffset + kHeaderLength);
+  uint32_t root_offset;
+  std::memcpy(&root_offset, fb.data(), 4);
+  if (root_offset < kHeaderLength) bad_input("{}: root offset {} inside the header", file.string(), root_offset);
+  root_offset -= uint32_t(kHeaderLength);
+  std::memcpy(fb.data(), &root_offset, 4);
+  flatbuffers::Verifier v(reinterpret_cast<const uint8_t*>(fb.data()), fb.size());
+  if (!etfb::VerifyProgramBuffer(v)) bad_input("{}: the program flatbuffer does not verify against program.fbs", file.string());
+  return fb;
+}
+
+}  // namespace hfx::executorch_backend

@@ -1,0 +1,226 @@
+// The ExecuTorch program backend as a unit: one `forward` method over a static KV cache held as
+// mutable buffers, in ExecuTorch's portable kernels, written natively as `executorch/model.pte`.
+//
+// The contract is the one ExecuTorch's LLM runner and Transformers' ExecutorchExporter use:
+// forward(input_ids [1, sequence_length], cache_position [sequence_length]) -> logits
+// [1, sequence_length, vocab]; prefill and single steps go through the same method (a symbolic query
+// length, DYNAMIC_BOUND up to --dim sequence_length's max, else the cache length). Built from the
+// static-cache decoder graph: batch 1, every slot of the attention mask 1 (the causal mask comes from
+// cache_position), positions = cache_position; then lowered as the pt2 backend lowers it (core ATen)
+// and from there to ExecuTorch kernels (backends/executorch).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "backends/executorch/et_program.h"
+#include "backends/executorch/et_writer.h"
+#include "backends/pt2/pt2_program.h"
+#include "core/error.h"
+#include "ir/rewrite.h"
+#include "passes/pass.h"
+#include "pipeline/backend.h"
+#include "pipeline/backends/common.h"
+#include "pipeline/backends/pt2_runner.h"
+#include "pipeline/manifest.h"
+#include "pipeline/runtime_probe.h"
+#include "runtime/tested_runtimes.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::pipeline {
+
+namespace {
+
+constexpr const char* kBatch = "batch_size";
+
+std::string pte_file(const tasks::Component& c) { return c.file_stem + ".pte"; }
+
+// The one shape of a component this format writes, or BadInput saying what to ask for.
+void check_component(const tasks::Component& c) {
+  if (c.role != "decoder" && c.role != "prefill" && c.role != "decode")
+    unsupported("format executorch writes decoders for now, not the {} of an encoder: export it as onnx, openvino or pt2", c.role);
+  if (c.role != "decoder")
+    bad_input("format executorch writes one forward method for prefill and decode steps: drop --split-prefill");
+  if (c.shared_buffers.empty())
+    bad_input("format executorch holds the KV cache as mutable buffers in the program: add --static-cache --max-cache-len N "
+              "(the longest sequence the program runs)");
+}
+
+// The static-cache decoder graph as ExecuTorch runs it: batch 1, no attention_mask or position_ids
+// inputs (all cache slots valid, masked causally by cache_position; positions = cache_position), the
+// query length bounded by the cache when --dim gives no max.
+ir::Graph executorch_graph(const tasks::Component& c) {
+  ir::Graph g = c.graph;
+  for (size_t i = 0; i < g.num_values(); ++i)
+    for (auto& d : g.value(ir::ValueId(i)).shape)
+      if (d.is_symbol() && d.symbol == kBatch) d = Dim(1);
+  int64_t slots = 0;
+  for (const auto& in : c.inputs)
+    if (in.name == "attention_mask" && in.shape.size() == 2 && in.shape[1].is_fixed()) slots = in.shape[1].value;
+  HFX_CHECK(slots > 0, "executorch: the static cache's attention_mask has no fixed length");
+  if (g.symbols().has("sequence_length")) {
+    SymbolBounds b = g.symbols().bounds("sequence_length");
+    if (!b.max || *b.max > slots) b.max = slots;
+    g.symbols().set_bounds("sequence_length", b);
+  }
+  const auto mask = g.find("attention_mask"), positions = g.find("position_ids"), cache_position = g.find("cache_position");
+  HFX_CHECK(mask && positions && cache_position, "executorch: the static decoder graph lacks attention_mask, position_ids or cache_position");
+  ir::Rewriter r(g, {"attention_mask", "position_ids"});
+  auto& b = r.builder();
+  r.remap(*positions, b.unsqueeze(r.map(*cache_position), {0}));
+  r.remap(*mask, b.add1("Expand", {b.i64(1), b.i64s({1, slots})}));
+  for (const auto& n : g.nodes()) r.copy(n, r.mapped(n));
+  return r.finish();
+}
+
+tasks::Component executorch_contract(const tasks::Component& c, const ir::Graph& g) {
+  tasks::Component e{c.role, c.file_stem, g, {}, {}, {}};
+  for (auto id : g.inputs()) {
+    const auto& v = g.value(id);
+    if (!v.name.starts_with("past_key_values.")) e.inputs.push_back({v.name, v.dtype, v.shape});
+  }
+  for (auto id : g.outputs()) {
+    const auto& v = g.value(id);
+    if (!v.name.starts_with("present.")) e.outputs.push_back({v.name, v.dtype, v.shape});
+  }
+  return e;
+}
+
+// What ExecuTorch's LLM runner reads from the program's constant methods.
+executorch_backend::EtLowerOptions lower_options(const LoadedModel& m, const tasks::Component& c, const ir::Graph& g) {
+  executorch_backend::EtLowerOptions o;
+  o.shared_buffers = c.shared_buffers;
+  int64_t slots = 0, query = 1;
+  for (const auto& in : c.inputs)
+    if (in.name == "attention_mask") slots = in.shape.at(1).value;
+  if (g.symbols().has("sequence_length") && g.symbols().bounds("sequence_length").max) query = *g.symbols().bounds("sequence_length").max;
+  const auto& s = m.summary();
+  o.metadata = {{"get_max_seq_len", query, false},
+                {"get_max_context_len", slots, false},
+                {"get_vocab_size", s.vocab_size, false},
+                {"use_kv_cache", 1, true},
+                {"use_sdpa_with_kv_cache", 0, true},
+                {"enable_dynamic_shape", query > 1 ? 1 : 0, true}};
+  if (s.bos_token_id) o.metadata.push_back({"get_bos_id", *s.bos_token_id, false});
+  o.eos_ids = s.eos_token_ids;
+  return o;
+}
+
+class ExecuTorchBackend final : public Backend {
+ public:
+  BackendInfo info() const override {
+    BackendInfo i;
+    i.name = "executorch";
+    i.status = "available (ExecuTorch program ET12, portable kernels, static KV cache as mutable buffers)";
+    i.files = "executorch/model.pte";
+    i.options = {
+        {"--static-cache --max-cache-len N", "",
+         "required: the cache is the program's mutable buffers of N slots, updated in place; "
+         "forward(input_ids [1, T], cache_position [T]) -> logits, T up to --dim sequence_length's max (else N)"},
+    };
+    i.runtimes = {"executorch"};
+    i.tested = fmt::format("executorch {} (executorch.runtime, portable kernels, CPU, f32)", runtime::kTestedExecuTorch);
+    return i;
+  }
+
+  std::vector<std::string> passes() const override { return {"decompose-composites-keep-linear-embedding"}; }
+
+  Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
+    Plan p{"portable kernels, static KV cache as mutable buffers", {}, {}, {}};
+    if (!contract) return p;
+    check_component(c);
+    const auto e = executorch_contract(c, executorch_graph(c));
+    p.inputs = e.inputs;
+    p.outputs = e.outputs;
+    return p;
+  }
+
+  void write_component(const tasks::Component& c, ExportJob& job) const override {
+    check_component(c);
+    const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
+    if (!precision.is_default())
+      unsupported("format executorch writes f32 programs; --dtype/--quantize ({}) are not implemented for it yet: export "
+                  "executorch without them, or in a separate export",
+                  precision.str());
+    const ir::Graph eg = executorch_graph(c);
+    std::vector<std::string> passes_run;
+    const ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(eg, passes(), &passes_run); });
+    pt2_backend::Pt2LowerOptions po;
+    po.shared_buffers = c.shared_buffers;
+    const auto program = with_context("executorch " + c.role, [&] {
+      return executorch_backend::lower_to_executorch(pt2_backend::lower_to_pt2(g, po), lower_options(job.model, c, g));
+    });
+    const fs::path dir = job.staging / "executorch";
+    fs::create_directories(dir);
+    auto progress = weight_progress("executorch " + c.role, g);
+    const auto written = with_context("executorch " + c.role, [&] {
+      return executorch_backend::write_pte(program, dir / pte_file(c), [&](int64_t n, int64_t bytes) { progress->advance(n, bytes); });
+    });
+    progress->finish();
+    job.result.add_weight_bytes("executorch", written.constant_bytes);
+    job.result.source_bytes_read += written.source_bytes_read;
+    job.result.notes.push_back(fmt::format("executorch {}: {} kernels, planned arena {:.1f} MiB ({:.1f} MiB of it the KV cache)", c.role,
+                                           program.kernels.size(), double(program.arena_bytes) / (1 << 20),
+                                           double(program.buffer_bytes) / (1 << 20)));
+    job.manifest.add_file_digest(fs::path("executorch") / pte_file(c), written.sha256, written.size);
+    job.manifest.add_component(executorch_contract(c, eg), "executorch", (fs::path("executorch") / pte_file(c)).string(), passes_run);
+  }
+
+  // Decoders: 8 greedy tokens from ExecuTorch's runtime (executorch.runtime, portable kernels) equal
+  // the reference executor's on the static-cache graph, when the driver's Python has executorch;
+  // otherwise the program is read back (header, flatbuffer verified against the schema) and said
+  // unchecked.
+  std::string check(ExportJob& job, const ExportOptions& options) const override {
+    const fs::path dir = job.staging / "executorch";
+    for (const auto& c : job.model.components) executorch_backend::read_pte_program(dir / pte_file(c));
+    const std::string python = driver_python("");
+    const std::string version = executorch_version(python);
+    if (version.empty())
+      return fmt::format("executorch: programs read back; not run ({} has no executorch: `hfx verify --runtime executorch` "
+                         "with a Python that has executorch {} checks them)",
+                         python, runtime::kTestedExecuTorch);
+    // One row: the program's batch is 1.
+    Recipe one = job.recipe;
+    one.task.dims[kBatch] = SymbolBounds{1, 1};
+    ExportJob single{job.model, one, job.staging, job.manifest, job.result, job.written};
+    const GreedyCheck done = check_greedy_tokens(
+        single, "executorch", "executorch", [](const tasks::Component& c) { return c.graph; },
+        [&](const tasks::Component& c) {
+          const auto e = executorch_contract(c, executorch_graph(c));
+          std::vector<std::string> names;
+          for (const auto& in : e.inputs) names.push_back(in.name);
+          return make_executorch_runner(dir / pte_file(c), names, python);
+        });
+    return fmt::format("executorch: {} greedy tokens x {} row on executorch {} (executorch.runtime, portable kernels, f32) identical "
+                       "to the reference executor",
+                       done.tokens, done.rows, version);
+  }
+
+  std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
+    HFX_CHECK(rt == "executorch", "executorch backend asked for runtime {}", rt);
+    return make_executorch_runner(c.file, c.declared_inputs, driver_python(""));
+  }
+
+  // The method's inputs and outputs as the program declares them (upper-bound sizes; "?" where
+  // DYNAMIC_BOUND), named by the manifest.
+  Signature signature(const ArtifactComponent& c) const override {
+    executorch_backend::read_pte_program(c.file);
+    Signature s;
+    for (const auto& name : c.declared_inputs) s.inputs.emplace_back(name, "?");
+    for (const auto& name : c.declared_outputs) s.outputs.emplace_back(name, "?");
+    return s;
+  }
+
+  Placement placement(const ArtifactComponent& c, const std::string& runtime) const override {
+    executorch_backend::read_pte_program(c.file);
+    return {{"forward", {{runtime, 1}}}};
+  }
+};
+
+}  // namespace
+
+const Backend& executorch_format() {
+  static const ExecuTorchBackend backend;
+  return backend;
+}
+
+}  // namespace hfx::pipeline

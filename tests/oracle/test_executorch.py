@@ -1,0 +1,149 @@
+"""ExecuTorch programs (`--format executorch`): hfx's own `.pte` files, run by ExecuTorch's runtime
+(`executorch.runtime`, the pinned executorch wheel, portable kernels), against Transformers eager.
+
+For every decoder case of tiny_models.CASES:
+  - fp32 logits of the program's forward method within 1e-4 of Transformers eager, no element beyond,
+    over a prefill and 3 cached steps (the KV cache lives in the program's mutable buffers);
+  - 64 greedy tokens identical to Transformers' generate();
+then the program's structure (header, constant methods the LLM runner reads, DYNAMIC_BOUND query length),
+the built-in check and `hfx generate --runtime executorch`, and the refusals.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import export_once, record_coverage, run_hfx
+from test_generation import NEW_TOKENS, PROMPTS
+from tiny_models import CASES, load_reference
+
+ATOL = 1e-4  # fp32: only the summation order may differ
+CACHE_LEN = 96  # past the 7-token prompt + 64 new tokens of the greedy test
+ET_ARGS = ["--format", "executorch", "--static-cache", "--max-cache-len", str(CACHE_LEN)]
+
+
+@pytest.fixture(scope="module")
+def et_base(tmp_path_factory):
+    return tmp_path_factory.mktemp("executorch-exports")
+
+
+@pytest.fixture(scope="module")
+def et_export(tiny_checkpoint, et_base):
+    # --no-verify: each case is checked here against Transformers (the built-in check has its own test)
+    return export_once(et_base, lambda case, _: ("--model", tiny_checkpoint(case), *ET_ARGS, "--no-verify", "--quiet"))
+
+
+def pte_of(out: Path) -> Path:
+    manifest = json.loads((out / "hfx.json").read_text())
+    comps = [c for c in manifest["components"] if c["format"] == "executorch"]
+    assert len(comps) == 1, f"{out}: {len(comps)} executorch components"
+    assert [i["name"] for i in comps[0]["inputs"]] == ["input_ids", "cache_position"]
+    assert [o["name"] for o in comps[0]["outputs"]] == ["logits"]
+    return out / comps[0]["file"]
+
+
+def load_forward(pte: Path):
+    from executorch.runtime import Runtime
+    program = Runtime.get().load_program(pte)
+    return program, program.load_method("forward")
+
+
+def compare(what: str, actual: torch.Tensor, expected: torch.Tensor) -> float:
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} vs {tuple(expected.shape)}"
+    diff = (actual.double() - expected.double()).abs()
+    bad = int((~(diff <= ATOL)).sum())
+    assert bad == 0, f"{what}: {bad} of {diff.numel()} elements differ by more than {ATOL} (max {diff.max().item():.3g})"
+    return diff.max().item()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_logits_match_transformers(case, tiny_checkpoint, et_export):
+    _, forward = load_forward(pte_of(et_export(case)))
+    ref = load_reference(tiny_checkpoint(case))
+    ids = torch.tensor([PROMPTS["batch1"][0]])
+    written, hf_past, worst = 0, None, 0.0
+    for step in range(4):
+        cache_position = torch.arange(written, written + ids.shape[1])
+        (logits,) = forward.execute([ids, cache_position])
+        with torch.no_grad():
+            r = ref(input_ids=ids, past_key_values=hf_past, use_cache=True,
+                    position_ids=cache_position[None], attention_mask=torch.ones(1, written + ids.shape[1], dtype=torch.long))
+        worst = max(worst, compare(f"{case} step {step} logits", logits, r.logits))
+        hf_past = r.past_key_values
+        written += ids.shape[1]
+        ids = r.logits[:, -1].argmax(-1, keepdim=True)
+    record_coverage(case, "executorch", "logits_max_abs_diff", worst)
+
+
+def greedy(forward, prompt: list[int], n: int) -> list[int]:
+    ids, written, out = torch.tensor([prompt]), 0, []
+    for _ in range(n):
+        (logits,) = forward.execute([ids, torch.arange(written, written + ids.shape[1])])
+        written += ids.shape[1]
+        tok = int(logits[0, -1].argmax())
+        out.append(tok)
+        ids = torch.tensor([[tok]])
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_greedy_tokens_match_transformers(case, et_export, reference_tokens):
+    _, forward = load_forward(pte_of(et_export(case)))
+    expected = reference_tokens(case, "batch1")[0]
+    got = greedy(forward, PROMPTS["batch1"][0], NEW_TOKENS)
+    # Transformers stops a row at EOS and pads it: compare up to what it generated.
+    assert got[:len(expected)] == expected
+    record_coverage(case, "executorch", "greedy_tokens", len(expected))
+
+
+def test_program_layout(et_export):
+    """ET12 + the eh00 extended header, constant methods for ExecuTorch's LLM runner, and a query
+    length that is DYNAMIC_BOUND up to the cache length (prefill and single steps, one method)."""
+    pte = pte_of(et_export("llama"))
+    head = pte.read_bytes()[:40]
+    assert head[4:8] == b"ET12" and head[8:12] == b"eh00"
+    program_size, segment_base, segment_size = struct.unpack("<QQQ", head[16:40])
+    assert segment_base % 128 == 0 and segment_base >= program_size
+    assert segment_base + segment_size == pte.stat().st_size
+    program, forward = load_forward(pte)
+    assert set(program.method_names) >= {"forward", "get_max_seq_len", "get_max_context_len", "get_vocab_size",
+                                         "use_kv_cache", "get_eos_ids", "enable_dynamic_shape"}
+    value = lambda name: program.load_method(name).execute([])  # noqa: E731
+    assert value("get_max_context_len") == [CACHE_LEN] and value("get_max_seq_len") == [CACHE_LEN]
+    assert value("get_vocab_size") == [128] and value("use_kv_cache") == [True] and value("get_eos_ids") == [2]
+    meta = forward.metadata
+    assert meta.num_inputs() == 2 and meta.num_outputs() == 1
+    assert list(meta.input_tensor_meta(0).sizes()) == [1, CACHE_LEN]
+
+
+def test_query_longer_than_the_bound_is_refused(et_export):
+    _, forward = load_forward(pte_of(et_export("llama")))
+    with pytest.raises(Exception):
+        forward.execute([torch.zeros(1, CACHE_LEN + 1, dtype=torch.long), torch.arange(CACHE_LEN + 1)])
+
+
+def test_builtin_check_runs_executorch(tiny_checkpoint, tmp_path):
+    out = tmp_path / "checked"
+    proc = run_hfx("export", "--model", str(tiny_checkpoint("qwen3")), *ET_ARGS, str(out))
+    assert "greedy tokens" in proc.stdout + proc.stderr and "executorch" in proc.stdout + proc.stderr
+    assert (out / "executorch" / "model.pte").is_file()
+    gen = run_hfx("generate", str(out), "--runtime", "executorch", "--prompt-ids", ",".join(map(str, PROMPTS["batch1"][0])),
+                  "-n", "16", "--print-ids")
+    assert gen.stdout.strip(), gen.stderr
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "add --static-cache --max-cache-len N"),
+    (["--static-cache", "--max-cache-len", "32", "--split-prefill"], "drop --split-prefill"),
+])
+def test_refusals_are_one_line_and_leave_nothing(tiny_checkpoint, tmp_path, extra, message):
+    out = tmp_path / "refused"
+    proc = run_hfx("export", "--model", str(tiny_checkpoint("llama")), "--format", "executorch", *extra, str(out), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("error")]) == 1, proc.stderr
+    assert not out.exists()
