@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -226,7 +227,21 @@ std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref,
   std::map<std::string, Tensor> first = whole;
   first["input_ids"] = columns(whole.at("input_ids"), 0, P);
   first["position_ids"] = columns(whole.at("position_ids"), 0, P);
-  first["attention_mask"] = columns(whole.at("attention_mask"), 0, P);
+  if (cache.static_cache) {
+    // The static cache's mask covers every slot: the first run sees the first P of them filled.
+    Tensor mask = whole.at("attention_mask");
+    int64_t* m = mask.as<int64_t>();
+    for (int64_t b = 0; b < mask.dim(0); ++b)
+      for (int64_t j = P; j < mask.dim(1); ++j) m[b * mask.dim(1) + j] = 0;
+    first["attention_mask"] = std::move(mask);
+    std::vector<int64_t> cp(static_cast<size_t>(P)), rest(static_cast<size_t>(T - P));
+    std::iota(cp.begin(), cp.end(), 0);
+    std::iota(rest.begin(), rest.end(), P);
+    first["cache_position"] = i64s({P}, cp);
+    whole["cache_position"] = i64s({T - P}, rest);
+  } else {
+    first["attention_mask"] = columns(whole.at("attention_mask"), 0, P);
+  }
   auto presents = runtime::Executor(ref).run(first);
   step = whole;
   step["input_ids"] = columns(whole.at("input_ids"), P, T);

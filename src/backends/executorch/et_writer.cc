@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cstring>
-#include <fstream>
 #include <memory>
 
 #include "core/error.h"
@@ -163,37 +162,6 @@ EtWritten write_pte(const EtProgram& program, const fs::path& file, const std::f
   out.size = f.size();
   out.sha256 = f.finish();
   return out;
-}
-
-std::string read_pte_program(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) bad_input("{}: cannot open", file.string());
-  uint8_t head[kHeaderOffset + kHeaderLength];
-  if (!in.read(reinterpret_cast<char*>(head), sizeof head)) bad_input("{}: shorter than an ExecuTorch program header", file.string());
-  if (std::memcmp(head + 4, "ET12", 4) != 0) bad_input("{}: not an ExecuTorch program (no ET12 identifier)", file.string());
-  if (std::memcmp(head + 8, "eh00", 4) != 0) bad_input("{}: no eh00 extended header", file.string());
-  uint64_t program_size, segment_base, segment_size;
-  std::memcpy(&program_size, head + 16, 8);
-  std::memcpy(&segment_base, head + 24, 8);
-  std::memcpy(&segment_size, head + 32, 8);
-  const uintmax_t size = fs::file_size(file);
-  if (program_size > size || segment_base < program_size || segment_base + segment_size > size)
-    bad_input("{}: header sizes (program {}, segments {} at {}) do not fit the file's {} bytes", file.string(), program_size,
-              segment_size, segment_base, size);
-  if (program_size > (uint64_t(256) << 20)) bad_input("{}: a program of {} bytes is past hfx's 256 MiB limit", file.string(), program_size);
-  std::string bytes(program_size, '\0');
-  in.seekg(0);
-  if (!in.read(bytes.data(), std::streamsize(program_size))) bad_input("{}: cannot read its program", file.string());
-  // The flatbuffer as flatc wrote it: the header removed and the root offset put back.
-  std::string fb = bytes.substr(0, kHeaderOffset) + bytes.substr(kHeaderOffset + kHeaderLength);
-  uint32_t root_offset;
-  std::memcpy(&root_offset, fb.data(), 4);
-  if (root_offset < kHeaderLength) bad_input("{}: root offset {} inside the header", file.string(), root_offset);
-  root_offset -= uint32_t(kHeaderLength);
-  std::memcpy(fb.data(), &root_offset, 4);
-  flatbuffers::Verifier v(reinterpret_cast<const uint8_t*>(fb.data()), fb.size());
-  if (!etfb::VerifyProgramBuffer(v)) bad_input("{}: the program flatbuffer does not verify against program.fbs", file.string());
-  return fb;
 }
 
 }  // namespace hfx::executorch_backend

@@ -26,8 +26,4 @@ struct EtWritten {
 EtWritten write_pte(const EtProgram& program, const std::filesystem::path& file,
                     const std::function<void(int64_t n, int64_t bytes)>& on_constant_written);
 
-// The flatbuffer part of a .pte (bytes before its segments), checked: identifier, header, sizes
-// against the file. BadInput naming the file otherwise. For reading an export back.
-std::string read_pte_program(const std::filesystem::path& file);
-
 }  // namespace hfx::executorch_backend

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "backends/executorch/et_program.h"
+#include "backends/executorch/et_reader.h"
 #include "backends/executorch/et_writer.h"
 #include "backends/pt2/pt2_program.h"
 #include "core/error.h"
@@ -53,6 +54,7 @@ ir::Graph executorch_graph(const tasks::Component& c) {
   for (size_t i = 0; i < g.num_values(); ++i)
     for (auto& d : g.value(ir::ValueId(i)).shape)
       if (d.is_symbol() && d.symbol == kBatch) d = Dim(1);
+  if (g.symbols().has(kBatch)) g.symbols().set_bounds(kBatch, SymbolBounds{1, 1});  // what the manifest states
   int64_t slots = 0;
   for (const auto& in : c.inputs)
     if (in.name == "attention_mask" && in.shape.size() == 2 && in.shape[1].is_fixed()) slots = in.shape[1].value;
@@ -200,19 +202,27 @@ class ExecuTorchBackend final : public Backend {
     return make_executorch_runner(c.file, c.declared_inputs, driver_python(""));
   }
 
-  // The method's inputs and outputs as the program declares them (upper-bound sizes; "?" where
-  // DYNAMIC_BOUND), named by the manifest.
+  // The forward method's ports, named by the manifest (a .pte names none): a DYNAMIC_BOUND tensor's
+  // dims are "?" (the program keeps only their upper bounds), a static one's are its sizes.
   Signature signature(const ArtifactComponent& c) const override {
-    executorch_backend::read_pte_program(c.file);
-    Signature s;
-    for (const auto& name : c.declared_inputs) s.inputs.emplace_back(name, "?");
-    for (const auto& name : c.declared_outputs) s.outputs.emplace_back(name, "?");
-    return s;
+    const auto info = executorch_backend::read_pte_forward(c.file);
+    auto ports = [](const std::vector<executorch_backend::EtPort>& ps, const std::vector<std::string>& names) {
+      std::vector<std::pair<std::string, std::string>> out;
+      for (size_t i = 0; i < ps.size(); ++i) {
+        std::vector<std::string> dims;
+        for (auto s : ps[i].sizes) dims.push_back(ps[i].dynamic ? "?" : std::to_string(s));
+        out.emplace_back(i < names.size() ? names[i] : fmt::format("#{}", i), fmt::format("{}[{}]", ps[i].dtype, fmt::join(dims, ",")));
+      }
+      return out;
+    };
+    return {ports(info.inputs, c.declared_inputs), ports(info.outputs, c.declared_outputs)};
   }
 
+  // The kernels the forward method calls, with their count.
   Placement placement(const ArtifactComponent& c, const std::string& runtime) const override {
-    executorch_backend::read_pte_program(c.file);
-    return {{"forward", {{runtime, 1}}}};
+    Placement out;
+    for (const auto& [kernel, n] : executorch_backend::read_pte_forward(c.file).kernels) out[kernel][runtime] = n;
+    return out;
   }
 };
 

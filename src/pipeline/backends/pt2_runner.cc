@@ -263,7 +263,8 @@ std::unique_ptr<runtime::StepRunner> make_executorch_runner(const fs::path& pte,
   return std::make_unique<PythonStepRunner>(kExecuTorch, pte, input_names, std::vector<std::pair<std::string, std::string>>{}, python);
 }
 
-std::string executorch_version(const std::string& python) { return python_module_version(python, "executorch").value_or(""); }
+// executorch keeps its version in a submodule: executorch.version.__version__ ("1.5.1+cpu").
+std::string executorch_version(const std::string& python) { return python_module_version(python, "executorch.version").value_or(""); }
 
 std::string torch_version(const std::string& python) { return python_module_version(python, "torch").value_or(""); }
 

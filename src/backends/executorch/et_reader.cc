@@ -1,0 +1,118 @@
+#include "backends/executorch/et_reader.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+#include "executorch/program_generated.h"
+
+namespace fs = std::filesystem;
+namespace etfb = executorch_flatbuffer;
+
+namespace hfx::executorch_backend {
+
+namespace {
+
+constexpr size_t kHeaderOffset = 8;
+constexpr size_t kHeaderLength = 32;
+constexpr uint64_t kMaxProgramBytes = uint64_t(256) << 20;
+
+const char* dtype_of(etfb::ScalarType t) {
+  switch (int(t)) {
+    case 0: return "u8";
+    case 1: return "i8";
+    case 2: return "i16";
+    case 3: return "i32";
+    case 4: return "i64";
+    case 5: return "f16";
+    case 6: return "f32";
+    case 7: return "f64";
+    case 11: return "bool";
+    case 15: return "bf16";
+    default: return "?";
+  }
+}
+
+}  // namespace
+
+std::string read_pte_program(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) bad_input("{}: cannot open", file.string());
+  uint8_t head[kHeaderOffset + kHeaderLength];
+  if (!in.read(reinterpret_cast<char*>(head), sizeof head)) bad_input("{}: shorter than an ExecuTorch program header", file.string());
+  if (std::memcmp(head + 4, "ET12", 4) != 0) bad_input("{}: not an ExecuTorch program (no ET12 identifier)", file.string());
+  if (std::memcmp(head + 8, "eh00", 4) != 0) bad_input("{}: no eh00 extended header", file.string());
+  uint64_t program_size, segment_base, segment_size;
+  std::memcpy(&program_size, head + 16, 8);
+  std::memcpy(&segment_base, head + 24, 8);
+  std::memcpy(&segment_size, head + 32, 8);
+  const uintmax_t size = fs::file_size(file);
+  if (program_size > size || segment_base < program_size || segment_base + segment_size > size)
+    bad_input("{}: header sizes (program {}, segments {} at {}) do not fit the file's {} bytes", file.string(), program_size,
+              segment_size, segment_base, size);
+  if (program_size > kMaxProgramBytes) bad_input("{}: a program of {} bytes is past hfx's 256 MiB limit", file.string(), program_size);
+  std::string bytes(program_size, '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), std::streamsize(program_size))) bad_input("{}: cannot read its program", file.string());
+  // The flatbuffer as flatc wrote it: the header removed and the root offset put back.
+  std::string fb = bytes.substr(0, kHeaderOffset) + bytes.substr(kHeaderOffset + kHeaderLength);
+  uint32_t root_offset;
+  std::memcpy(&root_offset, fb.data(), 4);
+  if (root_offset < kHeaderLength) bad_input("{}: root offset {} inside the header", file.string(), root_offset);
+  root_offset -= uint32_t(kHeaderLength);
+  std::memcpy(fb.data(), &root_offset, 4);
+  flatbuffers::Verifier v(reinterpret_cast<const uint8_t*>(fb.data()), fb.size());
+  if (!etfb::VerifyProgramBuffer(v)) bad_input("{}: the program flatbuffer does not verify against program.fbs", file.string());
+  return fb;
+}
+
+
+EtMethodInfo read_pte_forward(const fs::path& file) {
+  const std::string fb = read_pte_program(file);
+  const auto* program = etfb::GetProgram(fb.data());
+  EtMethodInfo info;
+  const etfb::ExecutionPlan* forward = nullptr;
+  if (program->execution_plan())
+    for (const auto* plan : *program->execution_plan()) {
+      const std::string name = plan->name() ? plan->name()->str() : "";
+      info.methods.push_back(name);
+      if (name == "forward") forward = plan;
+    }
+  if (!forward) bad_input("{}: the program has no forward method (methods: {})", file.string(), fmt::join(info.methods, ", "));
+  const auto* values = forward->values();
+  auto port = [&](int32_t index, const char* what) {
+    if (!values || index < 0 || uint32_t(index) >= values->size() || values->Get(uint32_t(index))->val_type() != etfb::KernelTypes::Tensor)
+      bad_input("{}: forward {} {} is not a tensor value", file.string(), what, index);
+    const auto* t = values->Get(uint32_t(index))->val_as_Tensor();
+    EtPort p;
+    p.dtype = dtype_of(t->scalar_type());
+    if (t->sizes())
+      for (auto s : *t->sizes()) p.sizes.push_back(s);
+    p.dynamic = t->shape_dynamism() != etfb::TensorShapeDynamism::STATIC;
+    return p;
+  };
+  if (forward->inputs())
+    for (auto i : *forward->inputs()) info.inputs.push_back(port(i, "input"));
+  if (forward->outputs())
+    for (auto i : *forward->outputs()) info.outputs.push_back(port(i, "output"));
+  std::vector<std::string> ops;
+  if (forward->operators())
+    for (const auto* op : *forward->operators()) {
+      const std::string name = op->name() ? op->name()->str() : "?", overload = op->overload() ? op->overload()->str() : "";
+      ops.push_back(overload.empty() ? name : name + "." + overload);
+    }
+  if (forward->chains())
+    for (const auto* chain : *forward->chains())
+      if (chain->instructions())
+        for (const auto* ins : *chain->instructions())
+          if (const auto* call = ins->instr_args_as_KernelCall()) {
+            if (call->op_index() < 0 || size_t(call->op_index()) >= ops.size())
+              bad_input("{}: a kernel call names operator {} of {}", file.string(), call->op_index(), ops.size());
+            info.kernels[ops[size_t(call->op_index())]]++;
+          }
+  return info;
+}
+
+}  // namespace hfx::executorch_backend
