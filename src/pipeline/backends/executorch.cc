@@ -127,9 +127,9 @@ class ExecuTorchBackend final : public Backend {
   std::vector<std::string> passes() const override { return {"decompose-composites-keep-linear-embedding"}; }
 
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
+    check_component(c);  // refused before the work starts
     Plan p{"portable kernels, static KV cache as mutable buffers", {}, {}, {}};
     if (!contract) return p;
-    check_component(c);
     const auto e = executorch_contract(c, executorch_graph(c));
     p.inputs = e.inputs;
     p.outputs = e.outputs;
