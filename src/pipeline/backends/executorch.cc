@@ -24,6 +24,9 @@
 #include "pipeline/manifest.h"
 #include "pipeline/runtime_probe.h"
 #include "runtime/tested_runtimes.h"
+#ifdef HFX_HAVE_EXECUTORCH_RUNTIME
+#include "runtime/executorch/et_runner.h"
+#endif
 
 namespace fs = std::filesystem;
 
@@ -34,6 +37,28 @@ namespace {
 constexpr const char* kBatch = "batch_size";
 
 std::string pte_file(const tasks::Component& c) { return c.file_stem + ".pte"; }
+
+// ExecuTorch's runtime as this build has it: the C++ driver linked against the wheel's libraries, or
+// the Python step server over executorch.runtime (`python`) when the build found no wheel.
+std::unique_ptr<runtime::StepRunner> executorch_runner(const fs::path& pte, const std::vector<std::string>& inputs, const std::string& python) {
+#ifdef HFX_HAVE_EXECUTORCH_RUNTIME
+  (void)python;
+  return runtime::make_executorch_cpp_runner(pte, inputs);
+#else
+  return make_executorch_runner(pte, inputs, python);
+#endif
+}
+
+// The runtime's version, or "" when there is none to run the program.
+std::string runtime_version(const std::string& python) {
+#ifdef HFX_HAVE_EXECUTORCH_RUNTIME
+  (void)python;
+  return runtime::executorch_runtime_version() + " (C++ runtime, Module API";
+#else
+  const std::string v = executorch_version(python);
+  return v.empty() ? v : v + " (executorch.runtime";
+#endif
+}
 
 // The one shape of a component this format writes, or BadInput saying what to ask for.
 void check_component(const tasks::Component& c) {
@@ -175,7 +200,7 @@ class ExecuTorchBackend final : public Backend {
     const fs::path dir = job.staging / "executorch";
     for (const auto& c : job.model.components) executorch_backend::read_pte_program(dir / pte_file(c));
     const std::string python = driver_python("");
-    const std::string version = executorch_version(python);
+    const std::string version = runtime_version(python);
     if (version.empty())
       return fmt::format("executorch: programs read back; not run ({} has no executorch: `hfx verify --runtime executorch` "
                          "with a Python that has executorch {} checks them)",
@@ -190,16 +215,16 @@ class ExecuTorchBackend final : public Backend {
           const auto e = executorch_contract(c, executorch_graph(c));
           std::vector<std::string> names;
           for (const auto& in : e.inputs) names.push_back(in.name);
-          return make_executorch_runner(dir / pte_file(c), names, python);
+          return executorch_runner(dir / pte_file(c), names, python);
         });
-    return fmt::format("executorch: {} greedy tokens x {} row on executorch {} (executorch.runtime, portable kernels, f32) identical "
-                       "to the reference executor",
+    return fmt::format("executorch: {} greedy tokens x {} row on executorch {}, portable kernels, f32) identical to the reference "
+                       "executor",
                        done.tokens, done.rows, version);
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
     HFX_CHECK(rt == "executorch", "executorch backend asked for runtime {}", rt);
-    return make_executorch_runner(c.file, c.declared_inputs, driver_python(""));
+    return executorch_runner(c.file, c.declared_inputs, driver_python(""));
   }
 
   // The forward method's ports, named by the manifest (a .pte names none): a DYNAMIC_BOUND tensor's
