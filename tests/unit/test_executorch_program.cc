@@ -1,0 +1,165 @@
+// The executorch lowering: kernel calls with every schema argument then out and the return, the
+// static cache as a mutable buffer in a region of the arena nothing else reuses, activations that
+// never share bytes while both are live, DYNAMIC_BOUND sizes at the upper bound, and a .pte that reads
+// back with its ports.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "backends/executorch/et_ops.h"
+#include "backends/executorch/et_program.h"
+#include "backends/executorch/et_reader.h"
+#include "backends/executorch/et_writer.h"
+#include "backends/pt2/pt2_program.h"
+#include "core/error.h"
+#include "ir/builder.h"
+
+using namespace hfx;
+using namespace hfx::ir;
+using namespace hfx::executorch_backend;
+
+namespace {
+
+Dim n(int64_t v) { return Dim::fixed(v); }
+
+// A cache update and a use of it: present = scatter(past, index, new); logits = present + present,
+// with the query length symbolic in [1, 8].
+Graph cache_step() {
+  Graph g;
+  Builder b{g};
+  g.symbols().declare("sequence_length", SymbolBounds{1, 8});
+  auto buf = g.add_input("past_key_values.0.key", DType::F32, {n(1), n(2), n(8), n(4)});
+  auto upd = g.add_input("new", DType::F32, {n(1), n(2), Dim::sym("sequence_length"), n(4)});
+  auto idx = g.add_input("index", DType::I64, {n(1), n(2), Dim::sym("sequence_length"), n(4)});
+  auto written = b.add1("ScatterElements", {buf, idx, upd}, {{"axis", int64_t(2)}});
+  g.rename(written, "present.0.key");
+  auto logits = b.plus(b.plus(upd, upd), upd);
+  g.rename(logits, "logits");
+  g.add_output(logits);
+  g.add_output(written);
+  return g;
+}
+
+EtProgram lower(const Graph& g) {
+  const std::vector<std::pair<std::string, std::string>> shared = {{"past_key_values.0.key", "present.0.key"}};
+  EtLowerOptions o;
+  o.shared_buffers = shared;
+  o.metadata = {{"get_max_seq_len", 8, false}, {"use_kv_cache", 1, true}};
+  o.eos_ids = {2};
+  return lower_to_executorch(pt2_backend::lower_to_pt2(g, {shared}), o);
+}
+
+}  // namespace
+
+TEST(ExecuTorchProgram, KernelCallsPassEveryArgumentThenOutThenTheReturn) {
+  const EtProgram p = lower(cache_step());
+  const EtMethod& m = p.methods.at(0);
+  ASSERT_EQ(m.name, "forward");
+  for (const auto& call : m.calls) {
+    const auto& [name, overload] = m.operators.at(size_t(call.op));
+    if (name == "aten::add") {
+      ASSERT_EQ(call.args.size(), 5u);  // self, other, alpha, out, return
+      EXPECT_EQ(m.values.at(size_t(call.args[2])).kind, EtValue::Kind::Int);
+      EXPECT_EQ(call.args[3], call.args[4]);
+    }
+    if (name == "aten::copy_") {
+      EXPECT_EQ(overload, "");
+      EXPECT_EQ(call.args.front(), call.args.back());  // in place: the return is self
+    }
+  }
+  EXPECT_NE(std::find(p.kernels.begin(), p.kernels.end(), "aten::scatter.src_out"), p.kernels.end());
+  EXPECT_NE(std::find(p.kernels.begin(), p.kernels.end(), "aten::copy_"), p.kernels.end());
+  ASSERT_EQ(m.inputs.size(), 2u);  // new, index: the buffer is not an input
+  ASSERT_EQ(m.outputs.size(), 1u);
+  const EtTensor& logits = m.values.at(size_t(m.outputs[0])).tensor;
+  EXPECT_TRUE(logits.dynamic);
+  EXPECT_EQ(logits.sizes, (std::vector<int64_t>{1, 2, 8, 4}));  // planned at the bound
+  EXPECT_EQ(p.methods.size(), 4u);  // forward, two constants, get_eos_ids
+}
+
+TEST(ExecuTorchProgram, TheCacheHasItsOwnRegionAndLiveTensorsNeverOverlap) {
+  const EtProgram p = lower(cache_step());
+  const EtMethod& m = p.methods.at(0);
+  int64_t buffer_end = -1;
+  for (const auto& v : m.values)
+    if (v.kind == EtValue::Kind::Tensor && !v.tensor.fqn.empty()) {
+      EXPECT_EQ(v.tensor.fqn, "past_key_values.0.key");
+      EXPECT_EQ(v.tensor.offset, 0);
+      buffer_end = v.tensor.nbytes();
+    }
+  ASSERT_EQ(buffer_end, 1 * 2 * 8 * 4 * 4);
+  EXPECT_EQ(p.buffer_bytes, buffer_end);
+  // Lifetimes by call index, then every pair of overlapping lifetimes in disjoint bytes.
+  std::map<int, std::pair<int, int>> life;
+  for (int c = 0; c < int(m.calls.size()); ++c)
+    for (int a : m.calls[size_t(c)].args)
+      if (m.values[size_t(a)].kind == EtValue::Kind::Tensor && m.values[size_t(a)].tensor.constant == 0) {
+        auto [it, fresh] = life.try_emplace(a, c, c);
+        if (!fresh) it->second.second = c;
+      }
+  for (int v : m.inputs) life[v].first = -1;
+  for (const auto& [a, la] : life)
+    for (const auto& [b, lb] : life) {
+      if (a >= b || la.second < lb.first || lb.second < la.first) continue;
+      const auto& ta = m.values[size_t(a)].tensor;
+      const auto& tb = m.values[size_t(b)].tensor;
+      const bool disjoint = ta.offset + ta.nbytes() <= tb.offset || tb.offset + tb.nbytes() <= ta.offset;
+      EXPECT_TRUE(disjoint) << "values " << a << " and " << b << " share bytes while both are live";
+    }
+  for (const auto& [a, la] : life) {
+    if (m.values[size_t(a)].tensor.fqn.empty()) {
+      EXPECT_GE(m.values[size_t(a)].tensor.offset, buffer_end);
+    }
+  }
+  EXPECT_GE(p.arena_bytes, buffer_end);
+}
+
+TEST(ExecuTorchProgram, AFileReadsBackWithItsPorts) {
+  const EtProgram p = lower(cache_step());
+  const auto dir = std::filesystem::temp_directory_path() / ("hfx-et-unit-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto written = write_pte(p, dir / "model.pte", {});
+  const EtMethodInfo info = read_pte_forward(written.file);
+  ASSERT_EQ(info.inputs.size(), 2u);
+  EXPECT_EQ(info.inputs[0].dtype, "f32");
+  EXPECT_EQ(info.inputs[1].dtype, "i64");
+  EXPECT_TRUE(info.inputs[0].dynamic);
+  ASSERT_EQ(info.outputs.size(), 1u);
+  EXPECT_EQ(info.kernels.at("aten::copy_"), 1);
+  EXPECT_EQ(info.methods.size(), 4u);
+  // A byte flipped in the identifier: refused naming the file.
+  {
+    std::fstream f(written.file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4);
+    f.put('X');
+  }
+  try {
+    read_pte_forward(written.file);
+    FAIL() << "expected BadInput";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    EXPECT_NE(std::string(e.what()).find("ET12"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ExecuTorchProgram, ADimWithoutUpperBoundIsRefused) {
+  Graph g;
+  Builder b{g};
+  auto x = g.add_input("x", DType::F32, {n(1), Dim::sym("sequence_length")});
+  auto y = b.plus(x, x);
+  g.rename(y, "logits");
+  g.add_output(y);
+  try {
+    lower_to_executorch(pt2_backend::lower_to_pt2(g, {}), {});
+    FAIL() << "expected Unsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("--dim sequence_length=MIN:MAX"), std::string::npos) << e.what();
+  }
+}
