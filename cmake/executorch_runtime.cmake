@@ -1,6 +1,6 @@
 # ExecuTorch's C++ runtime (src/runtime/executorch), linked against the libraries and headers the
 # executorch wheel of the project's venv ships (libexecutorch: runtime + Module; the kernel library,
-# linked whole: its kernels register themselves from static initialisers). AUTO uses it when present,
+# and the XNNPACK backend, linked whole: they register themselves from static initialisers). AUTO uses it when present,
 # ON requires it, OFF leaves it out (the executorch format then runs through python/hfx_executorch_runner.py).
 # The wheel's CMake package needs CMake 3.28; its files are used directly here.
 set(HFX_EXECUTORCH_RUNTIME AUTO CACHE STRING "ExecuTorch C++ runtime driver: AUTO, ON or OFF")
@@ -36,7 +36,9 @@ function(hfx_executorch_runtime target)
   target_include_directories(${target} SYSTEM PRIVATE ${_hfx_et_pkg}/include ${_hfx_et_pkg}/include/executorch/runtime/core/portable_type/c10)
   target_compile_definitions(${target} PUBLIC HFX_HAVE_EXECUTORCH_RUNTIME=1 HFX_EXECUTORCH_VERSION="${HFX_EXECUTORCH_VERSION}")
   target_compile_definitions(${target} PRIVATE C10_USING_CUSTOM_GENERATED_MACROS)
-  target_link_libraries(${target} PUBLIC "-Wl,--no-as-needed" ${_hfx_et_pkg}/lib/libexecutorch_kernels_optimized.so "-Wl,--as-needed"
+  # The kernels and the XNNPACK backend register themselves from static initialisers: linked whole.
+  target_link_libraries(${target} PUBLIC "-Wl,--no-as-needed" ${_hfx_et_pkg}/lib/libexecutorch_kernels_optimized.so
+    ${_hfx_et_pkg}/lib/libexecutorch_backend_xnnpack.so ${_hfx_et_pkg}/lib/libexecutorch_threadpool.so "-Wl,--as-needed"
     ${_hfx_et_pkg}/lib/libexecutorch.so)
 endfunction()
 if(HFX_HAVE_EXECUTORCH_RUNTIME)

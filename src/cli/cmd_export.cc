@@ -60,6 +60,7 @@ struct State {
   bool quantize_lm_head = false, quantize_embeddings = false;
   std::string onnx_profile;  // empty: pipeline::default_onnx_profile
   int64_t onnx_opset = 21;
+  std::string executorch_backend = "xnnpack";
 };
 
 std::string lowercase(std::string text) {
@@ -102,6 +103,8 @@ pipeline::Recipe recipe_from_flags(const State& s, const CLI::App& cmd) {
     r.onnx_opset = s.onnx_opset;
     r.onnx_profile = s.onnx_profile.empty() ? pipeline::default_onnx_profile(s.onnx_opset) : s.onnx_profile;
     pipeline::check_onnx_profile(r.onnx_profile, "--onnx-profile");
+    pipeline::check_executorch_backend(s.executorch_backend, "--executorch-backend");
+    r.executorch_backend = s.executorch_backend;
   });
   return r;
 }
@@ -115,6 +118,7 @@ void note_options_that_do_not_apply(const State& s, const CLI::App& cmd, const s
   };
   for (const auto& [flag, format] : {FormatOption{"--stateless", "openvino"}, FormatOption{"--onnx-profile", "onnx"},
                                      FormatOption{"--onnx-opset", "onnx"}, FormatOption{"--verify-runtime", "onnx"},
+                                     FormatOption{"--executorch-backend", "executorch"},
                                      FormatOption{"--verify-oracle", "onnx"}})
     if (cmd.count(flag) && !writes(format))
       fmt::print(stderr, "hfx: note: {} only applies to --format {}; ignored\n", flag, format);
@@ -141,6 +145,10 @@ void register_export(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_flag("--stateless", s->stateless,
                 "openvino: explicit past_key_values.*/present.* I/O instead of the stateful KV cache (ReadValue/Assign)");
+  cmd->add_option("--executorch-backend", s->executorch_backend,
+                  "executorch: xnnpack (default: the linear layers run in an XNNPACK delegate inside the program) or "
+                  "portable (ExecuTorch's portable kernels only)")
+      ->capture_default_str();
   cmd->add_option("--dtype", s->dtype,
                   "Weight dtype: f32, f16 (Linear layers compute in f16), bf16 (stored bf16, cast to f32 at use)")
       ->capture_default_str();
@@ -218,7 +226,7 @@ void register_export(CLI::App& app, Action& action) {
         // A recipe fixes every option that shapes the output; flags on top would make it lie.
         for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic", "--stateless",
                                  "--dtype", "--quantize", "--quantize-lm-head", "--quantize-embeddings", "--onnx-opset",
-                                 "--onnx-profile"})
+                                 "--onnx-profile", "--executorch-backend"})
           if (cmd->count(flag)) usage_error("{} cannot be combined with --recipe (the recipe fixes it)", flag);
         const std::string text = read_text_file(s->recipe, kMaxManifestBytes);  // a recipe may be an hfx.json
         io::check_json_depth(text, s->recipe.string());  // printing a 100000-deep value would overflow the stack

@@ -39,6 +39,10 @@ struct Recipe {
   // and Attention where they compute the model exactly (portable profile and its fallbacks). Recorded
   // only when not 21, so older recipes keep their bytes.
   int64_t onnx_opset = 21;
+  // executorch: `xnnpack` (the default, as in the reference system) delegates the linear layers to
+  // XNNPACK inside the program; `portable` runs every op on ExecuTorch's portable kernels. Recorded
+  // only when the export writes executorch.
+  std::string executorch_backend = "xnnpack";
   // Verification tolerances by dtype (max abs diff of outputs against the reference executor, which
   // runs the same precision: see tolerance()).
   std::map<std::string, double> tolerances = {{"f32", 1e-4}};
@@ -122,6 +126,8 @@ LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::Caus
 std::string default_onnx_profile(int64_t opset);
 // BadInput unless `profile` is ort or portable (`where` names the flag or file).
 void check_onnx_profile(const std::string& profile, const std::string& where);
+// BadInput unless `backend` is xnnpack or portable.
+void check_executorch_backend(const std::string& backend, const std::string& where);
 // BadInput unless `opset` is 21 or 23.
 void check_onnx_opset(int64_t opset, const std::string& where);
 

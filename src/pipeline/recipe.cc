@@ -42,6 +42,8 @@ nlohmann::ordered_json Recipe::to_json() const {
   if (std::find(formats.begin(), formats.end(), "openvino") != formats.end()) j["openvino_stateful"] = openvino_stateful;
   // The ONNX lowering profile: recipes that write ONNX always record it (see from_json for older ones).
   if (std::find(formats.begin(), formats.end(), "onnx") != formats.end()) j["onnx_profile"] = onnx_profile;
+  // ExecuTorch's in-program backend: recipes that write executorch record it.
+  if (std::find(formats.begin(), formats.end(), "executorch") != formats.end()) j["executorch_backend"] = executorch_backend;
   // The opset only when not 21 (recipes from before `--onnx-opset` stay as they were).
   if (onnx_opset != 21) j["onnx_opset"] = onnx_opset;
   // Precision only when not the default f32 (f32 recipes stay as they were).
@@ -123,7 +125,7 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   static const std::vector<std::string> known = {
       "formats", "task", "split_prefill", "static_cache", "max_cache_len", "dynamic", "dims", "tolerances",
       "openvino_stateful", "onnx_profile", "onnx_opset", "dtype", "quantize", "quantize_lm_head",
-      "quantize_embeddings", "components"};
+      "quantize_embeddings", "components", "executorch_backend"};
   for (const auto& [key, value] : j.items())
     if (std::find(known.begin(), known.end(), key) == known.end() && !(&j == &in && key == "source"))
       bad_input("{}: unknown recipe field \"{}\" (known: {})", where, key, fmt::join(known, ", "));
@@ -147,6 +149,11 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   get_bool("static_cache", r.task.static_cache);
   get_bool("dynamic", r.task.dynamic);
   get_bool("openvino_stateful", r.openvino_stateful);
+  if (j.contains("executorch_backend")) {
+    if (!j["executorch_backend"].is_string()) bad_input("{}: recipe field \"executorch_backend\" must be a string", where);
+    r.executorch_backend = j["executorch_backend"].get<std::string>();
+    check_executorch_backend(r.executorch_backend, where);
+  }
   if (j.contains("onnx_opset")) {
     if (!j["onnx_opset"].is_number_integer()) bad_input("{}: recipe field \"onnx_opset\" must be an integer", where);
     r.onnx_opset = j["onnx_opset"].get<int64_t>();
@@ -234,6 +241,11 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   }
   tasks::validate(r.task);
   return r;
+}
+
+void check_executorch_backend(const std::string& backend, const std::string& where) {
+  if (backend != "xnnpack" && backend != "portable")
+    bad_input("{}: executorch backend `{}` (supported: xnnpack, portable)", where, backend);
 }
 
 }  // namespace hfx::pipeline

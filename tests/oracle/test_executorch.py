@@ -24,6 +24,7 @@ from tiny_models import CASES, load_reference
 ATOL = 1e-4  # fp32: only the summation order may differ
 CACHE_LEN = 96  # past the 7-token prompt + 64 new tokens of the greedy test
 ET_ARGS = ["--format", "executorch", "--static-cache", "--max-cache-len", str(CACHE_LEN)]
+BACKENDS = ["xnnpack", "portable"]  # xnnpack: the linear layers in XNNPACK delegates; portable: portable kernels only
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,8 @@ def et_base(tmp_path_factory):
 @pytest.fixture(scope="module")
 def et_export(tiny_checkpoint, et_base):
     # --no-verify: each case is checked here against Transformers (the built-in check has its own test)
-    return export_once(et_base, lambda case, _: ("--model", tiny_checkpoint(case), *ET_ARGS, "--no-verify", "--quiet"))
+    return export_once(et_base, lambda case, backend: ("--model", tiny_checkpoint(case), *ET_ARGS, "--executorch-backend",
+                                                      backend or "xnnpack", "--no-verify", "--quiet"))
 
 
 def pte_of(out: Path) -> Path:
@@ -60,9 +62,10 @@ def compare(what: str, actual: torch.Tensor, expected: torch.Tensor) -> float:
     return diff.max().item()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_logits_match_transformers(case, tiny_checkpoint, et_export):
-    _, forward = load_forward(pte_of(et_export(case)))
+def test_logits_match_transformers(case, backend, tiny_checkpoint, et_export):
+    _, forward = load_forward(pte_of(et_export(case, backend)))
     ref = load_reference(tiny_checkpoint(case))
     ids = torch.tensor([PROMPTS["batch1"][0]])
     written, hf_past, worst = 0, None, 0.0
@@ -72,11 +75,11 @@ def test_logits_match_transformers(case, tiny_checkpoint, et_export):
         with torch.no_grad():
             r = ref(input_ids=ids, past_key_values=hf_past, use_cache=True,
                     position_ids=cache_position[None], attention_mask=torch.ones(1, written + ids.shape[1], dtype=torch.long))
-        worst = max(worst, compare(f"{case} step {step} logits", logits, r.logits))
+        worst = max(worst, compare(f"{case}/{backend} step {step} logits", logits, r.logits))
         hf_past = r.past_key_values
         written += ids.shape[1]
         ids = r.logits[:, -1].argmax(-1, keepdim=True)
-    record_coverage(case, "executorch", "logits_max_abs_diff", worst)
+    record_coverage(case, f"executorch-{backend}", "logits_max_abs_diff", worst)
 
 
 def greedy(forward, prompt: list[int], n: int) -> list[int]:
@@ -90,20 +93,21 @@ def greedy(forward, prompt: list[int], n: int) -> list[int]:
     return out
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_greedy_tokens_match_transformers(case, et_export, reference_tokens):
-    _, forward = load_forward(pte_of(et_export(case)))
+def test_greedy_tokens_match_transformers(case, backend, et_export, reference_tokens):
+    _, forward = load_forward(pte_of(et_export(case, backend)))
     expected = reference_tokens(case, "batch1")[0]
     got = greedy(forward, PROMPTS["batch1"][0], NEW_TOKENS)
     # Transformers stops a row at EOS and pads it: compare up to what it generated.
     assert got[:len(expected)] == expected
-    record_coverage(case, "executorch", "greedy_tokens", len(expected))
+    record_coverage(case, f"executorch-{backend}", "greedy_tokens", len(expected))
 
 
 def test_program_layout(et_export):
     """ET12 + the eh00 extended header, constant methods for ExecuTorch's LLM runner, and a query
     length that is DYNAMIC_BOUND up to the cache length (prefill and single steps, one method)."""
-    pte = pte_of(et_export("llama"))
+    pte = pte_of(et_export("llama", "portable"))
     head = pte.read_bytes()[:40]
     assert head[4:8] == b"ET12" and head[8:12] == b"eh00"
     program_size, segment_base, segment_size = struct.unpack("<QQQ", head[16:40])
@@ -126,11 +130,19 @@ def test_query_longer_than_the_bound_is_refused(et_export):
         forward.execute([torch.zeros(1, CACHE_LEN + 1, dtype=torch.long), torch.arange(CACHE_LEN + 1)])
 
 
-def test_builtin_check_runs_executorch(tiny_checkpoint, tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_builtin_check_verify_and_generate_run_executorch(backend, tiny_checkpoint, tmp_path):
+    """The export's built-in check, `hfx verify --runtime executorch` (shape matrix, greedy tokens) and
+    `hfx generate --runtime executorch` run the program through ExecuTorch's C++ runtime; the recipe
+    records the backend and an XNNPACK program holds its delegates."""
     out = tmp_path / "checked"
-    proc = run_hfx("export", "--model", str(tiny_checkpoint("qwen3")), *ET_ARGS, str(out))
-    assert "greedy tokens" in proc.stdout + proc.stderr and "executorch" in proc.stdout + proc.stderr
-    assert (out / "executorch" / "model.pte").is_file()
+    proc = run_hfx("export", "--model", str(tiny_checkpoint("qwen3")), *ET_ARGS, "--executorch-backend", backend, str(out))
+    summary = proc.stdout + proc.stderr
+    assert "greedy tokens" in summary and ("XNNPACK" if backend == "xnnpack" else "portable kernels") in summary
+    assert json.loads((out / "hfx.json").read_text())["recipe"]["executorch_backend"] == backend
+    assert (b"XnnpackBackend" in (out / "executorch" / "model.pte").read_bytes()) == (backend == "xnnpack")
+    verify = run_hfx("verify", str(out), "--runtime", "executorch")
+    assert "verified" in verify.stdout + verify.stderr
     gen = run_hfx("generate", str(out), "--runtime", "executorch", "--prompt-ids", ",".join(map(str, PROMPTS["batch1"][0])),
                   "-n", "16", "--print-ids")
     assert gen.stdout.strip(), gen.stderr

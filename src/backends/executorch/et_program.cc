@@ -9,6 +9,7 @@
 #include <set>
 
 #include "backends/executorch/et_ops.h"
+#include "backends/executorch/et_xnnpack.h"
 #include "core/error.h"
 
 namespace hfx::executorch_backend {
@@ -76,6 +77,8 @@ class Converter {
   void call(const std::string& name, const std::string& overload, std::vector<int> args);
   void lower_node(const json& node);
   void lower_matmul(const json& node, const std::string& where);
+  bool delegate_linear(const json& node, const std::string& where);
+  void drop_unused_constants();
   int view(int src, DType dtype, const std::vector<SymExpr>& shape, const std::string& where);
   void plan_memory();
 
@@ -87,6 +90,8 @@ class Converter {
   std::map<std::string, int> tensors_;  // pt2 tensor name -> EValue
   std::map<std::string, int> syms_;     // pt2 SymInt name -> Int EValue
   std::set<int> buffers_;               // mutable buffers' EValues
+  std::map<int, size_t> constant_of_;   // constant tensor EValue -> index in out_.constants
+  std::map<int, std::string> constant_name_;
   std::set<std::string> kernels_;
 };
 
@@ -314,6 +319,7 @@ void Converter::lower_node(const json& node) {
     return call("executorch_prim::" + op, "Scalar", {a, b, out});
   }
   if (target == "torch.ops.aten.matmul.default") return lower_matmul(node, where);
+  if (opt_.xnnpack && target == "torch.ops.aten.linear.default" && delegate_linear(node, where)) return;
   const auto& table = et_op_table();
   auto spec = table.find(target);
   if (spec == table.end()) unsupported("executorch: {}: no ExecuTorch kernel for {}", where, target);
@@ -345,6 +351,70 @@ void Converter::lower_node(const json& node) {
   call(spec->second.name, spec->second.overload, std::move(args));
 }
 
+// A linear layer as an XNNPACK FullyConnected delegate, when its input is f32 and its weight (and
+// bias) are f32 constants: the weights become named data, the call a DelegateCall(input, output).
+bool Converter::delegate_linear(const json& node, const std::string& where) {
+  std::string input, weight, bias;
+  for (const auto& in : node["inputs"]) {
+    if (!in["arg"].contains("as_tensor")) continue;
+    const std::string name = in["arg"]["as_tensor"]["name"].get<std::string>();
+    if (in["name"] == "input") input = name;
+    if (in["name"] == "weight") weight = name;
+    if (in["name"] == "bias") bias = name;
+  }
+  const int x = tensor_of(input), w = tensor_of(weight), b = bias.empty() ? -1 : tensor_of(bias);
+  auto f32_constant = [&](int v) { return constant_of_.count(v) && m_.values[size_t(v)].tensor.scalar_type == 6; };
+  if (m_.values[size_t(x)].tensor.scalar_type != 6 || !f32_constant(w) || (b >= 0 && !f32_constant(b))) return false;
+  const std::string out_name = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
+  const auto& info = p_.tensors.at(out_name);
+  const int out = add_tensor(info.dtype, info.shape, where);
+  tensors_[out_name] = out;
+  auto named = [&](int v) {
+    const std::string& key = constant_name_.at(v);
+    bool known = false;
+    for (const auto& [k, _] : out_.named_data) known = known || k == key;
+    if (!known) out_.named_data.emplace_back(key, out_.constants.at(constant_of_.at(v)));
+    return key;
+  };
+  XnnLinear l;
+  l.input_sizes = m_.values[size_t(x)].tensor.sizes;
+  l.output_sizes = m_.values[size_t(out)].tensor.sizes;
+  l.out_features = m_.values[size_t(w)].tensor.sizes.at(0);
+  l.in_features = m_.values[size_t(w)].tensor.sizes.at(1);
+  l.weight_key = named(w);
+  if (b >= 0) l.bias_key = named(b);
+  out_.delegate_blobs.push_back(xnnpack_linear_payload(l));
+  m_.delegates.push_back(out_.delegate_blobs.size() - 1);
+  m_.calls.push_back({int(m_.delegates.size() - 1), {x, out}, true});
+  kernels_.insert("XnnpackBackend (FullyConnected)");
+  return true;
+}
+
+// Constants only delegates read live in their named-data segments: their EValues become Null (no
+// kernel reads them) and the constant segment keeps the rest, renumbered.
+void Converter::drop_unused_constants() {
+  std::set<int> used;
+  for (const auto& c : m_.calls) {
+    if (c.delegate) continue;
+    for (int a : c.args) {
+      used.insert(a);
+      const auto& e = m_.values[size_t(a)];
+      if (e.kind == Kind::TensorList || e.kind == Kind::OptionalTensorList)
+        for (auto i : e.items) used.insert(int(i));
+    }
+  }
+  std::vector<ir::WeightRef> kept;
+  for (auto& [v, index] : constant_of_) {
+    if (!used.count(v)) {
+      m_.values[size_t(v)] = EtValue{};
+      continue;
+    }
+    kept.push_back(out_.constants[index]);
+    m_.values[size_t(v)].tensor.constant = uint32_t(kept.size());
+  }
+  out_.constants = std::move(kept);
+}
+
 // One arena (memory_id 1): the mutable buffers first, in a region nothing else reuses; then every
 // other planned tensor at the lowest 16-byte-aligned offset free for its lifetime (first def to last
 // use, inclusive: a kernel reads its inputs while it writes its output), method inputs live from the
@@ -362,6 +432,7 @@ void Converter::plan_memory() {
   };
   for (int c = 0; c < n_calls; ++c)
     for (int a : m_.calls[size_t(c)].args) {
+      if (a < 0) continue;
       const auto& e = m_.values[size_t(a)];
       if (planned(a)) touch(a, c);
       if (e.kind == Kind::TensorList || e.kind == Kind::OptionalTensorList)
@@ -431,6 +502,9 @@ EtProgram Converter::run() {
     const int v = add_tensor(info.dtype, info.shape, "input " + ph);
     tensors_[ph] = v;
     if (w) {
+      constant_of_[v] = out_.constants.size();
+      constant_name_[v] = spec.contains("parameter") ? spec["parameter"]["parameter_name"].get<std::string>()
+                                                     : spec["tensor_constant"]["tensor_constant_name"].get<std::string>();
       out_.constants.push_back(*w);
       m_.values[size_t(v)].tensor.constant = uint32_t(out_.constants.size());
       if (m_.values[size_t(v)].tensor.dynamic) internal("executorch: constant {} has a symbolic shape", ph);
@@ -457,6 +531,7 @@ EtProgram Converter::run() {
       unsupported("executorch: a program output of kind {}", spec.begin().key());
     }
   }
+  if (opt_.xnnpack) drop_unused_constants();
   plan_memory();
   out_.arena_bytes = m_.arena_bytes;
   out_.kernels.assign(kernels_.begin(), kernels_.end());

@@ -44,8 +44,10 @@ struct EtValue {
 };
 
 struct EtCall {
-  int op = 0;             // index into EtMethod::operators
+  int op = 0;             // index into EtMethod::operators, or into EtMethod::delegates for a delegate call
   std::vector<int> args;  // EValue indices: schema arguments, then out, then the returned value
+                          // (a delegate call: its inputs, then its outputs)
+  bool delegate = false;
 };
 
 struct EtMethod {
@@ -54,12 +56,16 @@ struct EtMethod {
   std::vector<int> inputs, outputs;
   std::vector<std::pair<std::string, std::string>> operators;  // (name, overload)
   std::vector<EtCall> calls;
+  std::vector<size_t> delegates;  // XnnpackBackend delegates: indices into EtProgram::delegate_blobs
   int64_t arena_bytes = 0;  // non_const_buffer_sizes[1]
 };
 
 struct EtProgram {
   std::vector<EtMethod> methods;           // forward first, then the metadata methods
   std::vector<ir::WeightRef> constants;    // constant k is data_buffer_idx k + 1
+  std::vector<std::string> delegate_blobs;  // XNNPACK payloads, one segment each
+  // Weights the delegates take by name (Program.named_data), one segment each.
+  std::vector<std::pair<std::string, ir::WeightRef>> named_data;
   std::vector<std::string> kernels;        // "aten::mm.out", ... the forward method calls, sorted
   int64_t arena_bytes = 0, buffer_bytes = 0;  // the planned arena, and the part the mutable buffers hold
 };
@@ -76,6 +82,8 @@ struct EtLowerOptions {
   };
   std::vector<Constant> metadata;
   std::vector<int64_t> eos_ids;
+  // Linear layers with f32 constant weights go to XNNPACK (FullyConnected); otherwise portable kernels only.
+  bool xnnpack = false;
 };
 
 // Unsupported naming the node and its ATen op when a kernel is missing, or a dim without an upper bound.

@@ -66,15 +66,22 @@ flatbuffers::Offset<etfb::ExecutionPlan> plan(flatbuffers::FlatBufferBuilder& fb
   std::vector<flatbuffers::Offset<etfb::Instruction>> instructions;
   for (const auto& c : m.calls) {
     const std::vector<int32_t> args(c.args.begin(), c.args.end());
-    instructions.push_back(
-        etfb::CreateInstruction(fb, etfb::InstructionArguments::KernelCall, etfb::CreateKernelCallDirect(fb, c.op, &args).Union()));
+    instructions.push_back(c.delegate ? etfb::CreateInstruction(fb, etfb::InstructionArguments::DelegateCall,
+                                                                etfb::CreateDelegateCallDirect(fb, c.op, &args).Union())
+                                      : etfb::CreateInstruction(fb, etfb::InstructionArguments::KernelCall,
+                                                                etfb::CreateKernelCallDirect(fb, c.op, &args).Union()));
   }
   const std::vector<int32_t> none;
   std::vector<flatbuffers::Offset<etfb::Chain>> chains = {etfb::CreateChainDirect(fb, &none, &none, &instructions)};
   std::vector<flatbuffers::Offset<etfb::Operator>> operators;
   for (const auto& [name, overload] : m.operators) operators.push_back(etfb::CreateOperatorDirect(fb, name.c_str(), overload.c_str()));
-  // `delegates` must be present even when empty: the runtime refuses a method without it.
-  const std::vector<flatbuffers::Offset<etfb::BackendDelegate>> delegates;
+  // `delegates` must be present even when empty: the runtime refuses a method without it. Delegate k's
+  // payload is segment 1 + its blob index (segment 0 holds the constants).
+  std::vector<flatbuffers::Offset<etfb::BackendDelegate>> delegates;
+  const std::vector<flatbuffers::Offset<etfb::CompileSpec>> no_specs;
+  for (size_t blob : m.delegates)
+    delegates.push_back(etfb::CreateBackendDelegateDirect(
+        fb, "XnnpackBackend", etfb::CreateBackendDelegateDataReference(fb, etfb::DataLocation::SEGMENT, uint32_t(1 + blob)), &no_specs));
   const std::vector<int64_t> buffer_sizes = {0, m.arena_bytes};
   const std::vector<int32_t> inputs(m.inputs.begin(), m.inputs.end()), outputs(m.outputs.begin(), m.outputs.end());
   return etfb::CreateExecutionPlanDirect(fb, m.name.c_str(), 0, &values, &inputs, &outputs, &chains, &operators, &delegates,
@@ -123,10 +130,25 @@ EtWritten write_pte(const EtProgram& program, const fs::path& file, const std::f
   flatbuffers::FlatBufferBuilder fb(size_t(1) << 20);
   std::vector<flatbuffers::Offset<etfb::ExecutionPlan>> plans;
   for (const auto& m : program.methods) plans.push_back(plan(fb, m));
+  // Segments: the constants, each delegate payload, each named weight; 128-byte aligned.
   std::vector<flatbuffers::Offset<etfb::DataSegment>> segments = {etfb::CreateDataSegment(fb, 0, uint64_t(segment))};
+  std::vector<uint64_t> starts = {0};
+  int64_t end = segment;
+  auto add_segment = [&](int64_t size) {
+    const int64_t at = align_up(end, kSegmentAlignment);
+    segments.push_back(etfb::CreateDataSegment(fb, uint64_t(at), uint64_t(size)));
+    starts.push_back(uint64_t(at));
+    end = at + size;
+  };
+  for (const auto& blob : program.delegate_blobs) add_segment(int64_t(blob.size()));
+  std::vector<flatbuffers::Offset<etfb::NamedData>> named;
+  for (const auto& [key, w] : program.named_data) {
+    named.push_back(etfb::CreateNamedDataDirect(fb, key.c_str(), uint32_t(segments.size())));
+    add_segment(int64_t(w.nbytes()));
+  }
   const std::vector<flatbuffers::Offset<etfb::Buffer>> no_buffers;
   auto root = etfb::CreateProgramDirect(fb, 0, &plans, &no_buffers, nullptr, &segments,
-                                        etfb::CreateSubsegmentOffsetsDirect(fb, 0, &offsets));
+                                        etfb::CreateSubsegmentOffsetsDirect(fb, 0, &offsets), nullptr, named.empty() ? nullptr : &named);
   etfb::FinishProgramBuffer(fb, root);
   const uint8_t* data = fb.GetBufferPointer();
   const size_t fb_size = fb.GetSize();
@@ -147,7 +169,7 @@ EtWritten write_pte(const EtProgram& program, const fs::path& file, const std::f
   put_u32(h + 12, uint32_t(kHeaderLength));
   put_u64(h + 16, program_size);
   put_u64(h + 24, segment_base);
-  put_u64(h + 32, uint64_t(segment));
+  put_u64(h + 32, uint64_t(end));
   std::memcpy(h + kHeaderOffset + kHeaderLength, data + kHeaderOffset, fb_size - kHeaderOffset);
   f.write(std::move(head));
   for (size_t k = 0; k < program.constants.size(); ++k) {
@@ -159,6 +181,20 @@ EtWritten write_pte(const EtProgram& program, const fs::path& file, const std::f
     if (on_constant_written) on_constant_written(1, int64_t(c.nbytes()));
   }
   if (program.constants.empty()) f.pad_to(size_t(segment_base));
+  size_t next = 1;
+  for (const auto& blob : program.delegate_blobs) {
+    f.pad_to(size_t(segment_base + starts[next++]));
+    PipelinedFile::Buffer b = f.buffer(blob.size());
+    std::memcpy(b.data.get(), blob.data(), blob.size());
+    f.write(std::move(b));
+  }
+  for (const auto& [key, w] : program.named_data) {
+    f.pad_to(size_t(segment_base + starts[next++]));
+    write_constant(w, f);
+    out.constant_bytes += int64_t(w.nbytes());
+    out.source_bytes_read += int64_t(w.source_bytes());
+    if (on_constant_written) on_constant_written(1, int64_t(w.nbytes()));
+  }
   out.size = f.size();
   out.sha256 = f.finish();
   return out;

@@ -113,9 +113,10 @@ tasks::Component executorch_contract(const tasks::Component& c, const ir::Graph&
 }
 
 // What ExecuTorch's LLM runner reads from the program's constant methods.
-executorch_backend::EtLowerOptions lower_options(const LoadedModel& m, const tasks::Component& c, const ir::Graph& g) {
+executorch_backend::EtLowerOptions lower_options(const LoadedModel& m, const Recipe& r, const tasks::Component& c, const ir::Graph& g) {
   executorch_backend::EtLowerOptions o;
   o.shared_buffers = c.shared_buffers;
+  o.xnnpack = r.executorch_backend == "xnnpack";
   int64_t slots = 0, query = 1;
   for (const auto& in : c.inputs)
     if (in.name == "attention_mask") slots = in.shape.at(1).value;
@@ -137,15 +138,19 @@ class ExecuTorchBackend final : public Backend {
   BackendInfo info() const override {
     BackendInfo i;
     i.name = "executorch";
-    i.status = "available (ExecuTorch program ET12, portable kernels, static KV cache as mutable buffers)";
+    i.status = "available (ExecuTorch program ET12, XNNPACK delegate or portable kernels, static KV cache as mutable buffers)";
     i.files = "executorch/model.pte";
     i.options = {
         {"--static-cache --max-cache-len N", "",
          "required: the cache is the program's mutable buffers of N slots, updated in place; "
          "forward(input_ids [1, T], cache_position [T]) -> logits, T up to --dim sequence_length's max (else N)"},
+        {"--executorch-backend xnnpack|portable", "executorch_backend",
+         "xnnpack (default): the linear layers in XNNPACK delegates (FullyConnected) inside the program, the rest and the "
+         "cache update in portable kernels; portable: ExecuTorch's portable kernels only"},
     };
     i.runtimes = {"executorch"};
-    i.tested = fmt::format("executorch {} (executorch.runtime, portable kernels, CPU, f32)", runtime::kTestedExecuTorch);
+    i.tested = fmt::format("executorch {} (executorch.runtime and the C++ Module API, XNNPACK and portable kernels, CPU, f32)",
+                           runtime::kTestedExecuTorch);
     return i;
   }
 
@@ -153,7 +158,9 @@ class ExecuTorchBackend final : public Backend {
 
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
     check_component(c);  // refused before the work starts
-    Plan p{"portable kernels, static KV cache as mutable buffers", {}, {}, {}};
+    Plan p{recipe.executorch_backend == "xnnpack" ? "XNNPACK linear layers, static KV cache as mutable buffers"
+                                                  : "portable kernels, static KV cache as mutable buffers",
+           {}, {}, {}};
     if (!contract) return p;
     const auto e = executorch_contract(c, executorch_graph(c));
     p.inputs = e.inputs;
@@ -174,7 +181,7 @@ class ExecuTorchBackend final : public Backend {
     pt2_backend::Pt2LowerOptions po;
     po.shared_buffers = c.shared_buffers;
     const auto program = with_context("executorch " + c.role, [&] {
-      return executorch_backend::lower_to_executorch(pt2_backend::lower_to_pt2(g, po), lower_options(job.model, c, g));
+      return executorch_backend::lower_to_executorch(pt2_backend::lower_to_pt2(g, po), lower_options(job.model, job.recipe, c, g));
     });
     const fs::path dir = job.staging / "executorch";
     fs::create_directories(dir);
@@ -217,9 +224,8 @@ class ExecuTorchBackend final : public Backend {
           for (const auto& in : e.inputs) names.push_back(in.name);
           return executorch_runner(dir / pte_file(c), names, python);
         });
-    return fmt::format("executorch: {} greedy tokens x {} row on executorch {}, portable kernels, f32) identical to the reference "
-                       "executor",
-                       done.tokens, done.rows, version);
+    return fmt::format("executorch: {} greedy tokens x {} row on executorch {}, {}, f32) identical to the reference executor",
+                       done.tokens, done.rows, version, job.recipe.executorch_backend == "xnnpack" ? "XNNPACK" : "portable kernels");
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
