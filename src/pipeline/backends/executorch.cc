@@ -78,7 +78,7 @@ ir::Graph executorch_graph(const tasks::Component& c) {
   ir::Graph g = c.graph;
   for (size_t i = 0; i < g.num_values(); ++i)
     for (auto& d : g.value(ir::ValueId(i)).shape)
-      if (d.is_symbol() && d.symbol == kBatch) d = Dim(1);
+      if (d.is_symbol() && d.symbol == kBatch) d = Dim::fixed(1);
   if (g.symbols().has(kBatch)) g.symbols().set_bounds(kBatch, SymbolBounds{1, 1});  // what the manifest states
   int64_t slots = 0;
   for (const auto& in : c.inputs)
