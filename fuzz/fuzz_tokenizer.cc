@@ -1,10 +1,10 @@
-// tokenizer.json: io::Tokenizer::load on the input, then encode fixed texts and the input's first
+// tokenizer.json: tokenizer::Tokenizer::load on the input, then encode fixed texts and the input's first
 // bytes (with and without special tokens), decode what came out and a spread of ids, and look up
 // tokens. Ids from encode must lie in [0, vocab_size) or be added tokens.
 #include <algorithm>
 
 #include "harness.h"
-#include "io/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace hfx;
 
@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto path = fuzz::scratch() / "tokenizer.json";
   fuzz::write_file(path, data, size);
   fuzz::expect_user_errors([&] {
-    io::Tokenizer tok = io::Tokenizer::load(path);
+    tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(path);
     const int64_t vocab = tok.vocab_size();
     HFX_FUZZ_ASSERT(vocab >= 0, "negative vocab size");
     std::vector<std::string> texts = {

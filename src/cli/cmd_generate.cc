@@ -9,12 +9,12 @@
 #include "cli/commands.h"
 #include "cli/usage.h"
 #include "core/error.h"
-#include "io/tokenizer.h"
 #include "pipeline/artifact.h"
 #include "pipeline/backend.h"
 #include "pipeline/verify_cases.h"
 #include "pipeline/verify_runtimes.h"
 #include "runtime/generate.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -104,9 +104,9 @@ void register_generate(CLI::App& app, Action& action) {
       if (art.manifest["model"].value("task", "causal-lm") != "causal-lm")
         bad_input("{}: a {} export has no decode loop; generate needs a decoder", s->dir.string(),
                   art.manifest["model"].value("task", "?"));
-      std::optional<io::Tokenizer> tok;
+      std::optional<tokenizer::Tokenizer> tok;
       // Loaded from the folder: Tokenizer::load refuses a tokenizer.json that links outside the export.
-      if (fs::exists(s->dir / "tokenizer.json")) tok = io::Tokenizer::load(s->dir);
+      if (fs::exists(s->dir / "tokenizer.json")) tok = tokenizer::Tokenizer::load(s->dir);
       if (!s->prompt.empty()) {
         if (!tok) bad_input("{}: --prompt needs tokenizer.json in the export; use --prompt-ids", s->dir.string());
         prompts.push_back(tok->encode(s->prompt, true));

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -69,7 +69,7 @@ std::string parse_text_line(const std::string& line, size_t lineno) {
 }
 
 int run(const State& s) {
-  auto tok = io::Tokenizer::load(s.tokenizer);
+  auto tok = tokenizer::Tokenizer::load(s.tokenizer);
   const bool skip_special = !s.keep_special_tokens;
   if (!s.ids.empty()) {
     emit(json_string(tok.decode(parse_id_list(s.ids, "--ids"), skip_special)));

@@ -9,6 +9,7 @@
 
 #include "io/checkpoint.h"
 #include "ir/builder.h"
+#include "ir/model_summary.h"
 
 namespace hfx::models {
 
@@ -29,19 +30,10 @@ struct CausalLmOutputs {
   std::vector<ir::ValueId> present_key, present_value;
 };
 
-struct CacheGeometry {
-  int64_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
-  std::vector<int64_t> sliding_window;  // per layer, 0 = full attention
-};
-
-struct ModelSummary {
-  std::string model_type;
-  std::string hf_class;  // the Transformers class this definition reproduces
-  int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0;
-  std::vector<std::pair<std::string, std::string>> features;  // ("rope", "llama3"), ("qk_norm", "yes")
-  std::vector<int64_t> eos_token_ids;
-  std::optional<int64_t> bos_token_id, pad_token_id;
-};
+// Declared in ir/ (model_summary.h) so that formats can read them without models/; named here too,
+// as every definition and task spells them.
+using ir::CacheGeometry;
+using ir::ModelSummary;
 
 // The summary fields every definition fills the same way from its typed config (any config struct
 // with these member names).

@@ -174,6 +174,10 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   if (j.contains("dims")) {
     if (!j["dims"].is_object()) bad_input("{}: recipe field \"dims\" must be an object", where);
     for (const auto& [name, d] : j["dims"].items()) {
+      // Refused like a misspelt top-level field: a bound that is not read would leave the dim unbounded.
+      if (!d.is_object()) bad_input("{}: recipe dims.{} must be an object of \"min\" and \"max\"", where, name);
+      for (const auto& [key, v] : d.items())
+        if (key != "min" && key != "max") bad_input("{}: unknown recipe field \"dims.{}.{}\" (known: min, max)", where, name, key);
       SymbolBounds b;
       for (const char* key : {"min", "max"}) {
         if (!d.contains(key)) continue;

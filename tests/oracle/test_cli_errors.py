@@ -159,6 +159,21 @@ def test_recipe_with_a_misspelt_field_is_refused(good, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("dim, expected", [
+    ({"mx": 32}, 'unknown recipe field "dims.sequence_length.mx" (known: min, max)'),
+    (32, "recipe dims.sequence_length must be an object"),
+])
+def test_recipe_dims_with_a_misspelt_bound_is_refused(good, tmp_path, dim, expected):
+    """One level down from F#12: `"mx"` in a dims entry (or a bare number) left the dim unbounded."""
+    recipe = tmp_path / "bad.json"
+    recipe.write_text(json.dumps({"formats": ["onnx"], "dims": {"sequence_length": dim}}))
+    proc = run_hfx("export", "--model", good, "--recipe", recipe, "--quiet", tmp_path / "out", check=False)
+    assert proc.returncode == 1
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and expected in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_exports_manifest_is_still_a_recipe(good, tmp_path):
     """The strict field check reads an hfx.json's "recipe" object, not its other sections."""
     run_hfx("export", "--model", good, "--quiet", tmp_path / "a")

@@ -8,14 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/tokenizer.h"
-#include "io/tokenizer_internal.h"
-#include "io/unicode_tables.h"
+#include "tokenizer/stages.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_tables.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace hfx;
-using namespace hfx::io;
+using namespace hfx::tokenizer;
 
 namespace {
 
@@ -282,12 +282,12 @@ TEST(Unicode, Utf8) {
 TEST(KnownRegex, Llama3Pattern) {
   const char* pattern =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  const auto* re = tok::find_known_regex(pattern);
+  const auto* re = find_known_regex(pattern);
   ASSERT_NE(re, nullptr);
-  EXPECT_EQ(tok::find_known_regex(R"(\p{L}+)"), nullptr);
+  EXPECT_EQ(find_known_regex(R"(\p{L}+)"), nullptr);
   std::u32string s = U"I'LL pay 1234567 now!!\n\n  ok   ";
   std::vector<std::u32string> pieces;
-  for (auto [b, e] : tok::find_regex_matches(*re, s)) pieces.push_back(s.substr(b, e - b));
+  for (auto [b, e] : find_regex_matches(*re, s)) pieces.push_back(s.substr(b, e - b));
   std::vector<std::u32string> want = {U"I", U"'LL", U" pay", U" ", U"123", U"456", U"7", U" now", U"!!\n\n",
                                       U" ", U" ok", U"   "};
   EXPECT_EQ(pieces, want);

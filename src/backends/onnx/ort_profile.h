@@ -10,7 +10,7 @@
 
 #include "io/checkpoint.h"
 #include "ir/graph.h"
-#include "models/model.h"
+#include "ir/model_summary.h"
 
 namespace hfx::onnx_backend {
 
@@ -21,8 +21,8 @@ int64_t ort_context_length(const io::Checkpoint& ckpt, const ir::Graph& graph);
 
 struct GenaiConfigInput {
   const io::Checkpoint* checkpoint = nullptr;
-  models::ModelSummary summary;
-  models::CacheGeometry cache;
+  ir::ModelSummary summary;
+  ir::CacheGeometry cache;
   int64_t context_length = 0;
   std::string model_file;  // "model.onnx"
   const ir::Graph* graph = nullptr;  // the written graph: its input and output names

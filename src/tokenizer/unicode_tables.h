@@ -1,8 +1,8 @@
-// Unicode data for the tokenizer (src/io/tokenizer*.cc): character properties, combining classes,
+// Unicode data for the tokenizer (src/tokenizer/*.cc): character properties, combining classes,
 // decompositions, compositions and lowercase mappings. The tables in unicode_tables.cc are generated
 // by scripts/gen_unicode_tables.py (see there for where each set comes from: `unicodedata` for the
 // general categories, the `tokenizers` library itself for the sets its Rust crates define in older
-// Unicode versions). The functions below are implemented in tokenizer_unicode.cc.
+// Unicode versions). The functions below are implemented in unicode.cc.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace hfx::io::unicode {
+namespace hfx::tokenizer::unicode {
 
 // Property bits of kPropRanges; keep in sync with scripts/gen_unicode_tables.py.
 enum Prop : uint32_t {
@@ -51,7 +51,7 @@ extern const Composition kCompositions[];  // sorted by (first, second)
 extern const size_t kCompositionsCount;
 extern const char32_t kMapData[];
 
-// ---- lookups (tokenizer_unicode.cc)
+// ---- lookups (unicode.cc)
 
 uint32_t props(char32_t c);
 inline bool has(char32_t c, Prop p) { return (props(c) & p) != 0; }
@@ -70,4 +70,4 @@ std::string to_utf8(std::u32string_view s);
 std::string utf8_lossy(std::string_view bytes);
 bool is_valid_utf8(std::string_view s);
 
-}  // namespace hfx::io::unicode
+}  // namespace hfx::tokenizer::unicode

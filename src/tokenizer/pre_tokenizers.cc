@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "io/tokenizer_internal.h"
+#include "tokenizer/stages.h"
 
-namespace hfx::io::tok {
+namespace hfx::tokenizer {
 
 namespace {
 
@@ -452,4 +452,4 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Node& node) {
   node["type"].unsupported_value("pre-tokenizer");
 }
 
-}  // namespace hfx::io::tok
+}  // namespace hfx::tokenizer

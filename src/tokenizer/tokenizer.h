@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-namespace hfx::io {
+namespace hfx::tokenizer {
 
 class Tokenizer {
  public:
@@ -52,4 +52,4 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
-}  // namespace hfx::io
+}  // namespace hfx::tokenizer

@@ -2,9 +2,9 @@
 #include <array>
 
 #include "core/error.h"
-#include "io/tokenizer_internal.h"
+#include "tokenizer/stages.h"
 
-namespace hfx::io::tok {
+namespace hfx::tokenizer {
 
 namespace {
 
@@ -294,4 +294,4 @@ std::unique_ptr<Decoder> make_decoder(const Node& node) {
   node["type"].unsupported_value("decoder");
 }
 
-}  // namespace hfx::io::tok
+}  // namespace hfx::tokenizer

@@ -1,8 +1,8 @@
 // Normalizers of tokenizer.json, each as `tokenizers` implements it (tokenizers/src/normalizers).
 #include "core/error.h"
-#include "io/tokenizer_internal.h"
+#include "tokenizer/stages.h"
 
-namespace hfx::io::tok {
+namespace hfx::tokenizer {
 
 namespace {
 
@@ -233,4 +233,4 @@ std::unique_ptr<Normalizer> make_normalizer(const Node& node) {
   return std::make_unique<Bounded>(make_step(node), node.file().path);
 }
 
-}  // namespace hfx::io::tok
+}  // namespace hfx::tokenizer

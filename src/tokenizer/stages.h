@@ -1,4 +1,4 @@
-// Internals of the tokenizer (src/io/tokenizer*.cc): the pipeline stages as small classes built from
+// Internals of the tokenizer (src/tokenizer/*.cc): the pipeline stages as small classes built from
 // their tokenizer.json objects. Text flows through normalizers and pre-tokenizers as UTF-32 pieces
 // and reaches the model as UTF-8.
 #pragma once
@@ -13,46 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "io/json_fields.h"
-#include "io/unicode_tables.h"
+#include "tokenizer/json_node.h"
+#include "tokenizer/unicode_tables.h"
 
-namespace hfx::io::tok {
-
-using nlohmann::json;
-
-// One value of tokenizer.json with its path ("pre_tokenizer.pretokenizers[1].pattern") for errors:
-//   tokenizer.json: field "model.merges[3]": expected a string "a b" or a pair, found 7
-class Node {
- public:
-  Node(const JsonFile& file, const json* value, std::string path)
-      : file_(&file), value_(value), path_(std::move(path)) {}
-
-  bool present() const { return value_ && !value_->is_null(); }
-  const json& value() const { return *value_; }
-  const std::string& path() const { return path_; }
-  const JsonFile& file() const { return *file_; }
-
-  Node operator[](std::string_view key) const;  // absent child when this is not an object
-  Node operator[](size_t index) const;
-
-  std::string str() const;                          // required string
-  std::string str_or(std::string_view def) const;   // absent -> def
-  bool boolean_or(bool def) const;
-  int64_t integer(int64_t min = 0, int64_t max = INT64_MAX) const;
-  std::optional<int64_t> integer_opt(int64_t min = 0, int64_t max = INT64_MAX) const;
-  char32_t single_char() const;  // a string of exactly one character
-  const json& object() const;    // required object
-  const json& array() const;     // required array
-  std::string type() const;      // required "type" string of a component object
-
-  [[noreturn]] void wrong(std::string_view expected) const;
-  [[noreturn]] void unsupported_value(std::string_view what) const;
-
- private:
-  const JsonFile* file_;
-  const json* value_;
-  std::string path_;
-};
+namespace hfx::tokenizer {
 
 // A stretch of text between the pipeline stages. `id` >= 0 marks an added token, which no later
 // stage touches. `at_start` tells Metaspace's prepend_scheme "first" that the piece begins the input.
@@ -63,7 +27,7 @@ struct Piece {
 };
 using Pieces = std::vector<Piece>;
 
-// ---- normalizers (tokenizer_normalizers.cc)
+// ---- normalizers (normalizers.cc)
 
 class Normalizer {
  public:
@@ -72,7 +36,7 @@ class Normalizer {
 };
 std::unique_ptr<Normalizer> make_normalizer(const Node& node);
 
-// ---- pre-tokenizers (tokenizer_pretokenizers.cc)
+// ---- pre-tokenizers (pre_tokenizers.cc)
 
 class PreTokenizer {
  public:
@@ -92,7 +56,7 @@ class KnownRegex;
 const KnownRegex* find_known_regex(std::string_view pattern);
 Matches find_regex_matches(const KnownRegex& re, const std::u32string& s);
 
-// ---- models (tokenizer_models.cc)
+// ---- models (models.cc)
 
 class Model {
  public:
@@ -117,7 +81,7 @@ class Model {
 };
 std::unique_ptr<Model> make_model(const Node& node);
 
-// ---- decoders (tokenizer_decoders.cc)
+// ---- decoders (decoders.cc)
 
 class Decoder {
  public:
@@ -130,4 +94,4 @@ std::unique_ptr<Decoder> make_decoder(const Node& node);
 char32_t byte_to_char(uint8_t b);
 std::optional<uint8_t> char_to_byte(char32_t c);
 
-}  // namespace hfx::io::tok
+}  // namespace hfx::tokenizer

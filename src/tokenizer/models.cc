@@ -3,9 +3,9 @@
 #include <queue>
 
 #include "core/error.h"
-#include "io/tokenizer_internal.h"
+#include "tokenizer/stages.h"
 
-namespace hfx::io::tok {
+namespace hfx::tokenizer {
 
 std::optional<int64_t> Model::token_to_id(std::string_view token) const {
   auto it = vocab_.find(token);
@@ -312,4 +312,4 @@ std::unique_ptr<Model> make_model(const Node& node) {
   node["type"].unsupported_value("model");
 }
 
-}  // namespace hfx::io::tok
+}  // namespace hfx::tokenizer

@@ -4,9 +4,9 @@
 #include <optional>
 
 #include "core/error.h"
-#include "io/unicode_tables.h"
+#include "tokenizer/unicode_tables.h"
 
-namespace hfx::io::unicode {
+namespace hfx::tokenizer::unicode {
 
 namespace {
 
@@ -289,4 +289,4 @@ std::string utf8_lossy(std::string_view bytes) {
   return out;
 }
 
-}  // namespace hfx::io::unicode
+}  // namespace hfx::tokenizer::unicode
