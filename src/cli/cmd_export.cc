@@ -19,6 +19,7 @@
 #include "pipeline/inspect.h"
 #include "pipeline/manifest.h"
 #include "tasks/causal_lm.h"
+#include "tasks/state_names.h"
 
 namespace fs = std::filesystem;
 
@@ -61,6 +62,9 @@ struct State {
   std::string onnx_profile;  // empty: pipeline::default_onnx_profile
   int64_t onnx_opset = 21;
 };
+
+// "past_key_values.*/present.*": the decoder's cache ports, as the contract names them.
+std::string decoder_state_ports() { return tasks::state_ports_glob(tasks::state_names(tasks::StateNames::Decoder)); }
 
 std::string lowercase(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return char(std::tolower(c)); });
@@ -140,7 +144,7 @@ void register_export(CLI::App& app, Action& action) {
                   "Formats to write, comma separated, any case (onnx, openvino; `hfx formats` lists them)")
       ->capture_default_str();
   cmd->add_flag("--stateless", s->stateless,
-                "openvino: explicit past_key_values.*/present.* I/O instead of the stateful KV cache (ReadValue/Assign)");
+                fmt::format("openvino: explicit {} I/O instead of the stateful KV cache (ReadValue/Assign)", decoder_state_ports()));
   cmd->add_option("--dtype", s->dtype,
                   "Weight dtype: f32, f16 (Linear layers compute in f16), bf16 (stored bf16, cast to f32 at use)")
       ->capture_default_str();
@@ -298,7 +302,8 @@ void register_inspect(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--onnx-profile", s->options.onnx_profile, "onnx: the profile whose contract is shown (ort, the default, or portable)");
   cmd->add_option("--onnx-opset", s->options.onnx_opset, "onnx: 21 (default) or 23 (portable by default)")->capture_default_str();
-  cmd->add_flag("--stateless", s->stateless, "openvino: explicit past_key_values.*/present.* I/O instead of the stateful cache");
+  cmd->add_flag("--stateless", s->stateless,
+                fmt::format("openvino: explicit {} I/O instead of the stateful cache", decoder_state_ports()));
   cmd->callback([s, cmd, &action] {
     action = [s, cmd] {
       const auto formats = split_commas(s->format);

@@ -78,6 +78,8 @@ struct OutputDiff {
 struct LayerDiff {
   double max_abs = 0, mean_abs = 0;
 };
-std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const std::vector<LayerDiff>& layers, double atol);
+// `states`: the contract's state ports, whose present outputs are the caches a layer writes.
+std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const std::vector<LayerDiff>& layers, double atol,
+                                const std::vector<tasks::StatePort>& states);
 
 }  // namespace hfx::pipeline

@@ -25,6 +25,7 @@
 #include "io/json_fields.h"
 #include "ir/graph.h"
 #include "models/model.h"
+#include "tasks/state_names.h"
 
 namespace hfx::tasks {
 
@@ -41,6 +42,8 @@ struct Component {
   std::vector<IoSpec> inputs, outputs;
   // (input, output) pairs a runtime may bind to one buffer: the static cache's in-place update.
   std::vector<std::pair<std::string, std::string>> shared_buffers;
+  // The state its steps carry, named by the contract (tasks/state.h); empty for an encoder.
+  std::vector<StatePort> state;
 };
 
 // The longest static cache (--max-cache-len) an export accepts: 2^24 tokens, past every released

@@ -102,7 +102,9 @@ TEST(ContractBounds, VerifyShapesStayInsideTheBounds) {
   for (int64_t total : {1, 2, 5, 7}) {
     const auto g = bounded_graph({{"batch_size", {1, std::nullopt}}, {"sequence_length", {1, std::nullopt}},
                                   {"past_sequence_length", {0, std::nullopt}}, {"total_sequence_length", {1, total}}});
-    runtime::CacheSpec cache{2, 2, 16, false, 0};
+    runtime::CacheSpec cache{tasks::name_states(tasks::kv_cache_states({2, 2, 16, false, 0}),
+                                                tasks::state_names(tasks::StateNames::Decoder)),
+                             false, 0};
     for (const auto& c : pipeline::shape_matrix(g, "decoder", cache, true, true)) {
       EXPECT_LE(c.past + c.seq, total) << c.name;
       EXPECT_GE(c.seq, 1) << c.name;
@@ -142,21 +144,23 @@ TEST(ContractBounds, VerifyShapesStayInsideTheBounds) {
 TEST(VerifyDiagnosis, NamesTheOutputThatDiffers) {
   const double atol = 1e-4;
   const std::vector<pipeline::LayerDiff> agree = {{1e-6, 1e-7}, {2e-6, 1e-7}};
-  auto cache = pipeline::diagnose_divergence({{"logits", 5e-5}, {"present.1.key", 3e-3}, {"present.1.value", 1e-6}}, agree, atol);
+  const auto states = tasks::name_states(tasks::kv_cache_states({2, 2, 16, false, 0}),
+                                         tasks::state_names(tasks::StateNames::Decoder));
+  auto cache = pipeline::diagnose_divergence({{"logits", 5e-5}, {"present.1.key", 3e-3}, {"present.1.value", 1e-6}}, agree, atol, states);
   EXPECT_NE(cache.find("over tolerance: present.1.key"), std::string::npos) << cache;
   EXPECT_NE(cache.find("the cache present.1.key writes"), std::string::npos) << cache;
   EXPECT_EQ(cache.find("the difference is in the final norm or lm_head"), std::string::npos) << cache;
 
-  auto head = pipeline::diagnose_divergence({{"logits", 6e-3}, {"present.0.key", 1e-6}}, agree, atol);
+  auto head = pipeline::diagnose_divergence({{"logits", 6e-3}, {"present.0.key", 1e-6}}, agree, atol, states);
   EXPECT_NE(head.find("over tolerance: logits"), std::string::npos) << head;
   EXPECT_NE(head.find("the difference is in the final norm or lm_head"), std::string::npos) << head;
 
-  auto layer = pipeline::diagnose_divergence({{"logits", 6e-3}, {"present.1.key", 2e-3}}, {{1e-6, 1e-7}, {4e-3, 1e-3}}, atol);
+  auto layer = pipeline::diagnose_divergence({{"logits", 6e-3}, {"present.1.key", 2e-3}}, {{1e-6, 1e-7}, {4e-3, 1e-3}}, atol, states);
   EXPECT_NE(layer.find("over tolerance: logits, present.1.key"), std::string::npos) << layer;
   EXPECT_NE(layer.find("first diverging layer: 1"), std::string::npos) << layer;
   EXPECT_EQ(layer.find("lm_head"), std::string::npos) << layer;
 
-  auto hidden = pipeline::diagnose_divergence({{"logits", NAN}}, {}, atol);
+  auto hidden = pipeline::diagnose_divergence({{"logits", NAN}}, {}, atol, states);
   EXPECT_NE(hidden.find("over tolerance: logits; layer outputs are not exposed"), std::string::npos) << hidden;
 }
 
