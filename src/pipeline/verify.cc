@@ -419,7 +419,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     ShapeCase sc;
     std::map<std::string, Tensor> inputs, expected, actual;
     // A stateful artifact (openvino) holds its cache: it is filled by running `prefix` first, and its
-    // present.* outputs are not compared (the next step's logits check them).
+    // state outputs are not compared (the next step's logits check them).
     std::optional<std::map<std::string, Tensor>> prefix;
     bool stateful = false;
   };

@@ -7,8 +7,8 @@
 // which is then mapped read-only; the serialiser copies both into model.bin and the scratch file is
 // removed. Only constants of at most 1 KiB (and shape tensors) are held in memory.
 //
-// Stateful variant (OpenVINO GenAI's LLM layout): each past_key_values.N.* input / present.N.*
-// output pair becomes a ReadValue / Assign variable, the state read is reordered by a `beam_idx`
+// Stateful variant (OpenVINO GenAI's LLM layout): each state's past input / present output pair
+// (OvWriteOptions::state, from the contract) becomes a ReadValue / Assign variable, the state read is reordered by a `beam_idx`
 // input (Gather on the batch axis) and starts empty ([batch, kv_heads, 0, head_dim], batch taken
 // from input_ids).
 #pragma once
