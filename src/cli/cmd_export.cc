@@ -19,6 +19,7 @@
 #include "pipeline/inspect.h"
 #include "pipeline/manifest.h"
 #include "tasks/causal_lm.h"
+#include "tasks/state_names.h"
 
 namespace fs = std::filesystem;
 
@@ -62,6 +63,9 @@ struct State {
   int64_t onnx_opset = 21;
   std::string executorch_backend = "xnnpack";
 };
+
+// "past_key_values.*/present.*": the decoder's cache ports, as the contract names them.
+std::string decoder_state_ports() { return tasks::state_ports_glob(tasks::state_names(tasks::StateNames::Decoder)); }
 
 std::string lowercase(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return char(std::tolower(c)); });
@@ -144,7 +148,7 @@ void register_export(CLI::App& app, Action& action) {
                   "Formats to write, comma separated, any case (onnx, openvino; `hfx formats` lists them)")
       ->capture_default_str();
   cmd->add_flag("--stateless", s->stateless,
-                "openvino: explicit past_key_values.*/present.* I/O instead of the stateful KV cache (ReadValue/Assign)");
+                fmt::format("openvino: explicit {} I/O instead of the stateful KV cache (ReadValue/Assign)", decoder_state_ports()));
   cmd->add_option("--executorch-backend", s->executorch_backend,
                   "executorch: xnnpack (default: the linear layers run in an XNNPACK delegate inside the program) or "
                   "portable (ExecuTorch's portable kernels only)")
@@ -306,7 +310,8 @@ void register_inspect(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--onnx-profile", s->options.onnx_profile, "onnx: the profile whose contract is shown (ort, the default, or portable)");
   cmd->add_option("--onnx-opset", s->options.onnx_opset, "onnx: 21 (default) or 23 (portable by default)")->capture_default_str();
-  cmd->add_flag("--stateless", s->stateless, "openvino: explicit past_key_values.*/present.* I/O instead of the stateful cache");
+  cmd->add_flag("--stateless", s->stateless,
+                fmt::format("openvino: explicit {} I/O instead of the stateful cache", decoder_state_ports()));
   cmd->callback([s, cmd, &action] {
     action = [s, cmd] {
       const auto formats = split_commas(s->format);

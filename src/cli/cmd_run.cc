@@ -5,6 +5,7 @@
 #include "pipeline/artifact.h"
 #include "pipeline/export.h"
 #include "runtime/executor.h"
+#include "tasks/state_names.h"
 
 namespace fs = std::filesystem;
 
@@ -25,10 +26,12 @@ void register_run(CLI::App& app, Action& action) {
       ->check(CLI::ExistingDirectory)
       ->excludes(model);
   cmd->add_option("--role", s->role, "Component to run (decoder, prefill, decode); default: the first");
-  cmd->add_option("--inputs", s->inputs, "safetensors file: input_ids, attention_mask, position_ids, past_key_values.*")
+  const auto& cache = tasks::state_pattern(tasks::state_names(tasks::StateNames::Decoder), tasks::StateKind::SelfAttentionKey);
+  cmd->add_option("--inputs", s->inputs,
+                  fmt::format("safetensors file: input_ids, attention_mask, position_ids, {}", tasks::name_glob(cache.past)))
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--output,-o", s->output, "safetensors file to write logits and present.* to")->required();
+  cmd->add_option("--output,-o", s->output, fmt::format("safetensors file to write logits and {} to", tasks::name_glob(cache.present)))->required();
   cmd->add_flag("--decomposed", s->decomposed, "Run composite ops through their primitive decompositions");
   cmd->add_option("--keep", s->keep, "Also return these intermediate values (by IR value name); repeatable")
       ->expected(1)

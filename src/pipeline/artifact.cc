@@ -25,31 +25,34 @@ const ArtifactComponent& Artifact::component(const std::string& role) const {
 
 namespace {
 
-// The manifest's cache geometry sizes the buffers generate and verify allocate; each past_key_values
-// input the graph declares must agree with it where the graph fixes a dim, so a manifest cannot
-// claim a cache far larger (or of other layers) than the graph it ships takes.
-void check_cache_inputs(const ArtifactComponent& c, const runtime::CacheSpec& cache, const std::string& where) {
-  static const std::string prefix = "past_key_values.";
+// The manifest's cache geometry sizes the buffers generate and verify allocate; each state input the
+// graph declares must be one the contract derives from it and agree with it where the graph fixes a
+// dim, so a manifest cannot claim a cache far larger (or of other layers) than the graph it ships takes.
+void check_cache_inputs(const ArtifactComponent& c, const runtime::CacheSpec& cache, int64_t num_layers,
+                        const std::string& where) {
+  const tasks::StateNameSet& names = tasks::state_names(tasks::StateNames::Decoder);
   for (auto id : c.graph.inputs()) {
     const auto& v = c.graph.value(id);
-    if (!v.name.starts_with(prefix)) continue;
-    const size_t dot = v.name.find('.', prefix.size());
-    const std::string index = v.name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
-    const bool numeric = !index.empty() && index.size() < 6 && index.find_first_not_of("0123456789") == std::string::npos;
-    if (!numeric || std::stoll(index) >= cache.num_layers)
-      bad_input("{}: component {}: graph input {} is not a layer of /model/num_layers = {}", where, c.role, v.name,
-                cache.num_layers);
-    auto expect = [&](size_t d, int64_t want, const char* field) {
-      if (v.shape.size() == 4 && v.shape[d].is_fixed() && v.shape[d].value != want)
-        bad_input("{}: component {}: graph input {} has {} {} where {} says {}", where, c.role, v.name,
-                  d == 2 ? "cache length" : d == 1 ? "kv heads" : "head_dim", v.shape[d].value, field, want);
-    };
-    if (v.shape.size() != 4)
+    const tasks::StatePort* port = tasks::find_past(cache.states, v.name);
+    if (!port) {
+      if (tasks::looks_like_state_name(names, v.name))
+        bad_input("{}: component {}: graph input {} is not a layer of /model/num_layers = {}", where, c.role, v.name,
+                  num_layers);
+      continue;
+    }
+    const Shape& want = port->spec.shape;
+    if (v.shape.size() != want.size())
       bad_input("{}: component {}: graph input {} has shape {}, expected [batch, kv_heads, length, head_dim]", where,
                 c.role, v.name, shape_str(v.shape));
-    expect(1, cache.num_kv_heads, "/model/num_kv_heads");
-    expect(3, cache.head_dim, "/model/head_dim");
-    if (cache.static_cache) expect(2, cache.max_cache_len, "/recipe/max_cache_len");
+    // Dims the contract fixes from the manifest: kv heads and head_dim (and a static cache's length).
+    auto field = [&](size_t d) {
+      return d == size_t(port->spec.axis) ? "/recipe/max_cache_len" : d == 1 ? "/model/num_kv_heads" : "/model/head_dim";
+    };
+    auto what = [&](size_t d) { return d == size_t(port->spec.axis) ? "cache length" : d == 1 ? "kv heads" : "head_dim"; };
+    for (size_t d = 1; d < want.size(); ++d)
+      if (want[d].is_fixed() && v.shape[d].is_fixed() && v.shape[d].value != want[d].value)
+        bad_input("{}: component {}: graph input {} has {} {} where {} says {}", where, c.role, v.name, what(d),
+                  v.shape[d].value, field(d), want[d].value);
   }
 }
 
@@ -63,15 +66,19 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
   // read_manifest validated every member read here (pipeline/manifest_schema.h): types, presence and
   // ranges, so these reads cannot throw and the geometry cannot size an absurd allocation.
   const auto& model = a.manifest["model"];
-  a.cache.num_layers = model["num_layers"].get<int64_t>();
-  a.cache.num_kv_heads = model["num_kv_heads"].get<int64_t>();
-  a.cache.head_dim = model["head_dim"].get<int64_t>();
+  a.num_layers = model["num_layers"].get<int64_t>();
   a.eos_token_ids = model["eos_token_ids"].get<std::vector<int64_t>>();
   const auto& pad = model["pad_token_id"];
   a.pad_token_id = pad.is_number_integer() ? pad.get<int64_t>() : a.eos_token_ids.empty() ? 0 : a.eos_token_ids[0];
   const auto& recipe = a.manifest["recipe"];
   a.cache.static_cache = recipe["static_cache"].get<bool>();
   a.cache.max_cache_len = recipe["max_cache_len"].get<int64_t>();
+  // An encoder (feature-extraction) carries no state.
+  if (model.value("task", std::string("causal-lm")) == "causal-lm")
+    a.cache.states = tasks::name_states(
+        tasks::kv_cache_states({a.num_layers, model["num_kv_heads"].get<int64_t>(), model["head_dim"].get<int64_t>(),
+                                a.cache.static_cache, a.cache.max_cache_len}),
+        tasks::state_names(tasks::StateNames::Decoder));
   for (const auto& c : a.manifest["components"]) {
     // A hand-edited manifest may hold anything: report it, never throw a JSON or filesystem error.
     if (!c.is_object()) bad_input("{}: inconsistent manifest: a component is {}, not an object", where, c.type_name());
@@ -101,7 +108,7 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
       for (const auto& pair : (*cache)["shared_buffers"])
         if (pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string())
           ac.shared_buffers.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
-    check_cache_inputs(ac, a.cache, where);
+    check_cache_inputs(ac, a.cache, a.num_layers, where);
     a.components.push_back(std::move(ac));
   }
   if (a.components.empty()) bad_input("{}: the export has no {} component", dir.string(), format);

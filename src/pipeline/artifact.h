@@ -27,7 +27,10 @@ struct Artifact {
   std::filesystem::path dir;
   nlohmann::json manifest;
   std::vector<ArtifactComponent> components;
+  // The state its decoder steps carry (none for an encoder), rebuilt by the contract from the
+  // manifest's model geometry and recipe (tasks/state.h).
   runtime::CacheSpec cache;
+  int64_t num_layers = 0;  // the model's, from the manifest
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = 0;
 

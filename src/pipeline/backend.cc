@@ -50,8 +50,7 @@ GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format,
   const tasks::Component* first = find("prefill") ? find("prefill") : find("decoder");
   const tasks::Component* next = find("decode");
   HFX_CHECK(first, "no decoder component");
-  const auto geo = m.model->cache();
-  runtime::CacheSpec cache{geo.num_layers, geo.num_kv_heads, geo.head_dim, r.task.static_cache, r.task.max_cache_len};
+  const runtime::CacheSpec cache{first->state, r.task.static_cache, r.task.max_cache_len};
   runtime::SamplingOptions so;
   so.max_new_tokens = 8;
   const auto prompts = greedy_prompts(step_bounds(r.task.dims), cache, m.summary().vocab_size, true, so.max_new_tokens);

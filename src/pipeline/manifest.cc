@@ -108,9 +108,10 @@ void ManifestBuilder::add_component(const tasks::Component& c, const std::string
   }
   nlohmann::ordered_json relations = nlohmann::ordered_json::array();
   for (const auto& r : c.graph.symbols().relations()) relations.push_back(fmt::format("{} = {} + {}", r.sum, r.a, r.b));
+  // The cache section from the component's state: a static cache is state written in place.
   nlohmann::ordered_json shared = nlohmann::ordered_json::array();
-  for (const auto& [in, out] : c.shared_buffers) shared.push_back({in, out});
-  const bool static_cache = !c.shared_buffers.empty();
+  for (const auto& [in, out] : tasks::shared_buffers_of(c.state)) shared.push_back({in, out});
+  const bool static_cache = !shared.empty();
   json_["components"].push_back({{"role", c.role},
                                  {"format", format},
                                  {"file", file},

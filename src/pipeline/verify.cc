@@ -419,7 +419,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     ShapeCase sc;
     std::map<std::string, Tensor> inputs, expected, actual;
     // A stateful artifact (openvino) holds its cache: it is filled by running `prefix` first, and its
-    // present.* outputs are not compared (the next step's logits check them).
+    // state outputs are not compared (the next step's logits check them).
     std::optional<std::map<std::string, Tensor>> prefix;
     bool stateful = false;
   };
@@ -439,7 +439,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
         for (const auto& in : x["inputs"]) {
           stateful = stateful || in["name"] == "beam_idx";
           positions = positions || in["name"] == "position_ids";
-          cached = cached || in["name"].get<std::string>().starts_with("past_key_values.");
+          cached = cached || tasks::find_past(art.cache.states, in["name"].get<std::string>());
         }
     // A decoder step with no cache inputs holds its cache itself (openvino stateful, executorch's
     // mutable buffers).
@@ -487,7 +487,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     TransformersOracleJob job;
     job.model_dir = source;
     job.hf_class = ref.summary().hf_class;
-    job.layers = causal ? art.cache.num_layers : 0;
+    job.layers = causal ? art.num_layers : 0;
     for (const auto& r : runs) job.runs.push_back(r.inputs);
     job.generate = causal;
     job.prompts = prompts;
@@ -548,7 +548,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     std::vector<OutputDiff> per_output;  // for the diagnosis of a failing case
     json outputs = json::object();       // per output: its largest difference and elements over tolerance
     for (const auto& [name, t] : r.expected) {
-      if (r.stateful && name.starts_with("present.")) continue;
+      if (r.stateful && tasks::find_present(art.cache.states, name)) continue;
       if (!r.actual.count(name)) {
         d.mismatched += 1;
         d.worst = name + " (missing)";
@@ -576,7 +576,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       // Kept in the report as numbers too, for report.html's per-layer chart (pipeline/report_html.h).
       // (Against Transformers there are no layer outputs to compare: hfx's own layers would say nothing.)
       const auto layers = step_runtime || on_transformers ? std::vector<LayerDiff>{}
-                                       : layer_diffs(r.refc->graph, r.comp->graph, r.inputs, art.cache.num_layers,
+                                       : layer_diffs(r.refc->graph, r.comp->graph, r.inputs, art.num_layers,
                                                      atol_for(r.comp->role));
       c.measured["worst_output"] = d.worst;
       c.measured["layers"] = json::array();
@@ -587,7 +587,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
                                          "hfx's reference executor passes, hfx's definition of the model is what differs)"
                    : step_runtime ? std::string("layer outputs are not exposed by the compiled model (`hfx verify --runtime "
                                               "reference` localises the first diverging layer)")
-                                : diagnose_divergence(per_output, layers, atol_for(r.comp->role)));
+                                : diagnose_divergence(per_output, layers, atol_for(r.comp->role), art.cache.states));
     }
     add(std::move(c));
   }

@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "core/error.h"
 #include "runtime/executor.h"
 
 namespace hfx::pipeline {
@@ -164,9 +165,10 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
   const int64_t mask_len = cache.static_cache ? cache.max_cache_len : T;
   std::set<std::string> wanted;
   for (auto id : g.inputs()) wanted.insert(g.value(id).name);
-  bool writes_cache = false;
-  for (auto id : g.outputs()) writes_cache = writes_cache || g.value(id).name.starts_with("present.");
-  const bool decoder = wanted.count("position_ids") || wanted.count("past_key_values.0.key") || writes_cache;
+  bool carries_state = false;
+  for (const auto& p : cache.states) carries_state = carries_state || wanted.count(p.past);
+  for (auto id : g.outputs()) carries_state = carries_state || tasks::find_present(cache.states, g.value(id).name);
+  const bool decoder = wanted.count("position_ids") || carries_state;
   // A decoder without position_ids (the onnx ort profile, its split prefill too) keeps each row's keys
   // from position 0 in its cache (GroupQueryAttention's own format), so the cases fed a cache the
   // reference made use unpadded rows; its padded rows are checked by the greedy generation.
@@ -196,8 +198,10 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
   std::normal_distribution<float> normal(0.f, 1.f);
   for (auto id : g.inputs()) {
     const std::string& name = g.value(id).name;
-    if (!name.starts_with("past_key_values.")) continue;
-    Tensor t(DType::F32, {B, cache.num_kv_heads, cache.static_cache ? cache.max_cache_len : P, cache.head_dim});
+    const tasks::StatePort* port = tasks::find_past(cache.states, name);
+    if (!port) continue;
+    Tensor t(port->spec.dtype, tasks::state_dims(port->spec, B, cache.static_cache ? cache.max_cache_len : P));
+    HFX_CHECK(t.dtype() == DType::F32, "state {} is {}: verify's random states are f32", name, dtype_name(t.dtype()));
     float* p = t.as<float>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = normal(rng);
     in[name] = std::move(t);
@@ -212,8 +216,8 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
 
 // A case for an artifact that keeps its cache as state (OpenVINO's stateful decoder): the cache is
 // filled by really running the first `past` tokens. Returns the inputs of that first step (nullopt
-// when past is 0) and sets `step` to the second step's inputs, whose past_key_values.* are the
-// reference's present.* after the first step, so the reference runs the step exactly as the state
+// when past is 0) and sets `step` to the second step's inputs, whose state inputs are the
+// reference's state outputs after the first step, so the reference runs the step exactly as the state
 // holder does. Rows are left-padded as make_inputs does, over the whole past + sequence.
 std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref, const ShapeCase& c,
                                                            const runtime::CacheSpec& cache, int64_t vocab, uint64_t seed,
@@ -246,13 +250,12 @@ std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref,
   step = whole;
   step["input_ids"] = columns(whole.at("input_ids"), P, T);
   step["position_ids"] = columns(whole.at("position_ids"), P, T);
-  for (int64_t l = 0; l < cache.num_layers; ++l)
-    for (const char* kv : {"key", "value"})
-      step[fmt::format("past_key_values.{}.{}", l, kv)] = presents.at(fmt::format("present.{}.{}", l, kv));
+  for (const auto& p : cache.states) step[p.past] = presents.at(p.present);
   return first;
 }
 
-std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const std::vector<LayerDiff>& layers, double atol) {
+std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const std::vector<LayerDiff>& layers, double atol,
+                                const std::vector<tasks::StatePort>& states) {
   // NaN counts as over tolerance (a NaN difference is never "within").
   auto over = [&](double e) { return !(e <= atol); };
   std::vector<std::string> differ, caches;
@@ -261,7 +264,7 @@ std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const st
     if (!over(o.max_abs)) continue;
     differ.push_back(o.name);
     if (o.name == "logits") logits = true;
-    if (o.name.starts_with("present.")) caches.push_back(o.name);
+    if (tasks::find_present(states, o.name)) caches.push_back(o.name);
   }
   std::string what = differ.empty() ? "no output is over tolerance"
                                     : fmt::format("over tolerance: {}", fmt::join(differ, ", "));

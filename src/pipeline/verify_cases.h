@@ -60,7 +60,7 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
 
 // A case for an artifact that keeps its cache as state: the cache is filled by really running the
 // first `past` tokens. Returns the inputs of that first step (nullopt when past is 0) and sets `step`
-// to the second step's inputs, whose past_key_values.* are the reference's present.* after the first
+// to the second step's inputs, whose state inputs are the reference's state outputs after the first
 // step, so the reference runs the step exactly as the state holder does.
 std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref, const ShapeCase& c,
                                                            const runtime::CacheSpec& cache, int64_t vocab, uint64_t seed,
@@ -78,6 +78,8 @@ struct OutputDiff {
 struct LayerDiff {
   double max_abs = 0, mean_abs = 0;
 };
-std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const std::vector<LayerDiff>& layers, double atol);
+// `states`: the contract's state ports, whose present outputs are the caches a layer writes.
+std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const std::vector<LayerDiff>& layers, double atol,
+                                const std::vector<tasks::StatePort>& states);
 
 }  // namespace hfx::pipeline

@@ -123,20 +123,23 @@ std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, 
   // what the loop will hold at its longest must fit in the machine's available memory, checked in
   // doubles before anything is allocated.
   {
-    const double longest = double(cache.static_cache ? cache_len : L + o.max_new_tokens);
-    const double bytes = 2.0 * 4.0 * double(cache.num_layers) * double(B) * double(cache.num_kv_heads) * longest *
-                         double(cache.head_dim);
+    const int64_t longest = cache.static_cache ? cache_len : L + o.max_new_tokens;
+    double bytes = 0;
+    for (const auto& p : cache.states) {
+      double n = double(dtype_size(p.spec.dtype));
+      for (int64_t d : tasks::state_dims(p.spec, B, longest)) n *= double(d);
+      bytes += n;
+    }
     const auto available = available_memory_bytes();
     if (available && bytes > double(*available))
-      bad_input("generate: the KV cache would need {:.1f} GiB ({} layers x {} rows x {} kv heads x {} positions x {} head dim, "
-                "f32 keys and values), more than the {:.1f} GiB of memory available",
-                bytes / double(1 << 30), cache.num_layers, B, cache.num_kv_heads, int64_t(longest), cache.head_dim,
+      bad_input("generate: the KV cache would need {:.1f} GiB ({} cache tensors such as {}{}: {} rows x {} positions), "
+                "more than the {:.1f} GiB of memory available",
+                bytes / double(1 << 30), cache.states.size(), dtype_name(cache.states.front().spec.dtype),
+                detail_shape(tasks::state_dims(cache.states.front().spec, B, longest)), B, longest,
                 double(*available) / double(1 << 30));
   }
   std::map<std::string, Tensor> past;
-  for (int64_t i = 0; i < cache.num_layers; ++i)
-    for (const char* kv : {"key", "value"})
-      past[fmt::format("past_key_values.{}.{}", i, kv)] = Tensor(DType::F32, {B, cache.num_kv_heads, cache_len, cache.head_dim});
+  for (const auto& p : cache.states) past[p.past] = Tensor(p.spec.dtype, tasks::state_dims(p.spec, B, cache_len));
   std::vector<int64_t> full_mask;  // [B, total] (growing) or [B, N] (static)
   if (cache.static_cache) {
     full_mask.assign(size_t(B * cache_len), 0);
@@ -167,16 +170,15 @@ std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, 
       std::iota(cp.begin(), cp.end(), total - S);
       feed["cache_position"] = i64_tensor({S}, cp);
     }
-    // A prefill graph takes no cache; a stateful runner (OpenVINO) keeps it inside, with neither
-    // past_key_values.* inputs nor present.* outputs.
-    const bool wants_past = std::find(names.begin(), names.end(), "past_key_values.0.key") != names.end();
+    // A prefill graph takes no cache; a stateful runner (OpenVINO) keeps it inside, with neither the
+    // state's past inputs nor its present outputs.
+    const bool wants_past = !cache.states.empty() &&
+                            std::find(names.begin(), names.end(), cache.states.front().past) != names.end();
     if (wants_past)
       for (auto& [name, t] : past) feed[name] = std::move(t);
     auto result = runner.run(feed);
-    for (int64_t i = 0; i < cache.num_layers; ++i)
-      for (const char* kv : {"key", "value"})
-        if (auto it = result.find(fmt::format("present.{}.{}", i, kv)); it != result.end())
-          past[fmt::format("past_key_values.{}.{}", i, kv)] = std::move(it->second);
+    for (const auto& p : cache.states)
+      if (auto it = result.find(p.present); it != result.end()) past[p.past] = std::move(it->second);
 
     // The step graph may come from a file: its logits must be there and be [B, S, V] in f32.
     auto found = result.find("logits");

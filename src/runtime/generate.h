@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "ir/graph.h"
 #include "runtime/executor.h"
+#include "tasks/state_names.h"
 
 namespace hfx::runtime {
 
@@ -26,8 +27,10 @@ class StepRunner {
 // The reference executor as a step runner.
 std::unique_ptr<StepRunner> make_executor_runner(const ir::Graph& graph, ExecOptions options = {});
 
+// The state the step graphs carry, as the contract names it (tasks/state_names.h): the loop feeds each
+// port's past input and takes back its present output, without knowing what the names spell.
 struct CacheSpec {
-  int64_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  std::vector<tasks::StatePort> states;
   bool static_cache = false;
   int64_t max_cache_len = 0;
 };

@@ -35,12 +35,14 @@ Dim present_len(const Layout& l) {
 }
 bool has_past(const Layout& l) { return l.static_cache || l.step != Step::Prefill; }
 
-Shape cache_shape(const models::CacheGeometry& g, Dim len) {
-  return {Dim::sym(kBatch), Dim::fixed(g.num_kv_heads), std::move(len), Dim::fixed(g.head_dim)};
+// The model's key/value cache as the contract's state, named as decoder clients load it.
+std::vector<StatePort> cache_ports(const models::CausalLm& model, const Layout& l) {
+  const auto g = model.cache();
+  return name_states(kv_cache_states({g.num_layers, g.num_kv_heads, g.head_dim, l.static_cache, l.max_cache_len}, kPast),
+                     state_names(StateNames::Decoder));
 }
 
-std::vector<IoSpec> inputs_of(const models::CausalLm& model, const Layout& l) {
-  const auto g = model.cache();
+std::vector<IoSpec> inputs_of(const std::vector<StatePort>& state, const Layout& l) {
   const Dim mask_len = l.static_cache ? Dim::fixed(l.max_cache_len) : l.step == Step::Prefill ? Dim::sym(kSeq) : Dim::sym(kTotal);
   std::vector<IoSpec> io = {
       {"input_ids", DType::I64, {Dim::sym(kBatch), seq_dim(l)}},
@@ -48,21 +50,14 @@ std::vector<IoSpec> inputs_of(const models::CausalLm& model, const Layout& l) {
       {"position_ids", DType::I64, {Dim::sym(kBatch), seq_dim(l)}},
   };
   if (has_past(l))
-    for (int64_t i = 0; i < g.num_layers; ++i) {
-      io.push_back({fmt::format("past_key_values.{}.key", i), DType::F32, cache_shape(g, past_len(l))});
-      io.push_back({fmt::format("past_key_values.{}.value", i), DType::F32, cache_shape(g, past_len(l))});
-    }
+    for (const auto& p : state) io.push_back({p.past, p.spec.dtype, state_shape(p.spec, past_len(l))});
   if (l.static_cache) io.push_back({"cache_position", DType::I64, {seq_dim(l)}});
   return io;
 }
 
-std::vector<IoSpec> outputs_of(const models::CausalLm& model, const Layout& l) {
-  const auto g = model.cache();
+std::vector<IoSpec> outputs_of(const models::CausalLm& model, const std::vector<StatePort>& state, const Layout& l) {
   std::vector<IoSpec> io = {{"logits", DType::F32, {Dim::sym(kBatch), seq_dim(l), Dim::fixed(model.summary().vocab_size)}}};
-  for (int64_t i = 0; i < g.num_layers; ++i) {
-    io.push_back({fmt::format("present.{}.key", i), DType::F32, cache_shape(g, present_len(l))});
-    io.push_back({fmt::format("present.{}.value", i), DType::F32, cache_shape(g, present_len(l))});
-  }
+  for (const auto& p : state) io.push_back({p.present, p.spec.dtype, state_shape(p.spec, present_len(l))});
   return io;
 }
 
@@ -95,7 +90,8 @@ void declare_bounds(ir::Graph& graph, const CausalLmOptions& o) {
 Component build_component(const models::CausalLm& model, const CausalLmOptions& o, Step step, std::string role,
                           std::string stem) {
   const Layout l{step, o.static_cache, o.max_cache_len};
-  Component c{std::move(role), std::move(stem), ir::Graph("main"), inputs_of(model, l), outputs_of(model, l), {}};
+  std::vector<StatePort> state = cache_ports(model, l);
+  Component c{std::move(role), std::move(stem), ir::Graph("main"), inputs_of(state, l), outputs_of(model, state, l), {}, {}};
   ir::Graph& graph = c.graph;
   graph.symbols().relate_sum(kTotal, kPast, kSeq);
   std::map<std::string, ir::ValueId> ids;
@@ -105,19 +101,19 @@ Component build_component(const models::CausalLm& model, const CausalLmOptions& 
   in.attention_mask = ids.at("attention_mask");
   in.position_ids = ids.at("position_ids");
   if (has_past(l))
-    for (int64_t i = 0; i < model.cache().num_layers; ++i) {
-      in.past_key.push_back(ids.at(fmt::format("past_key_values.{}.key", i)));
-      in.past_value.push_back(ids.at(fmt::format("past_key_values.{}.value", i)));
-    }
+    for (const auto& p : state)
+      (p.spec.kind == StateKind::SelfAttentionKey ? in.past_key : in.past_value).push_back(ids.at(p.past));
   if (l.static_cache) in.cache_position = ids.at("cache_position");
   ir::Builder b(graph);
   models::CausalLmOutputs out = model.build(b, in);
 
   // Name the outputs by the contract and declare their shapes: the contract is what runtimes bind to.
   std::vector<ir::ValueId> values = {out.logits};
-  for (size_t i = 0; i < out.present_key.size(); ++i) {
-    values.push_back(out.present_key[i]);
-    values.push_back(out.present_value[i]);
+  for (const auto& p : state) {
+    const auto& presents = p.spec.kind == StateKind::SelfAttentionKey ? out.present_key : out.present_value;
+    HFX_CHECK(size_t(p.spec.layer) < presents.size(), "the model returned no {} for layer {}", state_kind_name(p.spec.kind),
+              p.spec.layer);
+    values.push_back(presents[size_t(p.spec.layer)]);
   }
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     ir::ValueId v = values[i];
@@ -127,10 +123,8 @@ Component build_component(const models::CausalLm& model, const CausalLmOptions& 
     graph.value(v).shape = c.outputs[i].shape;
     graph.add_output(v);
   }
-  if (l.static_cache)
-    for (int64_t i = 0; i < model.cache().num_layers; ++i)
-      for (const char* kv : {"key", "value"})
-        c.shared_buffers.emplace_back(fmt::format("past_key_values.{}.{}", i, kv), fmt::format("present.{}.{}", i, kv));
+  c.shared_buffers = shared_buffers_of(state);
+  c.state = std::move(state);
   declare_bounds(graph, o);
   graph.validate();
   return c;

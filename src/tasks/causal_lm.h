@@ -4,13 +4,14 @@
 //   input_ids       [batch_size, sequence_length] i64
 //   attention_mask  [batch_size, total_sequence_length] i64          (static: [batch_size, N])
 //   position_ids    [batch_size, sequence_length] i64
-//   past_key_values.{i}.key|value [batch_size, kv_heads, past_sequence_length, head_dim]
+//   per layer a key and a value state, read [batch_size, kv_heads, past_sequence_length, head_dim]
 //                                                                     (static: [.., N, ..])
 //   cache_position  [sequence_length] i64                              (static cache only)
 //   -> logits [batch_size, sequence_length, vocab] f32
-//      present.{i}.key|value [batch_size, kv_heads, total_sequence_length, head_dim]
+//      the states returned [batch_size, kv_heads, total_sequence_length, head_dim]
 //                                                                     (static: the updated buffers)
-// total_sequence_length = past_sequence_length + sequence_length.
+// total_sequence_length = past_sequence_length + sequence_length. The state is the contract's
+// (tasks/state.h: kv_cache_states), its ports named as decoder clients load them (tasks/state_names.h).
 //
 // Components: by default one `decoder` graph whose query axis is symbolic (prompt on an empty cache,
 // single-token steps and multi-token chunks). With split_prefill: a `prefill` graph (no past inputs;
@@ -25,6 +26,7 @@
 #include "io/json_fields.h"
 #include "ir/graph.h"
 #include "models/model.h"
+#include "tasks/state_names.h"
 
 namespace hfx::tasks {
 
@@ -41,6 +43,8 @@ struct Component {
   std::vector<IoSpec> inputs, outputs;
   // (input, output) pairs a runtime may bind to one buffer: the static cache's in-place update.
   std::vector<std::pair<std::string, std::string>> shared_buffers;
+  // The state its steps carry, named by the contract (tasks/state.h); empty for an encoder.
+  std::vector<StatePort> state;
 };
 
 // The longest static cache (--max-cache-len) an export accepts: 2^24 tokens, past every released

@@ -22,7 +22,10 @@ TEST(GenerateMemory, CacheBeyondAvailableMemoryIsRefusedBeforeAllocating) {
   NoStep step;
   // 4096 layers x 1024 kv heads x 2^24 positions x 1024 head dim: within each field's own range in
   // the manifest schema, and 2^61 bytes together.
-  CacheSpec cache{4096, 1024, 1024, true, int64_t(1) << 24};
+  const int64_t len = int64_t(1) << 24;
+  CacheSpec cache{tasks::name_states(tasks::kv_cache_states({4096, 1024, 1024, true, len}),
+                                     tasks::state_names(tasks::StateNames::Decoder)),
+                  true, len};
   SamplingOptions so;
   so.max_new_tokens = 1;
   try {

@@ -19,6 +19,12 @@ using namespace hfx;
 
 namespace {
 
+// A growing cache of 2 layers, 2 kv heads, head_dim 16, as the contract names it.
+runtime::CacheSpec growing_cache() {
+  return {tasks::name_states(tasks::kv_cache_states({2, 2, 16, false, 0}), tasks::state_names(tasks::StateNames::Decoder)),
+          false, 0};
+}
+
 std::string validate_error(const std::map<std::string, SymbolBounds>& dims) {
   tasks::CausalLmOptions o;
   o.dims = dims;
@@ -102,7 +108,7 @@ TEST(ContractBounds, VerifyShapesStayInsideTheBounds) {
   for (int64_t total : {1, 2, 5, 7}) {
     const auto g = bounded_graph({{"batch_size", {1, std::nullopt}}, {"sequence_length", {1, std::nullopt}},
                                   {"past_sequence_length", {0, std::nullopt}}, {"total_sequence_length", {1, total}}});
-    runtime::CacheSpec cache{2, 2, 16, false, 0};
+    const runtime::CacheSpec cache = growing_cache();
     for (const auto& c : pipeline::shape_matrix(g, "decoder", cache, true, true)) {
       EXPECT_LE(c.past + c.seq, total) << c.name;
       EXPECT_GE(c.seq, 1) << c.name;
@@ -118,20 +124,20 @@ TEST(ContractBounds, VerifyShapesStayInsideTheBounds) {
   // The defaults are the matrix `hfx verify` always ran: (2, 8, 0), (1, 1, 12), ...
   const auto g = bounded_graph({{"batch_size", {1, std::nullopt}}, {"sequence_length", {1, std::nullopt}},
                                 {"past_sequence_length", {0, std::nullopt}}, {"total_sequence_length", {1, std::nullopt}}});
-  const auto cases = pipeline::shape_matrix(g, "decoder", {2, 2, 16, false, 0}, true, true);
+  const auto cases = pipeline::shape_matrix(g, "decoder", growing_cache(), true, true);
   ASSERT_EQ(cases.size(), 6u);
   EXPECT_EQ(std::make_tuple(cases[0].batch, cases[0].seq, cases[0].past), std::make_tuple(2, 8, 0));
   EXPECT_EQ(std::make_tuple(cases[1].batch, cases[1].seq, cases[1].past), std::make_tuple(1, 1, 12));
   EXPECT_EQ(std::make_tuple(cases[4].batch, cases[4].seq, cases[4].past), std::make_tuple(2, 1, 23));
   // A batch_size min of 3 gives three rows, and a matrix at batch 3 and more.
   const auto g3 = bounded_graph({{"batch_size", {3, 8}}});
-  for (const auto& c : pipeline::shape_matrix(g3, "decoder", {2, 2, 16, false, 0}, true, true)) EXPECT_GE(c.batch, 3) << c.name;
+  for (const auto& c : pipeline::shape_matrix(g3, "decoder", growing_cache(), true, true)) EXPECT_GE(c.batch, 3) << c.name;
   int64_t tokens = 8;
-  EXPECT_EQ(pipeline::greedy_prompts(pipeline::step_bounds(g3), {2, 2, 16, false, 0}, 512, true, tokens).size(), 3u);
+  EXPECT_EQ(pipeline::greedy_prompts(pipeline::step_bounds(g3), growing_cache(), 512, true, tokens).size(), 3u);
   // GroupQueryAttention runs chunks at batch 1 only: with batch_size min 2 that case is skipped, and said.
   std::vector<std::string> skipped;
   const auto g2 = bounded_graph({{"batch_size", {2, 4}}});
-  for (const auto& c : pipeline::shape_matrix(g2, "decoder", {2, 2, 16, false, 0}, true, false, &skipped))
+  for (const auto& c : pipeline::shape_matrix(g2, "decoder", growing_cache(), true, false, &skipped))
     EXPECT_GE(c.batch, 2) << c.name;
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_NE(skipped[0].find("chunk, cache partial"), std::string::npos);
@@ -142,21 +148,22 @@ TEST(ContractBounds, VerifyShapesStayInsideTheBounds) {
 TEST(VerifyDiagnosis, NamesTheOutputThatDiffers) {
   const double atol = 1e-4;
   const std::vector<pipeline::LayerDiff> agree = {{1e-6, 1e-7}, {2e-6, 1e-7}};
-  auto cache = pipeline::diagnose_divergence({{"logits", 5e-5}, {"present.1.key", 3e-3}, {"present.1.value", 1e-6}}, agree, atol);
+  const auto states = growing_cache().states;
+  auto cache = pipeline::diagnose_divergence({{"logits", 5e-5}, {"present.1.key", 3e-3}, {"present.1.value", 1e-6}}, agree, atol, states);
   EXPECT_NE(cache.find("over tolerance: present.1.key"), std::string::npos) << cache;
   EXPECT_NE(cache.find("the cache present.1.key writes"), std::string::npos) << cache;
   EXPECT_EQ(cache.find("the difference is in the final norm or lm_head"), std::string::npos) << cache;
 
-  auto head = pipeline::diagnose_divergence({{"logits", 6e-3}, {"present.0.key", 1e-6}}, agree, atol);
+  auto head = pipeline::diagnose_divergence({{"logits", 6e-3}, {"present.0.key", 1e-6}}, agree, atol, states);
   EXPECT_NE(head.find("over tolerance: logits"), std::string::npos) << head;
   EXPECT_NE(head.find("the difference is in the final norm or lm_head"), std::string::npos) << head;
 
-  auto layer = pipeline::diagnose_divergence({{"logits", 6e-3}, {"present.1.key", 2e-3}}, {{1e-6, 1e-7}, {4e-3, 1e-3}}, atol);
+  auto layer = pipeline::diagnose_divergence({{"logits", 6e-3}, {"present.1.key", 2e-3}}, {{1e-6, 1e-7}, {4e-3, 1e-3}}, atol, states);
   EXPECT_NE(layer.find("over tolerance: logits, present.1.key"), std::string::npos) << layer;
   EXPECT_NE(layer.find("first diverging layer: 1"), std::string::npos) << layer;
   EXPECT_EQ(layer.find("lm_head"), std::string::npos) << layer;
 
-  auto hidden = pipeline::diagnose_divergence({{"logits", NAN}}, {}, atol);
+  auto hidden = pipeline::diagnose_divergence({{"logits", NAN}}, {}, atol, states);
   EXPECT_NE(hidden.find("over tolerance: logits; layer outputs are not exposed"), std::string::npos) << hidden;
 }
 

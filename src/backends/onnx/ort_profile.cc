@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "io/json_fields.h"
+#include "tasks/state_names.h"
 
 namespace hfx::onnx_backend {
 
@@ -48,11 +49,15 @@ nlohmann::ordered_json genai_config(const GenaiConfigInput& in) {
   nlohmann::ordered_json inputs = {{"input_ids", "input_ids"}};
   if (has_input("attention_mask")) inputs["attention_mask"] = "attention_mask";
   if (has_input("position_ids")) inputs["position_ids"] = "position_ids";
-  inputs["past_key_names"] = "past_key_values.%d.key";
-  inputs["past_value_names"] = "past_key_values.%d.value";
+  // onnxruntime-genai finds the cache by the decoder name set's patterns (`%d` the layer).
+  const tasks::StateNameSet& names = tasks::state_names(tasks::StateNames::Decoder);
+  const auto& key = tasks::state_pattern(names, tasks::StateKind::SelfAttentionKey);
+  const auto& value = tasks::state_pattern(names, tasks::StateKind::SelfAttentionValue);
+  inputs["past_key_names"] = tasks::genai_name_pattern(key.past);
+  inputs["past_value_names"] = tasks::genai_name_pattern(value.past);
   nlohmann::ordered_json outputs = {{"logits", "logits"},
-                                    {"present_key_names", "present.%d.key"},
-                                    {"present_value_names", "present.%d.value"}};
+                                    {"present_key_names", tasks::genai_name_pattern(key.present)},
+                                    {"present_value_names", tasks::genai_name_pattern(value.present)}};
   const auto& s = in.summary;
   nlohmann::ordered_json eos = nlohmann::ordered_json::array();
   for (auto e : s.eos_token_ids) eos.push_back(e);

@@ -10,9 +10,6 @@ namespace {
 
 namespace op = ov::op;
 
-const std::string kPast = "past_key_values.";
-const std::string kPresent = "present.";
-
 std::shared_ptr<op::v0::Parameter> find_parameter(const ov::Model& m, const std::string& name) {
   for (const auto& p : m.get_parameters())
     if (p->output(0).get_names().count(name)) return p;
@@ -27,7 +24,7 @@ std::shared_ptr<op::v0::Result> find_result(const ov::Model& m, const std::strin
 
 }  // namespace
 
-void make_stateful(const std::shared_ptr<ov::Model>& model) {
+void make_stateful(const std::shared_ptr<ov::Model>& model, const std::vector<tasks::StatePort>& state) {
   auto input_ids = find_parameter(*model, "input_ids");
   if (!input_ids) bad_input("openvino: a stateful model needs an `input_ids` input (the batch size of the cache)");
 
@@ -39,28 +36,39 @@ void make_stateful(const std::shared_ptr<ov::Model>& model) {
   beam_idx->set_friendly_name("beam_idx");
   beam_idx->output(0).get_tensor().set_names({"beam_idx"});
 
-  std::vector<std::shared_ptr<op::v0::Parameter>> pasts;
+  std::vector<std::pair<std::shared_ptr<op::v0::Parameter>, const tasks::StatePort*>> pasts;
   for (const auto& p : model->get_parameters())
     for (const auto& name : p->output(0).get_names())
-      if (name.starts_with(kPast)) pasts.push_back(p);
-  if (pasts.empty()) bad_input("openvino: a stateful model needs past_key_values.* inputs (a growing cache); use --stateless");
+      if (const tasks::StatePort* port = tasks::find_past(state, name)) pasts.emplace_back(p, port);
+  if (pasts.empty()) bad_input("openvino: a stateful model needs the cache's past inputs (a growing cache); use --stateless");
 
   ov::SinkVector sinks;
-  for (const auto& param : pasts) {
-    const std::string past = param->output(0).get_any_name();
-    const std::string present = kPresent + past.substr(kPast.size());
+  for (const auto& [param, port] : pasts) {
+    const std::string& past = port->past;
+    const std::string& present = port->present;
     auto result = find_result(*model, present);
     if (!result) bad_input("openvino: cache input `{}` has no `{}` output to pair it with", past, present);
+    // The state starts empty along the axis a step appends to ([batch, kv_heads, 0, head_dim] for a
+    // KV cache); every other dim but the batch is the one the input fixes.
+    const tasks::StateSpec& spec = port->spec;
+    if (spec.update != tasks::StateUpdate::Append)
+      unsupported("openvino: the stateful layout keeps appended state only; `{}` is updated by {} (use --stateless)", past,
+                  tasks::state_update_name(spec.update));
     const ov::PartialShape shape = param->get_partial_shape();
-    if (shape.rank().is_dynamic() || shape.size() != 4 || shape[1].is_dynamic() || shape[3].is_dynamic())
-      bad_input("openvino: cache input `{}` has shape {}, expected [batch, kv_heads, past, head_dim] with fixed heads and head_dim",
-                past, shape.to_string());
+    std::vector<int64_t> init_dims;  // after the batch
+    bool fixed = shape.rank().is_static() && shape.size() == spec.shape.size();
+    for (size_t d = 1; fixed && d < shape.size(); ++d) {
+      if (int64_t(d) == spec.axis) init_dims.push_back(0);
+      else if (shape[d].is_dynamic()) fixed = false;
+      else init_dims.push_back(shape[d].get_length());
+    }
+    if (!fixed)
+      bad_input("openvino: cache input `{}` has shape {}, expected {} with every dim but the batch and the length fixed", past,
+                shape.to_string(), shape_str(spec.shape));
     auto variable = std::make_shared<op::util::Variable>(
-        op::util::VariableInfo{shape, param->get_element_type(), past + present});
+        op::util::VariableInfo{shape, param->get_element_type(), tasks::openvino_variable_id(*port)});
     auto init_shape = std::make_shared<op::v0::Concat>(
-        ov::OutputVector{batch, op::v0::Constant::create(ov::element::i64, ov::Shape{3},
-                                                         {shape[1].get_length(), int64_t(0), shape[3].get_length()})},
-        0);
+        ov::OutputVector{batch, op::v0::Constant::create(ov::element::i64, ov::Shape{init_dims.size()}, init_dims)}, 0);
     auto init = std::make_shared<op::v3::Broadcast>(
         op::v0::Constant::create(param->get_element_type(), ov::Shape{}, {0}), init_shape);
     auto read = std::make_shared<op::v6::ReadValue>(init, variable);

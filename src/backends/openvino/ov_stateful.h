@@ -9,14 +9,18 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include <openvino/core/model.hpp>
 
+#include "tasks/state_names.h"
+
 namespace hfx::openvino_backend {
 
-// Pairs every `past_key_values.<rest>` parameter with the `present.<rest>` result. BadInput when a
-// pair is incomplete or the graph has no cache inputs at all; the batch size of the initial state
-// is read from the `input_ids` parameter.
-void make_stateful(const std::shared_ptr<ov::Model>& model);
+// Keeps each of `state`'s (past parameter, present result) pairs as one variable named by the
+// contract (tasks::openvino_variable_id), in the model's parameter order. BadInput when a pair is
+// incomplete or the graph has none of the state's inputs; the batch size of the initial state is
+// read from the `input_ids` parameter.
+void make_stateful(const std::shared_ptr<ov::Model>& model, const std::vector<tasks::StatePort>& state);
 
 }  // namespace hfx::openvino_backend

@@ -307,7 +307,7 @@ OvWriteResult write_openvino(const ir::Graph& graph, const fs::path& out_dir, co
 
   auto model = std::make_shared<ov::Model>(results, params, graph.name());
   for (const auto& [key, value] : opts.metadata) model->set_rt_info(value, "hfx", key);
-  if (opts.stateful) with_context("openvino: stateful", [&] { make_stateful(model); });
+  if (opts.stateful) with_context("openvino: stateful", [&] { make_stateful(model, opts.state); });
   model->validate_nodes_and_infer_types();
   // Nodes built inside a lowering (and by the stateful rewrite) have no name of ours; OpenVINO would
   // name them from a process-wide counter ("Multiply_1234"), so the XML would depend on what the

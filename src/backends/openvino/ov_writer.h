@@ -7,8 +7,8 @@
 // which is then mapped read-only; the serialiser copies both into model.bin and the scratch file is
 // removed. Only constants of at most 1 KiB (and shape tensors) are held in memory.
 //
-// Stateful variant (OpenVINO GenAI's LLM layout): each past_key_values.N.* input / present.N.*
-// output pair becomes a ReadValue / Assign variable, the state read is reordered by a `beam_idx`
+// Stateful variant (OpenVINO GenAI's LLM layout): each state's past input / present output pair
+// (OvWriteOptions::state, from the contract) becomes a ReadValue / Assign variable, the state read is reordered by a `beam_idx`
 // input (Gather on the batch axis) and starts empty ([batch, kv_heads, 0, head_dim], batch taken
 // from input_ids).
 #pragma once
@@ -21,13 +21,16 @@
 
 #include "ir/graph.h"
 #include "ir/written_weights.h"
+#include "tasks/state_names.h"
 
 namespace hfx::openvino_backend {
 
 struct OvWriteOptions {
   std::string model_file = "openvino_model.xml";  // plain file name; the weights go to <stem>.bin
   std::map<std::string, std::string> metadata;    // written to the model's rt_info under "hfx"
+  // The stateful layout: these states' past inputs and present outputs become variables (ov_stateful.h).
   bool stateful = false;
+  std::vector<tasks::StatePort> state;
   // Progress: called after each weight with increments (1, bytes of that tensor). May be empty.
   std::function<void(int64_t tensors, int64_t bytes)> on_weight_written;
   // Weights an earlier writer of the same export wrote (ONNX's external data): their Constants map

@@ -103,11 +103,11 @@ tasks::Component executorch_contract(const tasks::Component& c, const ir::Graph&
   tasks::Component e{c.role, c.file_stem, g, {}, {}, {}};
   for (auto id : g.inputs()) {
     const auto& v = g.value(id);
-    if (!v.name.starts_with("past_key_values.")) e.inputs.push_back({v.name, v.dtype, v.shape});
+    if (!tasks::find_past(c.state, v.name)) e.inputs.push_back({v.name, v.dtype, v.shape});
   }
   for (auto id : g.outputs()) {
     const auto& v = g.value(id);
-    if (!v.name.starts_with("present.")) e.outputs.push_back({v.name, v.dtype, v.shape});
+    if (!tasks::find_present(c.state, v.name)) e.outputs.push_back({v.name, v.dtype, v.shape});
   }
   return e;
 }

@@ -248,7 +248,7 @@ class OnnxBackend final : public Backend {
     }
     // The contract as written: the ort profile derives positions in the graph (no position_ids input)
     // and bounds the total length by its rotary caches' rows.
-    tasks::Component contract{c.role, c.file_stem, c.graph, inputs_of(c, g), c.outputs, c.shared_buffers};
+    tasks::Component contract{c.role, c.file_stem, c.graph, inputs_of(c, g), c.outputs, c.shared_buffers, c.state};
     contract.graph.symbols() = g.symbols();
     job.manifest.add_component(contract, "onnx", (fs::path("onnx") / wo.model_file).string(), passes_run);
     // onnxruntime-genai loads the folder with either lowering: a model whose attention fell back to

@@ -27,11 +27,11 @@ std::string openvino_file(const tasks::Component& c) {
   return c.file_stem == "model" ? "openvino_model.xml" : "openvino_" + c.file_stem + "_model.xml";
 }
 
-// Whether a component is written in the stateful layout: the past_key_values.* inputs and present.*
-// outputs become state, a `beam_idx` input reorders it.
+// Whether a component is written in the stateful layout: its state's past inputs and present outputs
+// become variables, a `beam_idx` input reorders them.
 bool stateful(const Recipe& r, const tasks::Component& c) {
   bool has_cache = false;
-  for (const auto& in : c.inputs) has_cache = has_cache || in.name.starts_with("past_key_values.");
+  for (const auto& in : c.inputs) has_cache = has_cache || tasks::find_past(c.state, in.name);
   if (!r.openvino_stateful || !has_cache) return false;
   if (c.role != "decoder" || !c.shared_buffers.empty())
     bad_input("openvino: the stateful layout needs one decoder graph with a growing cache, not the {} graph of "
@@ -40,12 +40,12 @@ bool stateful(const Recipe& r, const tasks::Component& c) {
 }
 
 tasks::Component stateful_contract(const tasks::Component& c) {
-  tasks::Component s{c.role, c.file_stem, c.graph, {}, {}, {}};
+  tasks::Component s{c.role, c.file_stem, c.graph, {}, {}, {}, {}};
   for (const auto& in : c.inputs)
-    if (!in.name.starts_with("past_key_values.")) s.inputs.push_back(in);
+    if (!tasks::find_past(c.state, in.name)) s.inputs.push_back(in);
   s.inputs.push_back({"beam_idx", DType::I32, {Dim::sym("batch_size")}});
   for (const auto& out : c.outputs)
-    if (!out.name.starts_with("present.")) s.outputs.push_back(out);
+    if (!tasks::find_present(c.state, out.name)) s.outputs.push_back(out);
   return s;
 }
 
@@ -61,8 +61,9 @@ class OpenVinoBackend final : public Backend {
     i.files = "openvino/openvino_model.xml + openvino_model.bin (openvino_<prefill|decode>_model.xml with --split-prefill)";
     i.options = {
         {"--stateless", "openvino_stateful",
-         "explicit past_key_values.*/present.* I/O instead of the stateful KV cache (ReadValue/Assign + beam_idx, OpenVINO "
-         "GenAI's layout); needed with --split-prefill, --static-cache"},
+         fmt::format("explicit {} I/O instead of the stateful KV cache (ReadValue/Assign + beam_idx, OpenVINO GenAI's "
+                     "layout); needed with --split-prefill, --static-cache",
+                     tasks::state_ports_glob(tasks::state_names(tasks::StateNames::Decoder)))},
         {"--split-prefill, --static-cache, --dim, --dynamic", "", "as for onnx"},
         {"--dtype f16|bf16", "dtype", "Linear weights stored f16/bf16 (Constant -> Convert), computed in f32"},
         {"--quantize int4|int8[:block=N|:channel][:sym|:asym]", "quantize",
@@ -100,6 +101,7 @@ class OpenVinoBackend final : public Backend {
     ow.model_file = openvino_file(c);
     ow.metadata = component_metadata(job.model, c, g);
     ow.stateful = stateful(job.recipe, c);
+    if (ow.stateful) ow.state = c.state;
     ow.reuse = &job.written;
     auto progress = weight_progress("openvino " + c.role, g);
     ow.on_weight_written = [&](int64_t n, int64_t bytes) { progress->advance(n, bytes); };

@@ -2,8 +2,8 @@
 // runtime/generate.h on an exported openvino_model.xml with ov::Core (CPU, f32 inference and f32 KV
 // cache, so the tokens match Transformers). Built only with the OpenVINO SDK (see CMakeLists.txt).
 //
-// A stateful IR hides its cache: the runner lists no past_key_values.* inputs and returns no
-// present.* outputs, feeds beam_idx = 0..batch-1, and resets the state when a step starts on an empty
+// A stateful IR hides its cache: the runner lists none of the state's past inputs and returns
+// none of its present outputs, feeds beam_idx = 0..batch-1, and resets the state when a step starts on an empty
 // cache (attention_mask as long as input_ids). A stateless IR is run as the ONNX graph is.
 #pragma once
 

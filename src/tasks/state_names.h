@@ -1,0 +1,83 @@
+// The names clients load state ports by, as data: the one place hfx spells `past_key_values.*` and
+// `present.*`. A name set maps each StateKind a client knows to a (past input, present output)
+// pattern in which `{}` is the layer index (reference/peer-contracts.md, sections 1 and 3):
+//
+//   decoder        past_key_values.{i}.key|value -> present.{i}.key|value: Optimum, transformers.js,
+//                  onnxruntime-genai (its genai_config.json lists the same names, `%d` for the layer)
+//                  and OpenVINO GenAI (whose stateful IR keeps them as variables, openvino_variable_id)
+//   seq2seq        Optimum / transformers.js encoder-decoders: past_key_values.{i}.decoder.* (self) and
+//                  past_key_values.{i}.encoder.* (cross) -> present.{i}.decoder|encoder.*
+//   js-hybrid      transformers.js SSM / short-conv hybrids: past_conv.{i}, past_ssm.{i} ->
+//                  present_conv.{i}, present_ssm.{i}, attention layers as decoder
+//   genai-hybrid   onnxruntime-genai's RecurrentState: past_key_values.{i}.conv_state|recurrent_state ->
+//                  present.{i}.*, attention layers as decoder
+//
+// Only `decoder` is wired today; the others are declared for encoder-decoder and SSM models.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tasks/state.h"
+
+namespace hfx::tasks {
+
+struct StatePortPattern {
+  StateKind kind;
+  std::string_view past, present;  // `{}` is the layer index
+};
+
+struct StateNameSet {
+  std::string_view name;       // "decoder", "seq2seq", ...
+  std::string_view loaded_by;  // the clients that load these names
+  std::vector<StatePortPattern> patterns;
+};
+
+enum class StateNames { Decoder, Seq2Seq, TransformersJsHybrid, GenaiHybrid };
+const StateNameSet& state_names(StateNames which);
+
+// A state as one component's ports: read as `past`, returned as `present`.
+struct StatePort {
+  StateSpec spec;
+  std::string past, present;
+};
+
+// The pattern `names` gives `kind`; Unsupported naming the set when it has none.
+const StatePortPattern& state_pattern(const StateNameSet& names, StateKind kind);
+// Each state named by `names`, in order.
+std::vector<StatePort> name_states(const std::vector<StateSpec>& states, const StateNameSet& names);
+
+// The (past, present) pairs a runtime may bind to one buffer: the states written at a position.
+std::vector<std::pair<std::string, std::string>> shared_buffers_of(const std::vector<StatePort>& ports);
+
+// The port, among `ports`, whose past (present) name is `name`; nullptr when none is.
+const StatePort* find_past(const std::vector<StatePort>& ports, std::string_view name);
+const StatePort* find_present(const std::vector<StatePort>& ports, std::string_view name);
+
+// What a name that `names` could have produced says: the kind, the layer as written (any digits,
+// unchecked), and which side. nullopt for a name no pattern of the set matches. Used to judge a
+// graph read back from a file: a port named like state but not among the contract's is refused.
+struct ParsedStateName {
+  StateKind kind;
+  std::string layer;
+  bool past;
+};
+std::optional<ParsedStateName> parse_state_name(const StateNameSet& names, std::string_view name);
+// Whether `name` has the form of one of the set's state ports, layer index aside (the text before
+// and after `{}` of a pattern), so a read-back can say which layer it claims.
+bool looks_like_state_name(const StateNameSet& names, std::string_view name);
+
+// A pattern as onnxruntime-genai's genai_config.json writes it (`%d` for the layer).
+std::string genai_name_pattern(std::string_view pattern);
+// The variable an OpenVINO stateful IR keeps a state in (OpenVINO GenAI resets and reorders it by
+// beam_idx; optimum-intel names its variables after the same pair).
+std::string openvino_variable_id(const StatePort& port);
+// "past_key_values.*" of "past_key_values.{}.key": how help texts refer to a pattern's ports.
+std::string name_glob(std::string_view pattern);
+// "past_key_values.*/present.*": a set's first pattern, both sides.
+std::string state_ports_glob(const StateNameSet& names);
+
+}  // namespace hfx::tasks
