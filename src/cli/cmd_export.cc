@@ -312,6 +312,9 @@ void register_inspect(CLI::App& app, Action& action) {
   cmd->add_option("--onnx-opset", s->options.onnx_opset, "onnx: 21 (default) or 23 (portable by default)")->capture_default_str();
   cmd->add_flag("--stateless", s->stateless,
                 fmt::format("openvino: explicit {} I/O instead of the stateful cache", decoder_state_ports()));
+  cmd->add_flag("--static-cache", s->options.task.static_cache,
+                "The static-cache contract, as `hfx export --static-cache` writes it (executorch needs it)");
+  cmd->add_option("--max-cache-len", s->options.task.max_cache_len, "With --static-cache: the cache length N");
   cmd->callback([s, cmd, &action] {
     action = [s, cmd] {
       const auto formats = split_commas(s->format);

@@ -151,7 +151,8 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
   recipe.openvino_stateful = options.openvino_stateful;
   check_onnx_profile(recipe.onnx_profile, "--onnx-profile");
   check_onnx_opset(recipe.onnx_opset, "--onnx-opset");
-  LoadedModel m = load_model(model_dir);
+  tasks::validate(options.task);
+  LoadedModel m = load_model(model_dir, options.task);
   const auto& s = m.summary();
   int64_t params = 0;
   std::map<std::string, int64_t> dtypes;

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <string>
 
+#include "tasks/causal_lm.h"
+
 namespace hfx::pipeline {
 
 struct Preflight {
@@ -22,6 +24,9 @@ struct InspectOptions {
   std::string onnx_profile;  // empty: default_onnx_profile(onnx_opset)
   int64_t onnx_opset = 21;
   bool openvino_stateful = true;
+  // The task options the export would run with (--static-cache --max-cache-len N: the static
+  // contract, which the executorch format requires).
+  tasks::CausalLmOptions task;
 };
 
 // Human-readable report (or JSON with `as_json`) on stdout's behalf.

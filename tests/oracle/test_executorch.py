@@ -229,3 +229,9 @@ def test_transformers_executorch_exporter_file_agrees(tiny_checkpoint, et_export
     compare("Transformers' ExecutorchExporter prefill vs eager", theirs, eager)
     compare("hfx's .pte prefill vs eager", ours, eager)
     compare("hfx's .pte vs Transformers' ExecutorchExporter", ours, theirs)
+
+
+def test_inspect_shows_the_executorch_contract(tiny_checkpoint):
+    proc = run_hfx("inspect", str(tiny_checkpoint("llama")), "--format", "executorch", "--static-cache", "--max-cache-len", "64")
+    assert "in  input_ids                    i64  [1, sequence_length]" in proc.stdout
+    assert "in  cache_position" in proc.stdout and "past_key_values" not in proc.stdout.split("I/O contract")[1].split("preflight")[0]
