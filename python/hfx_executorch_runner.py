@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hfx_torch_runner import error_line, protocol_stream  # noqa: E402
+from hfx_torch_runner import error_line, protocol_stream, serve_requests  # noqa: E402
 
 
 def executorch_version() -> str:
@@ -77,15 +77,7 @@ def main() -> None:
         say({"error": error_line(exc), "executorch_version": version})
         raise SystemExit(1) from exc
     say({"ready": True, "executorch_version": version, "load_s": round(time.perf_counter() - t0, 3)})
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            server.run(json.loads(line))
-        except Exception as exc:  # noqa: BLE001 - any refusal is answered, with its own text
-            say({"error": error_line(exc)})
-            continue
-        say({"ok": True})
+    serve_requests(say, server)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,20 @@ def error_line(exc: BaseException) -> str:
     return " ".join(text.split())[:2000]
 
 
+def serve_requests(say, server) -> None:
+    """One request per line of stdin until it ends, each answered {"ok": true} or with its error's
+    last line (the server goes on)."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            server.run(json.loads(line))
+        except Exception as exc:  # noqa: BLE001 - any refusal is answered, with its own text
+            say({"error": error_line(exc)})
+            continue
+        say({"ok": True})
+
+
 class StepServer:
     def __init__(self, pt2: str, inputs: list[str], shared: list[tuple[str, str]]):
         from hfx_torch import load_program
@@ -105,15 +119,7 @@ def main() -> None:
         say({"error": error_line(exc), "torch_version": torch.__version__})
         raise SystemExit(1) from exc
     say({"ready": True, "torch_version": torch.__version__, "load_s": round(time.perf_counter() - t0, 3)})
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            server.run(json.loads(line))
-        except Exception as exc:  # noqa: BLE001 - any refusal is answered, with its own text
-            say({"error": error_line(exc)})
-            continue
-        say({"ok": True})
+    serve_requests(say, server)
 
 
 if __name__ == "__main__":

@@ -177,8 +177,9 @@ def test_formats_lists_each_backend_as_a_unit():
     runtime versions."""
     out = run_hfx("formats").stdout
     sections = [s for s in out.split("\n") if s and not s.startswith(" ")]
-    assert sections == ["onnx", "openvino", "pt2"], sections
+    assert sections == ["onnx", "openvino", "pt2", "executorch"], sections
     assert "runtimes: reference, onnxruntime" in out and "runtimes: openvino" in out and "runtimes: torch" in out
+    assert "runtimes: executorch" in out and "--executorch-backend xnnpack|portable (recipe: executorch_backend)" in out
     assert "--onnx-profile ort|portable (recipe: onnx_profile)" in out
     assert "--stateless (recipe: openvino_stateful)" in out
     import onnxruntime

@@ -19,9 +19,9 @@ import torch
 
 from conftest import export_once, record_coverage, run_hfx
 from test_generation import NEW_TOKENS, PROMPTS
+from test_pt2 import compare  # max abs diff <= 1e-4 and no element beyond, shapes equal
 from tiny_models import CASES, load_reference
 
-ATOL = 1e-4  # fp32: only the summation order may differ
 CACHE_LEN = 96  # past the 7-token prompt + 64 new tokens of the greedy test
 ET_ARGS = ["--format", "executorch", "--static-cache", "--max-cache-len", str(CACHE_LEN)]
 BACKENDS = ["xnnpack", "portable"]  # xnnpack: the linear layers in XNNPACK delegates; portable: portable kernels only
@@ -52,14 +52,6 @@ def load_forward(pte: Path):
     from executorch.runtime import Runtime
     program = Runtime.get().load_program(pte)
     return program, program.load_method("forward")
-
-
-def compare(what: str, actual: torch.Tensor, expected: torch.Tensor) -> float:
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} vs {tuple(expected.shape)}"
-    diff = (actual.double() - expected.double()).abs()
-    bad = int((~(diff <= ATOL)).sum())
-    assert bad == 0, f"{what}: {bad} of {diff.numel()} elements differ by more than {ATOL} (max {diff.max().item():.3g})"
-    return diff.max().item()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -235,3 +227,22 @@ def test_inspect_shows_the_executorch_contract(tiny_checkpoint):
     proc = run_hfx("inspect", str(tiny_checkpoint("llama")), "--format", "executorch", "--static-cache", "--max-cache-len", "64")
     assert "in  input_ids                    i64  [1, sequence_length]" in proc.stdout
     assert "in  cache_position" in proc.stdout and "past_key_values" not in proc.stdout.split("I/O contract")[1].split("preflight")[0]
+
+
+def test_python_step_server_runs_the_program(et_export, tmp_path):
+    """python/hfx_executorch_runner.py, the driver of a build without ExecuTorch's C++ libraries: one
+    request per line over executorch.runtime, the logits of forward written out."""
+    import subprocess
+    import sys
+    from safetensors.torch import load_file, save_file
+    pte = pte_of(et_export("llama"))
+    save_file({"input_ids": torch.tensor([PROMPTS["batch1"][0]]), "cache_position": torch.arange(7)}, str(tmp_path / "in.safetensors"))
+    request = json.dumps({"inputs": str(tmp_path / "in.safetensors"), "outputs": str(tmp_path / "out.safetensors")})
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "python" / "hfx_executorch_runner.py"), "--serve",
+                           str(pte), "--input", "input_ids", "--input", "cache_position"], input=request + "\n",
+                          capture_output=True, text=True, timeout=300)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines[0]["ready"] and lines[1] == {"ok": True}, proc.stdout + proc.stderr
+    _, forward = load_forward(pte)
+    (expected,) = forward.execute([torch.tensor([PROMPTS["batch1"][0]]), torch.arange(7)])
+    assert torch.equal(load_file(str(tmp_path / "out.safetensors"))["logits"], expected)
