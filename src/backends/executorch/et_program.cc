@@ -79,6 +79,8 @@ class Converter {
   void lower_matmul(const json& node, const std::string& where);
   bool delegate_linear(const json& node, const std::string& where);
   void drop_unused_constants();
+  int view_sizes(const std::vector<SymExpr>& shape, const std::string& where);
+  void view_into(int src, int out, const std::vector<SymExpr>& shape, const std::string& where);
   int view(int src, DType dtype, const std::vector<SymExpr>& shape, const std::string& where);
   void plan_memory();
 
@@ -224,8 +226,8 @@ void Converter::call(const std::string& name, const std::string& overload, std::
 }
 
 // A reshape ExecuTorch's view_copy computes at run time: fixed dims as they are, the one dim that
-// varies with the contract's symbols as -1.
-int Converter::view(int src, DType dtype, const std::vector<SymExpr>& shape, const std::string& where) {
+// varies with the contract's symbols as -1 (view_copy infers one dim, not two).
+int Converter::view_sizes(const std::vector<SymExpr>& shape, const std::string& where) {
   EtValue sizes;
   sizes.kind = Kind::IntList;
   int dynamic = 0;
@@ -234,10 +236,18 @@ int Converter::view(int src, DType dtype, const std::vector<SymExpr>& shape, con
     if (lo != hi) ++dynamic;
     sizes.items.push_back(add_int(lo == hi ? hi : -1));
   }
-  if (dynamic > 1) unsupported("executorch: {}: a matmul whose batch flattens two symbolic dims", where);
-  const int size_list = add(std::move(sizes));
+  if (dynamic > 1) unsupported("executorch: {}: a matmul view with two symbolic dims ({})", where, dynamic);
+  return add(std::move(sizes));
+}
+
+void Converter::view_into(int src, int out, const std::vector<SymExpr>& shape, const std::string& where) {
+  const int sizes = view_sizes(shape, where);
+  call("aten::view_copy", "out", {src, sizes, out, out});
+}
+
+int Converter::view(int src, DType dtype, const std::vector<SymExpr>& shape, const std::string& where) {
   const int out = add_tensor(dtype, shape, where);
-  call("aten::view_copy", "out", {src, size_list, out, out});
+  view_into(src, out, shape, where);
   return out;
 }
 
@@ -262,14 +272,7 @@ void Converter::lower_matmul(const json& node, const std::string& where) {
     const int a2 = view(ta, a.dtype, {rows, a.shape.back()}, where);
     const int o2 = add_tensor(o.dtype, {rows, b.shape.back()}, where);
     call("aten::mm", "out", {a2, tb, o2, o2});
-    EtValue sizes;
-    sizes.kind = Kind::IntList;
-    for (const auto& d : o.shape) {
-      const auto [lo, hi] = range(d);
-      sizes.items.push_back(add_int(lo == hi ? hi : -1));
-    }
-    const int list = add(std::move(sizes));
-    return call("aten::view_copy", "out", {o2, list, out, out});
+    return view_into(o2, out, o.shape, where);
   }
   if (ra != rb || ra < 3) unsupported("executorch: {}: matmul of rank {} by rank {}", where, ra, rb);
   for (size_t i = 0; i + 2 < ra; ++i)
@@ -281,17 +284,7 @@ void Converter::lower_matmul(const json& node, const std::string& where) {
   const int b3 = view(tb, b.dtype, {batch, b.shape[rb - 2], b.shape[rb - 1]}, where);
   const int o3 = add_tensor(o.dtype, {batch, a.shape[ra - 2], b.shape[rb - 1]}, where);
   call("aten::bmm", "out", {a3, b3, o3, o3});
-  EtValue sizes;
-  sizes.kind = Kind::IntList;
-  int dynamic = 0;
-  for (const auto& d : o.shape) {
-    const auto [lo, hi] = range(d);
-    if (lo != hi) ++dynamic;
-    sizes.items.push_back(add_int(lo == hi ? hi : -1));
-  }
-  if (dynamic > 1) unsupported("executorch: {}: a matmul result with two symbolic dims", where);
-  const int list = add(std::move(sizes));
-  call("aten::view_copy", "out", {o3, list, out, out});
+  view_into(o3, out, o.shape, where);
 }
 
 void Converter::lower_node(const json& node) {
