@@ -14,6 +14,7 @@
 #include "pipeline/verify_cases.h"
 #include "pipeline/verify_runtimes.h"
 #include "runtime/generate.h"
+#include "tasks/task.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -101,7 +102,8 @@ void register_generate(CLI::App& app, Action& action) {
       if (s->runtime.empty()) s->runtime = pipeline::default_runtime(s->dir);  // F#8: an OpenVINO-only export runs on openvino
       const pipeline::Backend& backend = pipeline::backend_for_runtime(s->runtime);
       auto art = pipeline::open_artifact(s->dir, backend.info().name);
-      if (art.manifest["model"].value("task", "causal-lm") != "causal-lm")
+      const tasks::Task* task = tasks::find_task(art.manifest["model"].value("task", "causal-lm"));
+      if (!task || !task->generative())
         bad_input("{}: a {} export has no decode loop; generate needs a decoder", s->dir.string(),
                   art.manifest["model"].value("task", "?"));
       std::optional<tokenizer::Tokenizer> tok;

@@ -8,7 +8,6 @@
 
 #include "cli/usage.h"
 #include "io/json_fields.h"
-#include "models/encoder.h"
 #include "models/registry.h"
 
 namespace fs = std::filesystem;
@@ -112,11 +111,13 @@ std::string inferred_task(const fs::path& folder) {
     const auto it = config.json.find("model_type");
     if (it == config.json.end() || !it->is_string()) return "";
     const std::string model_type = it->get<std::string>();
-    if (models::find_encoder(model_type))
+    const models::ModelEntry* entry = models::find_model_entry(model_type);
+    if (!entry) return "";
+    // The default task, said in the words of optimum's --task.
+    if (entry->default_task == "feature-extraction")
       return fmt::format("{}: feature-extraction, with logits when the checkpoint has a classification head", model_type);
-    for (const auto& entry : models::model_registry())
-      if (entry.model_type == model_type)
-        return fmt::format("{}: causal-lm with a KV cache, optimum's text-generation-with-past", model_type);
+    if (entry->default_task == "causal-lm")
+      return fmt::format("{}: causal-lm with a KV cache, optimum's text-generation-with-past", model_type);
   } catch (const std::exception&) {
     // a config that cannot be read gets the answer without the task; the export would say why
   }

@@ -2,7 +2,6 @@
 // definition emits canonical IR for one call and the task (tasks/feature_extraction) owns the I/O.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,16 +31,5 @@ class Encoder {
   virtual int64_t num_labels() const = 0;  // 0: no classification head in the checkpoint
   virtual EncoderOutputs build(ir::Builder& b, const EncoderInputs& in) const = 0;
 };
-
-struct EncoderEntry {
-  std::string model_type;
-  std::string hf_class;
-  std::string notes;
-  std::function<std::unique_ptr<Encoder>(const io::Checkpoint&)> make;
-};
-
-// The encoder half of the registry (model_type -> definition); empty entries list = none known.
-const std::vector<EncoderEntry>& encoder_registry();
-const EncoderEntry* find_encoder(const std::string& model_type);
 
 }  // namespace hfx::models

@@ -1,10 +1,13 @@
-// What every architecture definition provides: a typed summary (for `inspect` and the manifest) and
-// a build hook that emits canonical IR for one forward step. Tasks (src/tasks) own the graph I/O:
-// they create the inputs, call build(), and name the outputs by the contract.
+// What every architecture definition provides: a `Model` exposing modules (a decoder, an encoder;
+// next a vision tower, a projector), each a typed interface with a summary (for `inspect` and the
+// manifest), its hyper-parameters and a build hook that emits canonical IR for one forward step.
+// Tasks (src/tasks) own the graph I/O: they ask the model for the modules they need, create the
+// inputs, call build(), and name the outputs by the contract.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/checkpoint.h"
@@ -59,6 +62,37 @@ class CausalLm {
   virtual CacheGeometry cache() const = 0;
   // Emits the graph for one step. Weights are bound lazily from the checkpoint (no copies).
   virtual CausalLmOutputs build(ir::Builder& b, const CausalLmInputs& in) const = 0;
+};
+
+class Encoder;  // models/encoder.h
+
+// The parts of a model a task may ask for. A seq2seq model will expose an encoder and a decoder with
+// cross-attention, a vision-language model a vision tower, a projector and a decoder.
+enum class ModuleKind { Decoder, Encoder };
+// "a decoder", "an encoder": for messages.
+std::string_view module_name(ModuleKind kind);
+
+// One loaded architecture definition, the single owner of its modules (each keeps a reference to the
+// checkpoint it binds its weights from). A task asks only for the modules it declared it needs.
+class Model {
+ public:
+  explicit Model(std::unique_ptr<CausalLm> decoder);
+  explicit Model(std::unique_ptr<Encoder> encoder);
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  // The model's summary: its one module's, while every model has one.
+  const ModelSummary& summary() const;
+  bool exposes(ModuleKind kind) const;
+  std::vector<ModuleKind> modules() const;
+  // Internal error when the model does not expose the module (check exposes() first).
+  const CausalLm& decoder() const;
+  const Encoder& encoder() const;
+
+ private:
+  std::unique_ptr<CausalLm> decoder_;
+  std::unique_ptr<Encoder> encoder_;
 };
 
 }  // namespace hfx::models

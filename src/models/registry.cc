@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "models/bert.h"
 #include "models/decoder.h"
 #include "models/gpt2.h"
 #include "models/gpt_neox.h"
@@ -11,10 +12,28 @@ namespace hfx::models {
 
 namespace {
 
+// The default tasks (tasks/task.h names them too).
+constexpr const char* kCausalLm = "causal-lm";
+constexpr const char* kFeatureExtraction = "feature-extraction";
+
+ModelEntry decoder_entry(std::string type, std::string hf_class, std::string notes,
+                         std::unique_ptr<CausalLm> (*make)(const io::Checkpoint&)) {
+  return {std::move(type), std::move(hf_class), std::move(notes), kCausalLm, {ModuleKind::Decoder},
+          [make](const io::Checkpoint& ckpt) { return Model(make(ckpt)); }};
+}
+
+// A row of the shared decoder (decoder.cc), told apart by its traits.
 ModelEntry decoder_entry(std::string type, std::string hf_class, std::string notes, DecoderTraits traits) {
   auto cls = hf_class;
-  return {std::move(type), std::move(hf_class), std::move(notes),
-          [traits, cls](const io::Checkpoint& ckpt) { return make_decoder(ckpt, traits, cls); }};
+  return {std::move(type), std::move(hf_class), std::move(notes), kCausalLm, {ModuleKind::Decoder},
+          [traits, cls](const io::Checkpoint& ckpt) { return Model(make_decoder(ckpt, traits, cls)); }};
+}
+
+// Feature extraction, and sequence classification when the checkpoint has the head.
+ModelEntry encoder_entry(std::string type, std::string hf_class, std::string notes,
+                         std::unique_ptr<Encoder> (*make)(const io::Checkpoint&)) {
+  return {std::move(type), std::move(hf_class), std::move(notes), kFeatureExtraction, {ModuleKind::Encoder},
+          [make](const io::Checkpoint& ckpt) { return Model(make(ckpt)); }};
 }
 
 }  // namespace
@@ -142,29 +161,48 @@ const std::vector<ModelEntry>& model_registry() {
                      .eps_key = "layer_norm_eps", .default_eps = 1e-5, .parallel_residual_always = true,
                      .no_rope = DecoderTraits::NoRope::FullLayers, .default_tie_word_embeddings = true,
                      .rope_interleaved = true, .layer_norm_bias = false, .logit_scale = true}),
-      {"gpt2", "GPT2LMHeadModel", "learned positions; LayerNorm; Conv1D [in, out] weights; fused c_attn; gelu_new",
-       make_gpt2},
-      {"gpt_bigcode", "GPTBigCodeForCausalLM",
-       "GPT-2 with Linear weights and multi-query attention (one kv head; per-head q|k|v without multi_query)",
-       make_gpt_bigcode},
-      {"gpt_neox", "GPTNeoXForCausalLM", "LayerNorm; per-head fused query_key_value; partial rotary; parallel residual",
-       make_gpt_neox},
+      decoder_entry("gpt2", "GPT2LMHeadModel",
+                    "learned positions; LayerNorm; Conv1D [in, out] weights; fused c_attn; gelu_new", make_gpt2),
+      decoder_entry("gpt_bigcode", "GPTBigCodeForCausalLM",
+                    "GPT-2 with Linear weights and multi-query attention (one kv head; per-head q|k|v without multi_query)",
+                    make_gpt_bigcode),
+      decoder_entry("gpt_neox", "GPTNeoXForCausalLM",
+                    "LayerNorm; per-head fused query_key_value; partial rotary; parallel residual", make_gpt_neox),
+      encoder_entry("bert", "BertModel",
+                    "post-norm encoder; token_type_ids input; BertForSequenceClassification head (pooler + classifier)",
+                    make_bert),
+      encoder_entry("roberta", "RobertaModel",
+                    "BERT with position ids from padding_idx + cumsum(input_ids != pad); no token_type_ids input; "
+                    "RobertaForSequenceClassification head (dense + tanh + out_proj)",
+                    make_roberta),
+      encoder_entry("xlm-roberta", "XLMRobertaModel", "the RoBERTa network; XLMRobertaForSequenceClassification head",
+                    make_roberta),
+      encoder_entry("distilbert", "DistilBertModel",
+                    "word + position embeddings, q_lin/k_lin/v_lin/out_lin; DistilBertForSequenceClassification head "
+                    "(pre_classifier + relu + classifier)",
+                    make_distilbert),
   };
   return entries;
 }
 
+const ModelEntry* find_model_entry(const std::string& model_type) {
+  for (const auto& e : model_registry())
+    if (e.model_type == model_type) return &e;
+  return nullptr;
+}
+
 const ModelEntry& find_model(const std::string& model_type) {
+  if (const ModelEntry* e = find_model_entry(model_type)) return *e;
   std::vector<std::string> known;
-  for (const auto& e : model_registry()) {
-    if (e.model_type == model_type) return e;
-    known.push_back(e.model_type);
-  }
+  for (const auto& e : model_registry()) known.push_back(e.model_type);
   unsupported("model_type `{}` is not supported (supported: {})", model_type, fmt::join(known, ", "));
 }
 
-std::unique_ptr<CausalLm> load_causal_lm(const io::Checkpoint& ckpt) {
+Model load_model(const io::Checkpoint& ckpt) {
   const ModelEntry& e = find_model(ckpt.model_type());
-  return with_context(ckpt.config().path.string(), [&] { return e.make(ckpt); });
+  Model m = with_context(ckpt.config().path.string(), [&] { return e.make(ckpt); });
+  HFX_CHECK(m.modules() == e.modules, "{}: the definition exposes other modules than its registry row", e.model_type);
+  return m;
 }
 
 }  // namespace hfx::models

@@ -1,8 +1,8 @@
-// The one table from config.json's `model_type` to an architecture definition.
+// The one table from config.json's `model_type` to an architecture definition: decoders (the Llama
+// family as DecoderTraits rows, GPT-2, GPT-NeoX) and encoders (the BERT family) alike.
 #pragma once
 
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,13 +15,19 @@ struct ModelEntry {
   std::string model_type;
   std::string hf_class;  // the Transformers class reproduced
   std::string notes;     // what distinguishes it, for `hfx formats` / docs
-  std::function<std::unique_ptr<CausalLm>(const io::Checkpoint&)> make;
+  // The task an export runs when the recipe names none (a tasks/task.h name: models sit below tasks).
+  std::string default_task;
+  std::vector<ModuleKind> modules;  // what make() returns the model with
+  std::function<Model(const io::Checkpoint&)> make;
 };
 
 const std::vector<ModelEntry>& model_registry();
 // Unsupported naming the model_type and the supported ones when there is no entry.
 const ModelEntry& find_model(const std::string& model_type);
-// Reads config.json's model_type and builds the definition (weights stay lazy).
-std::unique_ptr<CausalLm> load_causal_lm(const io::Checkpoint& ckpt);
+// nullptr when there is no entry.
+const ModelEntry* find_model_entry(const std::string& model_type);
+// Reads config.json's model_type and builds the definition (weights stay lazy), errors in the
+// context of config.json.
+Model load_model(const io::Checkpoint& ckpt);
 
 }  // namespace hfx::models

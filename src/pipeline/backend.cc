@@ -13,7 +13,7 @@ std::map<std::string, std::string> component_metadata(const LoadedModel& m, cons
   std::map<std::string, std::string> md;
   md["hfx.version"] = HFX_VERSION;
   md["hfx.model_type"] = m.summary().model_type;
-  md["hfx.task"] = m.task();
+  md["hfx.task"] = m.task->name();
   md["hfx.role"] = c.role;
   // The shape contract: each symbol's bounds and relations, readable by any consumer of the file.
   for (const auto& [name, bounds] : g.symbols().all()) md["hfx.dim." + name] = bounds.str();
@@ -41,7 +41,7 @@ GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format,
                                 const std::function<std::unique_ptr<runtime::StepRunner>(const tasks::Component&)>& runner_for) {
   const LoadedModel& m = job.model;
   const Recipe& r = job.recipe;
-  HFX_CHECK(m.model, "check_greedy_tokens on an encoder");
+  HFX_CHECK(m.task->generative(), "check_greedy_tokens on a {} export", m.task->name());
   auto find = [&](const std::string& role) -> const tasks::Component* {
     for (const auto& c : m.components)
       if (c.role == role) return &c;

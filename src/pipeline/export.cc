@@ -11,7 +11,6 @@
 #include "models/registry.h"
 #include "pipeline/backend.h"
 #include "pipeline/manifest.h"
-#include "tasks/feature_extraction.h"
 
 namespace fs = std::filesystem;
 
@@ -23,24 +22,10 @@ namespace {
 // Transformers versions saved as buffers (hfx recomputes them from the config).
 bool deliberately_ignored(const std::string& name) { return name.ends_with("rotary_emb.inv_freq"); }
 
-// And in an encoder checkpoint (BERT family), BertModel's pooler: pooler.dense.weight / .bias, bare or
-// under one base-model prefix ("bert.", "roberta."). The feature-extraction outputs are fixed
-// (last_hidden_state, logits) and Optimum's feature-extraction export drops the pooler too; a
-// sequence-classification head that needs it binds it, so it only reaches here when unused.
-bool deliberately_ignored_by_encoder(const std::string& name) {
-  for (const std::string leaf : {"pooler.dense.weight", "pooler.dense.bias"}) {
-    if (name == leaf) return true;
-    if (name.size() > leaf.size() + 1 && name.ends_with("." + leaf) && name.find('.') == name.size() - leaf.size() - 1)
-      return true;
-  }
-  return false;
-}
-
-void check_weight_accounting(const io::Checkpoint& ckpt, const std::string& model_type) {
+void check_weight_accounting(const io::Checkpoint& ckpt, const std::string& model_type, const tasks::Task& task) {
   std::vector<std::string> leftovers;
-  const bool encoder = models::find_encoder(model_type) != nullptr;
   for (const auto& name : ckpt.unused())
-    if (!deliberately_ignored(name) && !(encoder && deliberately_ignored_by_encoder(name))) leftovers.push_back(name);
+    if (!deliberately_ignored(name) && !task.ignores_weight(name)) leftovers.push_back(name);
   if (leftovers.empty()) return;
   const size_t shown = std::min<size_t>(leftovers.size(), 5);
   bad_input("{}: {} tensor(s) in the checkpoint are not used by the `{}` definition: {}{}", ckpt.dir().string(),
@@ -80,13 +65,13 @@ void check_apart_from_source(const fs::path& model_dir, const fs::path& out) {
 // learned position table) the components are rebuilt, so the recipe and the components both record
 // the bound that was used.
 void fit_bounds_to_context(LoadedModel& m, tasks::CausalLmOptions& task) {
-  if (!m.model) return;
+  if (!m.task->generative()) return;
   const auto limit = tasks::model_context(m.checkpoint->config(), m.components);
   if (!limit) return;
   const auto warnings = tasks::fit_to_context(task, *limit);
   for (const auto& w : warnings) fmt::print(stderr, "hfx: warning: {}\n", w);
   if (limit->learned && !warnings.empty())
-    m.components = with_context(m.checkpoint->dir().string(), [&] { return tasks::build_causal_lm(*m.model, task); });
+    m.components = with_context(m.checkpoint->dir().string(), [&] { return m.task->components(m.model, task); });
 }
 
 }  // namespace
@@ -122,17 +107,16 @@ void check_output_target(const fs::path& model_dir, const fs::path& out_dir, boo
   check_output_creatable(out);
 }
 
-LoadedModel load_model(const fs::path& model_dir, const tasks::CausalLmOptions& task) {
-  LoadedModel m{std::make_unique<io::Checkpoint>(io::Checkpoint::open(model_dir)), nullptr, nullptr, {}};
-  const std::string type = m.checkpoint->model_type();
-  if (const auto* e = models::find_encoder(type)) {
-    m.encoder = with_context(m.checkpoint->config().path.string(), [&] { return e->make(*m.checkpoint); });
-    m.components = with_context(m.checkpoint->dir().string(), [&] { return tasks::build_feature_extraction(*m.encoder, task); });
-  } else {
-    m.model = models::load_causal_lm(*m.checkpoint);
-    m.components = with_context(m.checkpoint->dir().string(), [&] { return tasks::build_causal_lm(*m.model, task); });
-  }
-  check_weight_accounting(*m.checkpoint, type);
+LoadedModel load_model(const fs::path& model_dir, const tasks::CausalLmOptions& options, const std::string& task) {
+  auto checkpoint = std::make_unique<io::Checkpoint>(io::Checkpoint::open(model_dir));
+  const models::ModelEntry& entry = models::find_model(checkpoint->model_type());
+  models::Model model = models::load_model(*checkpoint);
+  const tasks::Task& t = with_context(checkpoint->dir().string(), [&]() -> const tasks::Task& {
+    return tasks::task_for(model, task, entry.default_task);
+  });
+  LoadedModel m{std::move(checkpoint), std::move(model), &t, {}};
+  m.components = with_context(m.checkpoint->dir().string(), [&] { return t.components(m.model, options); });
+  check_weight_accounting(*m.checkpoint, entry.model_type, t);
   return m;
 }
 
@@ -153,7 +137,8 @@ ExportResult run_export(const ExportOptions& opt) {
   tasks::validate(opt.recipe.task);
   check_output_target(opt.model_dir, opt.out_dir, opt.overwrite);
   Recipe recipe = opt.recipe;  // with the bounds actually used
-  LoadedModel m = load_model(opt.model_dir, recipe.task);
+  LoadedModel m = load_model(opt.model_dir, recipe.task, recipe.task_name);
+  recipe.task_name = m.task->name();  // the manifest records the task that ran
   fit_bounds_to_context(m, recipe.task);
   {
     std::vector<std::string> roles;
@@ -161,7 +146,7 @@ ExportResult run_export(const ExportOptions& opt) {
     recipe.check_component_roles(roles, "export");
   }
   if (opt.on_plan) {
-    ExportPlan plan{m.summary().model_type, m.task(), {}, {}};
+    ExportPlan plan{m.summary().model_type, m.task->name(), {}, {}};
     for (const Backend* backend : ordered)
       for (const auto& c : m.components) {
         const auto p = backend->plan(c, m, recipe, false);

@@ -15,15 +15,18 @@
 
 #include "io/checkpoint.h"
 #include "io/hub_cache.h"
-#include "models/encoder.h"
 #include "models/model.h"
 #include "quant/quantize.h"
 #include "tasks/causal_lm.h"
+#include "tasks/task.h"
 
 namespace hfx::pipeline {
 
 struct Recipe {
   std::vector<std::string> formats = {"onnx"};
+  // The task that runs (tasks/task.h), recorded as "task": empty runs the model's default task
+  // (models/registry.h), and run_export fills in the one that ran.
+  std::string task_name;
   tasks::CausalLmOptions task;
   // Weight dtype and weight-only quantization (`--dtype`, `--quantize`, `--quantize-lm-head`); recorded
   // only when not the default f32, so f32 recipes keep their bytes.
@@ -109,17 +112,19 @@ struct ExportResult {
   std::vector<std::string> non_finite_weights;
 };
 
-// A checkpoint, its model definition, and the task's components, with strict weight accounting.
+// A checkpoint, its model definition, the task that ran and its components, with strict weight
+// accounting.
 struct LoadedModel {
   std::unique_ptr<io::Checkpoint> checkpoint;  // heap: the model keeps a reference to it
-  std::unique_ptr<models::CausalLm> model;    // a decoder (causal-lm task), or
-  std::unique_ptr<models::Encoder> encoder;   // an encoder (feature-extraction task)
+  models::Model model;
+  const tasks::Task* task;  // an entry of the task registry (tasks/task.h)
   std::vector<tasks::Component> components;
 
-  const models::ModelSummary& summary() const { return model ? model->summary() : encoder->summary(); }
-  std::string task() const { return model ? "causal-lm" : "feature-extraction"; }
+  const models::ModelSummary& summary() const { return model.summary(); }
 };
-LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::CausalLmOptions& task = {});
+// `task`: a task's name, or empty for the model's default task.
+LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::CausalLmOptions& options = {},
+                       const std::string& task = "");
 
 // The ONNX lowering when none is named: `ort` (ONNX Runtime is the ONNX target hfx verifies against),
 // `portable` when opset 23 is asked for, whose point is the standard fused ops.

@@ -45,7 +45,7 @@ namespace {
 // passes::kMaxRopeCacheRows rows they are computed in the graph and add nothing.
 int64_t ort_rope_cache_bytes(const LoadedModel& m) {
   const ir::Graph& g = m.components.at(0).graph;
-  if (!m.model || !passes::ort_profile_blockers(g).empty()) return 0;
+  if (!m.task->generative() || !passes::ort_profile_blockers(g).empty()) return 0;
   try {
     return passes::ort_rope_cache_bytes(g, onnx_backend::ort_context_length(*m.checkpoint, g));
   } catch (const Error&) {
@@ -205,8 +205,7 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
   for (const auto& [k, v] : dtypes) dt.push_back(fmt::format("{} {}", k, v));
   out += fmt::format("dtypes       {}\n", fmt::join(dt, ", "));
   for (const auto& [k, v] : s.features) out += fmt::format("{:<12} {}\n", k, v);
-  out += m.model ? fmt::format("\nI/O contract of the export ({}; decoder step, symbolic query axis):\n", written_as)
-                 : fmt::format("\nI/O contract of the export ({}; encoder, feature extraction):\n", written_as);
+  out += fmt::format("\nI/O contract of the export ({}; {}):\n", written_as, m.task->contract_summary());
   for (const auto& note : plan.notes) out += fmt::format("  note: {}\n", note);
   auto line = [&](const char* dir, const tasks::IoSpec& x) {
     std::vector<std::string> dims;
@@ -228,7 +227,7 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
     }
     line("out", outputs[i]);
   }
-  if (m.model) out += "  total_sequence_length = past_sequence_length + sequence_length\n";
+  if (m.task->generative()) out += "  total_sequence_length = past_sequence_length + sequence_length\n";
   out += fmt::format("\npreflight (onnx, f32): disk {}, peak memory {} ({}; {} with --no-verify), largest tensor {}: {}\n",
                      human_bytes(p.disk_bytes), human_bytes(p.peak_memory_bytes),
                      p.verify_runs ? "with the built-in verification" : "too large for the built-in verification",

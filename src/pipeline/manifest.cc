@@ -80,12 +80,14 @@ ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& 
   json_["source"] = {{"name", ckpt.dir().filename().string()}, {"path", ckpt.dir().string()},
                      {"model_type", s.model_type}, {"hf_class", s.hf_class}, {"files", nlohmann::ordered_json::object()}};
   json_["recipe"] = recipe.to_json();
-  json_["recipe"]["task"] = loaded.task();
-  const auto g = loaded.model ? loaded.model->cache() : models::CacheGeometry{};
-  nlohmann::ordered_json m = {{"task", loaded.task()},
+  // The model block is the decoder's KV geometry (the read-back rebuilds the state from it); a model
+  // without a decoder records heads and head_dim 0.
+  const bool decoder = loaded.model.exposes(models::ModuleKind::Decoder);
+  const auto g = decoder ? loaded.model.decoder().cache() : models::CacheGeometry{};
+  nlohmann::ordered_json m = {{"task", loaded.task->name()},
                               {"vocab_size", s.vocab_size},
                               {"hidden_size", s.hidden_size},
-                              {"num_layers", loaded.model ? g.num_layers : s.num_layers},
+                              {"num_layers", decoder ? g.num_layers : s.num_layers},
                               {"num_kv_heads", g.num_kv_heads},
                               {"head_dim", g.head_dim},
                               {"sliding_window", g.sliding_window},

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
+#include "tasks/task.h"
 
 namespace hfx::pipeline {
 
@@ -193,7 +195,8 @@ void validate_components(const Schema& s, const json& m) {
     s.type(c, p, json::value_t::object, "an object");
     s.string(c, p, "role");
     const auto& role = c["role"].get_ref<const std::string&>();
-    if (!is_known_role(role)) s.bad(child(p, "role"), fmt::format("unknown role `{}` (decoder, prefill, decode, encoder)", role));
+    if (!is_known_role(role))
+      s.bad(child(p, "role"), fmt::format("unknown role `{}` ({})", role, fmt::join(tasks::known_roles(), ", ")));
     s.string(c, p, "format", true);
     s.string(c, p, "file", true);
     s.ports(c, p, "inputs");
@@ -208,7 +211,8 @@ void validate_components(const Schema& s, const json& m) {
 }  // namespace
 
 bool is_known_role(const std::string& role) {
-  return role == "decoder" || role == "prefill" || role == "decode" || role == "encoder";
+  const auto& roles = tasks::known_roles();
+  return std::find(roles.begin(), roles.end(), role) != roles.end();
 }
 
 void validate_manifest(const json& m, const std::string& where) {

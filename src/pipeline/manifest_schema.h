@@ -29,7 +29,7 @@ struct ManifestLimits {
   static constexpr int64_t kMaxDimMin = 4096;
 };
 
-// The component roles hfx writes (tasks/causal_lm.h, tasks/feature_extraction.cc).
+// The component roles hfx writes: every task's (tasks/task.h: known_roles).
 bool is_known_role(const std::string& role);
 
 // Throws BadInput naming `where` (the manifest's path) and the JSON pointer of the first member that

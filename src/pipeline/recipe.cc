@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "pipeline/export.h"
+#include "pipeline/manifest_schema.h"
+#include "tasks/task.h"
 
 namespace hfx::pipeline {
 
@@ -31,7 +33,7 @@ nlohmann::ordered_json Recipe::to_json() const {
     dims[name] = d;
   }
   nlohmann::ordered_json j = {{"formats", formats},
-                              {"task", "causal-lm"},
+                              {"task", task_name},
                               {"split_prefill", task.split_prefill},
                               {"static_cache", task.static_cache},
                               {"max_cache_len", task.max_cache_len},
@@ -143,8 +145,11 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
       r.formats.push_back(f.get<std::string>());
     }
   }
-  if (j.contains("task") && j["task"] != "causal-lm" && j["task"] != "feature-extraction")
-    unsupported("{}: recipe task {} (supported: causal-lm, feature-extraction)", where, j["task"].dump());
+  if (j.contains("task")) {
+    const tasks::Task* t = j["task"].is_string() ? tasks::find_task(j["task"].get<std::string>()) : nullptr;
+    if (!t) unsupported("{}: recipe task {} (supported: {})", where, j["task"].dump(), tasks::task_names());
+    r.task_name = t->name();
+  }
   get_bool("split_prefill", r.task.split_prefill);
   get_bool("static_cache", r.task.static_cache);
   get_bool("dynamic", r.task.dynamic);
@@ -203,8 +208,7 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
     if (!j["components"].is_object()) bad_input("{}: recipe field \"components\" must be an object of roles", where);
     for (const auto& [role, o] : j["components"].items()) {
       const std::string at = fmt::format("{}: recipe components.{}", where, role);
-      if (role != "decoder" && role != "prefill" && role != "decode" && role != "encoder")
-        bad_input("{}: unknown role (decoder, prefill, decode, encoder)", at);
+      if (!is_known_role(role)) bad_input("{}: unknown role ({})", at, fmt::join(tasks::known_roles(), ", "));
       if (!o.is_object()) bad_input("{}: must be an object", at);
       ComponentOverride ov;
       for (const auto& [key, v] : o.items()) {

@@ -386,7 +386,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   const RunSizes art_sizes{std::max<int64_t>(4, bound(art.components[0].graph, "batch_size", false).value_or(1)),
                            std::max({int64_t(80), opt.tokens + 16, art.cache.static_cache ? art.cache.max_cache_len : 0})};
   Recipe recipe = Recipe::from_json(manifest, (out / kManifestName).string());
-  LoadedModel ref = load_model(source, recipe.task);
+  LoadedModel ref = load_model(source, recipe.task, recipe.task_name);
   // The reference runs the export's precision (same rounded and quantized weights): this checks the
   // export, and docs/quantization.md measures the precision itself against fp32.
   for (auto& c : ref.components)
@@ -397,7 +397,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
     for (auto& c : art.components) c.graph = with_f32_activations(c.graph);
   }
   const int64_t vocab = ref.summary().vocab_size;
-  const bool causal = ref.model != nullptr;
+  const bool causal = ref.task->generative();
 
   // 3. I/O signature: files vs manifest vs what the reference builds.
   for (const auto& c : art.components) {

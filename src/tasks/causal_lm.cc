@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "ir/builder.h"
+#include "tasks/task.h"
 
 namespace hfx::tasks {
 
@@ -252,6 +253,30 @@ std::vector<Component> build_causal_lm(const models::CausalLm& model, const Caus
   out.push_back(build_component(model, o, Step::Prefill, "prefill", "prefill"));
   out.push_back(build_component(model, o, Step::Decode, "decode", "decode"));
   return out;
+}
+
+namespace {
+
+class CausalLmTask final : public Task {
+ public:
+  const std::string& name() const override {
+    static const std::string n = "causal-lm";
+    return n;
+  }
+  std::vector<models::ModuleKind> needs() const override { return {models::ModuleKind::Decoder}; }
+  std::vector<std::string> roles() const override { return {"decoder", "prefill", "decode"}; }
+  bool generative() const override { return true; }
+  std::string contract_summary() const override { return "decoder step, symbolic query axis"; }
+  std::vector<Component> components(const models::Model& model, const CausalLmOptions& options) const override {
+    return build_causal_lm(model.decoder(), options);
+  }
+};
+
+}  // namespace
+
+const Task& causal_lm_task() {
+  static const CausalLmTask task;
+  return task;
 }
 
 }  // namespace hfx::tasks

@@ -24,28 +24,10 @@
 #include <vector>
 
 #include "io/json_fields.h"
-#include "ir/graph.h"
 #include "models/model.h"
-#include "tasks/state_names.h"
+#include "tasks/component.h"
 
 namespace hfx::tasks {
-
-struct IoSpec {
-  std::string name;
-  DType dtype;
-  Shape shape;
-};
-
-struct Component {
-  std::string role;       // decoder | prefill | decode
-  std::string file_stem;  // model | prefill | decode
-  ir::Graph graph;
-  std::vector<IoSpec> inputs, outputs;
-  // (input, output) pairs a runtime may bind to one buffer: the static cache's in-place update.
-  std::vector<std::pair<std::string, std::string>> shared_buffers;
-  // The state its steps carry, named by the contract (tasks/state.h); empty for an encoder.
-  std::vector<StatePort> state;
-};
 
 // The longest static cache (--max-cache-len) an export accepts: 2^24 tokens, past every released
 // model's context (Llama 4 Scout: 10,485,760).
@@ -88,5 +70,9 @@ std::optional<ContextLimit> model_context(const io::JsonFile& config, const std:
 std::vector<std::string> fit_to_context(CausalLmOptions& options, const ContextLimit& limit);
 
 std::vector<Component> build_causal_lm(const models::CausalLm& model, const CausalLmOptions& options);
+
+class Task;  // tasks/task.h
+// The causal-LM task: needs a decoder, generative (the task registry, tasks/task.h, lists it).
+const Task& causal_lm_task();
 
 }  // namespace hfx::tasks

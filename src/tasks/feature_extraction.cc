@@ -1,6 +1,7 @@
 #include "tasks/feature_extraction.h"
 
 #include "core/error.h"
+#include "tasks/task.h"
 
 namespace hfx::tasks {
 
@@ -41,6 +42,44 @@ std::vector<Component> build_feature_extraction(const models::Encoder& model, co
   }
   g.validate();
   return {std::move(c)};
+}
+
+namespace {
+
+// BertModel's pooler in an encoder checkpoint (BERT family): pooler.dense.weight / .bias, bare or
+// under one base-model prefix ("bert.", "roberta."). The feature-extraction outputs are fixed
+// (last_hidden_state, logits) and Optimum's feature-extraction export drops the pooler too; a
+// sequence-classification head that needs it binds it, so it only reaches here when unused.
+bool is_unused_pooler(const std::string& name) {
+  for (const std::string leaf : {"pooler.dense.weight", "pooler.dense.bias"}) {
+    if (name == leaf) return true;
+    if (name.size() > leaf.size() + 1 && name.ends_with("." + leaf) && name.find('.') == name.size() - leaf.size() - 1)
+      return true;
+  }
+  return false;
+}
+
+class FeatureExtractionTask final : public Task {
+ public:
+  const std::string& name() const override {
+    static const std::string n = "feature-extraction";
+    return n;
+  }
+  std::vector<models::ModuleKind> needs() const override { return {models::ModuleKind::Encoder}; }
+  std::vector<std::string> roles() const override { return {"encoder"}; }
+  bool generative() const override { return false; }
+  std::string contract_summary() const override { return "encoder, feature extraction"; }
+  bool ignores_weight(const std::string& name) const override { return is_unused_pooler(name); }
+  std::vector<Component> components(const models::Model& model, const CausalLmOptions& options) const override {
+    return build_feature_extraction(model.encoder(), options);
+  }
+};
+
+}  // namespace
+
+const Task& feature_extraction_task() {
+  static const FeatureExtractionTask task;
+  return task;
 }
 
 }  // namespace hfx::tasks

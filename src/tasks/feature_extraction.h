@@ -11,4 +11,7 @@ namespace hfx::tasks {
 
 std::vector<Component> build_feature_extraction(const models::Encoder& model, const CausalLmOptions& options);
 
+// The feature-extraction task: needs an encoder, one `encoder` component, no state (tasks/task.h).
+const Task& feature_extraction_task();
+
 }  // namespace hfx::tasks

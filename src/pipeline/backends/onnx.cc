@@ -109,7 +109,7 @@ struct ProfileChoice {
 
 ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
   if (requested != "ort") return {requested, ""};
-  if (!m.model)
+  if (!m.task->generative())
     return {"portable", fmt::format("onnx profile ort: {} is an encoder, written with the portable profile (the fused "
                                     "lowering is for causal attention)", m.summary().model_type)};
   const auto blockers = passes::ort_profile_blockers(c.graph);
@@ -120,7 +120,7 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
 
 // onnxruntime-genai loads the folder with either lowering (a decoder asked for with the ort profile).
 bool writes_genai_config(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
-  return requested == "ort" && c.role == "decoder" && m.model;
+  return requested == "ort" && c.role == "decoder" && m.task->generative();
 }
 
 // The task's inputs that graph `g` (the component as lowered) still takes.
@@ -264,7 +264,7 @@ class OnnxBackend final : public Backend {
       onnx_backend::GenaiConfigInput gi;
       gi.checkpoint = m.checkpoint.get();
       gi.summary = m.summary();
-      gi.cache = m.model->cache();
+      gi.cache = m.model.decoder().cache();
       gi.context_length = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
       gi.model_file = wo.model_file;
       gi.graph = &g;

@@ -118,7 +118,7 @@ class OpenVinoBackend final : public Backend {
   // to `hfx verify --runtime openvino` and tests/oracle/test_openvino.py.
   std::string check(ExportJob& job, const ExportOptions&) const override {
     const LoadedModel& m = job.model;
-    if (!m.model) return "openvino: not checked at export (an encoder: `hfx verify --runtime openvino` checks it)";
+    if (!m.task->generative()) return "openvino: not checked at export (an encoder: `hfx verify --runtime openvino` checks it)";
     const Recipe& r = job.recipe;
     const fs::path dir = job.staging / "openvino";
     const GreedyCheck done = check_greedy_tokens(

@@ -133,7 +133,7 @@ class Pt2Backend final : public Backend {
       return fmt::format("pt2: archives read back; not run ({} has no torch: `hfx verify --runtime torch` with a Python "
                          "that has torch {} checks them)",
                          python, runtime::kTestedTorch);
-    if (!m.model) return "pt2: archives read back; not run (encoder; `hfx verify --runtime torch` checks it)";
+    if (!m.task->generative()) return "pt2: archives read back; not run (encoder; `hfx verify --runtime torch` checks it)";
     const GreedyCheck done = check_greedy_tokens(
         job, "pt2", "torch", [](const tasks::Component& c) { return c.graph; },
         [&](const tasks::Component& c) {

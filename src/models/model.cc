@@ -1,0 +1,49 @@
+#include "models/model.h"
+
+#include "core/error.h"
+#include "models/encoder.h"
+
+namespace hfx::models {
+
+std::string_view module_name(ModuleKind kind) {
+  switch (kind) {
+    case ModuleKind::Decoder: return "a decoder";
+    case ModuleKind::Encoder: return "an encoder";
+  }
+  return "a module";
+}
+
+Model::Model(std::unique_ptr<CausalLm> decoder) : decoder_(std::move(decoder)) { HFX_CHECK(decoder_, "a model without its decoder"); }
+Model::Model(std::unique_ptr<Encoder> encoder) : encoder_(std::move(encoder)) { HFX_CHECK(encoder_, "a model without its encoder"); }
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+const ModelSummary& Model::summary() const { return decoder_ ? decoder_->summary() : encoder_->summary(); }
+
+bool Model::exposes(ModuleKind kind) const {
+  switch (kind) {
+    case ModuleKind::Decoder: return decoder_ != nullptr;
+    case ModuleKind::Encoder: return encoder_ != nullptr;
+  }
+  return false;
+}
+
+std::vector<ModuleKind> Model::modules() const {
+  std::vector<ModuleKind> out;
+  for (ModuleKind k : {ModuleKind::Decoder, ModuleKind::Encoder})
+    if (exposes(k)) out.push_back(k);
+  return out;
+}
+
+const CausalLm& Model::decoder() const {
+  HFX_CHECK(decoder_, "{} exposes no decoder", summary().model_type);
+  return *decoder_;
+}
+
+const Encoder& Model::encoder() const {
+  HFX_CHECK(encoder_, "{} exposes no encoder", summary().model_type);
+  return *encoder_;
+}
+
+}  // namespace hfx::models

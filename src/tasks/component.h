@@ -1,0 +1,30 @@
+// What a task makes of a model: components, each one graph with its role and its I/O contract.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+#include "tasks/state_names.h"
+
+namespace hfx::tasks {
+
+struct IoSpec {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+
+struct Component {
+  std::string role;       // decoder | prefill | decode (causal-lm), encoder (feature-extraction)
+  std::string file_stem;  // model | prefill | decode
+  ir::Graph graph;
+  std::vector<IoSpec> inputs, outputs;
+  // (input, output) pairs a runtime may bind to one buffer: the static cache's in-place update.
+  std::vector<std::pair<std::string, std::string>> shared_buffers;
+  // The state its steps carry, named by the contract (tasks/state.h); empty for an encoder.
+  std::vector<StatePort> state;
+};
+
+}  // namespace hfx::tasks
