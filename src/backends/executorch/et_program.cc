@@ -344,8 +344,8 @@ void Converter::lower_node(const json& node) {
   call(spec->second.name, spec->second.overload, std::move(args));
 }
 
-// A linear layer as an XNNPACK FullyConnected delegate, when its input is f32 and its weight (and
-// bias) are f32 constants: the weights become named data, the call a DelegateCall(input, output).
+// A linear layer as an XNNPACK FullyConnected delegate, when its input is f32 or f16 and its weight
+// (and bias) are constants of the same dtype: the weights become named data, the call a DelegateCall(input, output).
 bool Converter::delegate_linear(const json& node, const std::string& where) {
   std::string input, weight, bias;
   for (const auto& in : node["inputs"]) {
@@ -356,8 +356,10 @@ bool Converter::delegate_linear(const json& node, const std::string& where) {
     if (in["name"] == "bias") bias = name;
   }
   const int x = tensor_of(input), w = tensor_of(weight), b = bias.empty() ? -1 : tensor_of(bias);
-  auto f32_constant = [&](int v) { return constant_of_.count(v) && m_.values[size_t(v)].tensor.scalar_type == 6; };
-  if (m_.values[size_t(x)].tensor.scalar_type != 6 || !f32_constant(w) || (b >= 0 && !f32_constant(b))) return false;
+  // ScalarType Half 5, Float 6: the input's dtype, which the weight and bias share.
+  const int dtype = m_.values[size_t(x)].tensor.scalar_type;
+  auto constant_in = [&](int v) { return constant_of_.count(v) && m_.values[size_t(v)].tensor.scalar_type == dtype; };
+  if ((dtype != 5 && dtype != 6) || !constant_in(w) || (b >= 0 && !constant_in(b))) return false;
   const std::string out_name = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
   const auto& info = p_.tensors.at(out_name);
   const int out = add_tensor(info.dtype, info.shape, where);
@@ -374,6 +376,7 @@ bool Converter::delegate_linear(const json& node, const std::string& where) {
   l.output_sizes = m_.values[size_t(out)].tensor.sizes;
   l.out_features = m_.values[size_t(w)].tensor.sizes.at(0);
   l.in_features = m_.values[size_t(w)].tensor.sizes.at(1);
+  l.f16 = dtype == 5;
   l.weight_key = named(w);
   if (b >= 0) l.bias_key = named(b);
   out_.delegate_blobs.push_back(xnnpack_linear_payload(l));

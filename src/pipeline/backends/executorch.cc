@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "ir/rewrite.h"
 #include "passes/pass.h"
+#include "passes/precision.h"
 #include "pipeline/backend.h"
 #include "pipeline/backends/common.h"
 #include "pipeline/backends/pt2_runner.h"
@@ -69,6 +70,14 @@ void check_component(const tasks::Component& c) {
   if (c.shared_buffers.empty())
     bad_input("format executorch holds the KV cache as mutable buffers in the program: add --static-cache --max-cache-len N "
               "(the longest sequence the program runs)");
+}
+
+// f32, f16 and bf16 weights; quantized Linear layers have no ExecuTorch form in hfx yet.
+void check_precision(const quant::PrecisionSpec& p) {
+  if (p.quant.enabled())
+    unsupported("format executorch: --quantize {} is not written for ExecuTorch yet (XNNPACK's weight-only kernels are not "
+                "wired): export executorch with --dtype f16 or bf16, or quantize the onnx or openvino format",
+                p.quant.str());
 }
 
 // The static-cache decoder graph as ExecuTorch runs it: batch 1, no attention_mask or position_ids
@@ -149,7 +158,7 @@ class ExecuTorchBackend final : public Backend {
          "cache update in portable kernels; portable: ExecuTorch's portable kernels only"},
     };
     i.runtimes = {"executorch"};
-    i.tested = fmt::format("executorch {} (executorch.runtime and the C++ Module API, XNNPACK and portable kernels, CPU, f32)",
+    i.tested = fmt::format("executorch {} (executorch.runtime and the C++ Module API, XNNPACK and portable kernels, CPU, f32, f16 and bf16 weights)",
                            runtime::kTestedExecuTorch);
     return i;
   }
@@ -158,6 +167,7 @@ class ExecuTorchBackend final : public Backend {
 
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
     check_component(c);  // refused before the work starts
+    check_precision(recipe.precision_for(c.role));
     Plan p{recipe.executorch_backend == "xnnpack" ? "XNNPACK linear layers, static KV cache as mutable buffers"
                                                   : "portable kernels, static KV cache as mutable buffers",
            {}, {}, {}};
@@ -171,13 +181,13 @@ class ExecuTorchBackend final : public Backend {
   void write_component(const tasks::Component& c, ExportJob& job) const override {
     check_component(c);
     const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
-    if (!precision.is_default())
-      unsupported("format executorch writes f32 programs; --dtype/--quantize ({}) are not implemented for it yet: export "
-                  "executorch without them, or in a separate export",
-                  precision.str());
     const ir::Graph eg = executorch_graph(c);
     std::vector<std::string> passes_run;
-    const ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(eg, passes(), &passes_run); });
+    ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(eg, passes(), &passes_run); });
+    if (!precision.is_default()) {
+      g = with_context(c.role, [&] { return passes::apply_precision(g, precision, passes::PrecisionTarget::ExecuTorch); });
+      passes_run.push_back("apply-precision");
+    }
     pt2_backend::Pt2LowerOptions po;
     po.shared_buffers = c.shared_buffers;
     const auto program = with_context("executorch " + c.role, [&] {
@@ -217,15 +227,19 @@ class ExecuTorchBackend final : public Backend {
     one.task.dims[kBatch] = SymbolBounds{1, 1};
     ExportJob single{job.model, one, job.staging, job.manifest, job.result, job.written};
     const GreedyCheck done = check_greedy_tokens(
-        single, "executorch", "executorch", [](const tasks::Component& c) { return c.graph; },
+        single, "executorch", "executorch",
+        [&](const tasks::Component& c) {  // the same weights and forms as the program
+          return passes::apply_precision(c.graph, job.recipe.precision_for(c.role), passes::PrecisionTarget::ExecuTorch);
+        },
         [&](const tasks::Component& c) {
           const auto e = executorch_contract(c, executorch_graph(c));
           std::vector<std::string> names;
           for (const auto& in : e.inputs) names.push_back(in.name);
           return executorch_runner(dir / pte_file(c), names, python);
         });
-    return fmt::format("executorch: {} greedy tokens x {} row on executorch {}, {}, f32) identical to the reference executor",
-                       done.tokens, done.rows, version, job.recipe.executorch_backend == "xnnpack" ? "XNNPACK" : "portable kernels");
+    return fmt::format("executorch: {} greedy tokens x {} row on executorch {}, {}, {}) identical to the reference executor",
+                       done.tokens, done.rows, version, job.recipe.executorch_backend == "xnnpack" ? "XNNPACK" : "portable kernels",
+                       job.recipe.precision_for(job.model.components.front().role).str());
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
