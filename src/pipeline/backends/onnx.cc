@@ -109,7 +109,7 @@ struct ProfileChoice {
 
 ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
   if (requested != "ort") return {requested, ""};
-  if (!m.task->generative())
+  if (c.role == "encoder")  // bidirectional attention over padding: the fused ops are causal
     return {"portable", fmt::format("onnx profile ort: {} is an encoder, written with the portable profile (the fused "
                                     "lowering is for causal attention)", m.summary().model_type)};
   const auto blockers = passes::ort_profile_blockers(c.graph);
