@@ -16,8 +16,10 @@ namespace {
 constexpr const char* kCausalLm = "causal-lm";
 constexpr const char* kFeatureExtraction = "feature-extraction";
 
-ModelEntry decoder_entry(std::string type, std::string hf_class, std::string notes,
-                         std::unique_ptr<CausalLm> (*make)(const io::Checkpoint&)) {
+// A decoder with a file of its own (gpt2.cc, gpt_neox.cc). Not an overload of decoder_entry: a row's
+// `{}` traits would pick the function pointer.
+ModelEntry own_decoder_entry(std::string type, std::string hf_class, std::string notes,
+                             std::unique_ptr<CausalLm> (*make)(const io::Checkpoint&)) {
   return {std::move(type), std::move(hf_class), std::move(notes), kCausalLm, {ModuleKind::Decoder},
           [make](const io::Checkpoint& ckpt) { return Model(make(ckpt)); }};
 }
@@ -161,13 +163,14 @@ const std::vector<ModelEntry>& model_registry() {
                      .eps_key = "layer_norm_eps", .default_eps = 1e-5, .parallel_residual_always = true,
                      .no_rope = DecoderTraits::NoRope::FullLayers, .default_tie_word_embeddings = true,
                      .rope_interleaved = true, .layer_norm_bias = false, .logit_scale = true}),
-      decoder_entry("gpt2", "GPT2LMHeadModel",
-                    "learned positions; LayerNorm; Conv1D [in, out] weights; fused c_attn; gelu_new", make_gpt2),
-      decoder_entry("gpt_bigcode", "GPTBigCodeForCausalLM",
-                    "GPT-2 with Linear weights and multi-query attention (one kv head; per-head q|k|v without multi_query)",
-                    make_gpt_bigcode),
-      decoder_entry("gpt_neox", "GPTNeoXForCausalLM",
-                    "LayerNorm; per-head fused query_key_value; partial rotary; parallel residual", make_gpt_neox),
+      own_decoder_entry("gpt2", "GPT2LMHeadModel",
+                        "learned positions; LayerNorm; Conv1D [in, out] weights; fused c_attn; gelu_new", make_gpt2),
+      own_decoder_entry("gpt_bigcode", "GPTBigCodeForCausalLM",
+                        "GPT-2 with Linear weights and multi-query attention (one kv head; per-head q|k|v without "
+                        "multi_query)",
+                        make_gpt_bigcode),
+      own_decoder_entry("gpt_neox", "GPTNeoXForCausalLM",
+                        "LayerNorm; per-head fused query_key_value; partial rotary; parallel residual", make_gpt_neox),
       encoder_entry("bert", "BertModel",
                     "post-norm encoder; token_type_ids input; BertForSequenceClassification head (pooler + classifier)",
                     make_bert),
