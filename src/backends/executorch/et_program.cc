@@ -95,6 +95,9 @@ class Converter {
   std::map<int, size_t> constant_of_;   // constant tensor EValue -> index in out_.constants
   std::map<int, std::string> constant_name_;
   std::set<std::string> kernels_;
+  // Weight-only int8 weights (dequantize_per_channel of constants), taken whole by the XNNPACK linear
+  // that reads them: pt2 tensor name -> (int8 values, scales) EValues.
+  std::map<std::string, std::pair<int, int>> dequantized_;
 };
 
 void Converter::bounds() {
@@ -148,6 +151,9 @@ int Converter::add_tensor(DType dtype, const std::vector<SymExpr>& shape, const 
 }
 
 int Converter::tensor_of(const std::string& name) const {
+  if (dequantized_.count(name))
+    unsupported("executorch: the int8 weight {} is read by an op other than an XNNPACK linear layer (no portable kernel "
+                "dequantizes it in hfx's programs)", name);
   auto it = tensors_.find(name);
   HFX_CHECK(it != tensors_.end(), "executorch: tensor {} used before it is computed", name);
   return it->second;
@@ -312,6 +318,14 @@ void Converter::lower_node(const json& node) {
     return call("executorch_prim::" + op, "Scalar", {a, b, out});
   }
   if (target == "torch.ops.aten.matmul.default") return lower_matmul(node, where);
+  if (target == "torch.ops.quantized_decomposed.dequantize_per_channel.default") {
+    if (!opt_.xnnpack) unsupported("executorch: {}: weight-only int8 runs in XNNPACK delegates only (--executorch-backend xnnpack)", where);
+    const int values = convert_arg(input("input"), where), scales = convert_arg(input("scales"), where);
+    if (!constant_of_.count(values) || !constant_of_.count(scales) || input("axis").value("as_int", -1) != 0)
+      unsupported("executorch: {}: dequantize_per_channel of a computed tensor or along an axis other than 0", where);
+    dequantized_[node["outputs"][0]["as_tensor"]["name"].get<std::string>()] = {values, scales};
+    return;
+  }
   if (opt_.xnnpack && target == "torch.ops.aten.linear.default" && delegate_linear(node, where)) return;
   const auto& table = et_op_table();
   auto spec = table.find(target);
@@ -355,11 +369,17 @@ bool Converter::delegate_linear(const json& node, const std::string& where) {
     if (in["name"] == "weight") weight = name;
     if (in["name"] == "bias") bias = name;
   }
-  const int x = tensor_of(input), w = tensor_of(weight), b = bias.empty() ? -1 : tensor_of(bias);
-  // ScalarType Half 5, Float 6: the input's dtype, which the weight and bias share.
+  const auto q8 = dequantized_.find(weight);
+  const int x = tensor_of(input), w = q8 != dequantized_.end() ? q8->second.first : tensor_of(weight),
+            b = bias.empty() ? -1 : tensor_of(bias);
+  // ScalarType Half 5, Float 6: the input's dtype, which the weight (unless int8) and bias share.
   const int dtype = m_.values[size_t(x)].tensor.scalar_type;
   auto constant_in = [&](int v) { return constant_of_.count(v) && m_.values[size_t(v)].tensor.scalar_type == dtype; };
-  if ((dtype != 5 && dtype != 6) || !constant_in(w) || (b >= 0 && !constant_in(b))) return false;
+  if ((dtype != 5 && dtype != 6) || (q8 == dequantized_.end() && !constant_in(w)) || (b >= 0 && !constant_in(b))) {
+    if (q8 != dequantized_.end()) unsupported("executorch: {}: an int8 linear layer on a {} input or bias", where, dtype == 5 ? "f16" : "non-f32");
+    return false;
+  }
+  if (q8 != dequantized_.end() && dtype != 6) unsupported("executorch: {}: an int8 linear layer on an f16 input", where);
   const std::string out_name = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
   const auto& info = p_.tensors.at(out_name);
   const int out = add_tensor(info.dtype, info.shape, where);
@@ -377,6 +397,10 @@ bool Converter::delegate_linear(const json& node, const std::string& where) {
   l.out_features = m_.values[size_t(w)].tensor.sizes.at(0);
   l.in_features = m_.values[size_t(w)].tensor.sizes.at(1);
   l.f16 = dtype == 5;
+  if (q8 != dequantized_.end()) {  // scales go into the XNNGraph itself (PerChannelQuant), one per output row
+    const Tensor scales = out_.constants.at(constant_of_.at(q8->second.second)).materialize();
+    l.int8_scales.assign(scales.as<float>(), scales.as<float>() + scales.numel());
+  }
   l.weight_key = named(w);
   if (b >= 0) l.bias_key = named(b);
   out_.delegate_blobs.push_back(xnnpack_linear_payload(l));
