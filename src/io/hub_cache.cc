@@ -143,4 +143,16 @@ std::optional<HubSnapshot> find_hub_snapshot(const fs::path& cache, const std::s
   return HubSnapshot{repo_id, revision, commit, folder};
 }
 
+std::optional<std::string> hub_blob_sha256(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (!std::filesystem::is_symlink(file, ec)) return std::nullopt;
+  const auto target = std::filesystem::canonical(file, ec);
+  if (ec || target.parent_path().filename() != "blobs") return std::nullopt;
+  const std::string name = target.filename().string();
+  const bool sha256 = name.size() == 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+  });
+  return sha256 ? std::optional(name) : std::nullopt;
+}
+
 }  // namespace hfx::io

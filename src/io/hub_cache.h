@@ -49,4 +49,11 @@ std::optional<HubSnapshot> find_hub_snapshot(const std::filesystem::path& cache,
 // "`hf download ORG/NAME` (or `huggingface-cli download ORG/NAME`)".
 std::string hub_download_hint(const std::string& repo_id, const std::string& revision = "main");
 
+// The sha256 of a file of a cache snapshot, read from the name of the blob its link resolves to: the
+// cache names each LFS file (the weights) by its content's sha256, 64 hex digits; git-tracked files
+// (config.json) are named by their 40-hex git hash and get nullopt, as does anything that is not a
+// link into a `blobs/` folder. An export records it without reading the file; `hfx verify` re-hashes
+// the content, so a blob edited in the cache is still caught there.
+std::optional<std::string> hub_blob_sha256(const std::filesystem::path& file);
+
 }  // namespace hfx::io

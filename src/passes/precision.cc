@@ -119,14 +119,26 @@ class Precision {
   // lm_head reads its embedding's f16 / bf16 table, [N, K] already.
   std::optional<ir::ValueId> kept_linear(const ir::Node& node, ir::ValueId x, const ir::WeightRef& w, ir::ValueId source) {
     const bool lm_head = node.name.find("/lm_head/") != std::string::npos;
-    if (spec_.quant.enabled() && (!lm_head || spec_.quantize_lm_head))
-      unsupported("--quantize {} with --format executorch: no weight-only quantized form is written for ExecuTorch yet "
-                  "(export it with --dtype f16 or bf16, or quantize the onnx or openvino format)",
-                  spec_.quant.str());
+    const auto& q = spec_.quant;
     const DType dt = spec_.dtype;
-    if (dt == DType::F32) return std::nullopt;
+    if (!(q.enabled() && (!lm_head || spec_.quantize_lm_head)) && dt == DType::F32) return std::nullopt;
     auto& b = r_.builder();
     auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
+    if (q.enabled() && (!lm_head || spec_.quantize_lm_head)) {
+      // Weight-only int8 per output channel, symmetric: XNNPACK's f32 x qc8w FullyConnected. The weight
+      // is rounded to the dtype first, as every target quantizes it; the layer computes in f32.
+      if (q.bits != 8 || q.block != 0 || !q.symmetric)
+        unsupported("--quantize {} with --format executorch: ExecuTorch programs take weight-only int8:channel (symmetric) "
+                    "only, XNNPACK's f32 x int8-per-channel FullyConnected (its blockwise kernels quantize the activations too)",
+                    q.str());
+      const int64_t N = w.shape()[0];
+      ir::WeightRef::QuantParams params{8, 0, true, DType::F32, quant::Layout::BlockedNK};  // [N, K] values, [N, 1] scales
+      const auto parts = w.transposed({1, 0}).cast(dt).quantized(params);
+      const std::string tag = src_.value(source).name + ".q8";
+      const ir::ValueId values = b.weight(unique(tag), parts[0]);
+      const ir::ValueId scales = b.weight(unique(tag + ".scales"), parts[1].reshaped({N}));
+      return b.add1("Linear", {x, b.add1("DequantizeLinear", {values, scales}, {{"axis", int64_t(0)}})});
+    }
     const auto shared = cast_tables_.find(source);
     const ir::ValueId wt = shared != cast_tables_.end()
                                ? shared->second

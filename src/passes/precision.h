@@ -38,7 +38,8 @@ namespace hfx::passes {
 //   ExecuTorch: Linear layers stay Linear (an XNNPACK FullyConnected delegate takes the weight [N, K]
 //     as it is stored): f16: Cast(Linear(Cast(x, f16), W[N, K] as f16), f32) [+ bias, f32], in f16 as
 //     ExecuTorch's XNNPACK and portable kernels compute it; bf16: Linear(x, Cast(W[N, K] as bf16, f32))
-//     [+ bias]. Quantized layers are refused (no weight-only int8/int4 form is written for it yet).
+//     [+ bias]. int8:channel (symmetric): Linear(x, DequantizeLinear(W.q[N, K] i8, W.scales[N]; axis 0))
+//     [+ bias], in f32, XNNPACK's f32 x qc8w FullyConnected; other quantizations are refused.
 enum class PrecisionTarget { OrtContrib, Portable, OpenVino, ExecuTorch };
 
 // The target for a backend format ("onnx", "openvino", "executorch") and ONNX profile ("portable", "ort").

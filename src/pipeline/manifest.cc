@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/safe_path.h"
+#include "io/hub_cache.h"
 #include "io/json_fields.h"
 #include "pipeline/manifest_schema.h"
 
@@ -66,11 +67,15 @@ ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& 
   if (ckpt.generation_config()) sources.emplace_back("generation_config.json", ckpt.generation_config()->path);
   for (const auto& f : ckpt.weight_files()) sources.emplace_back(f.filename().string(), f);
   // A second core reads and hashes the checkpoint while the first converts and writes (the files are
-  // the ones the export maps, so the reads mostly hit the page cache). The thread touches nothing
-  // but these files and its result; a signal's cleanup never waits for it.
+  // the ones the export maps, so the reads mostly hit the page cache; a Hugging Face cache blob named
+  // by its sha256 is not read at all). The thread touches nothing but these files and its result; a
+  // signal's cleanup never waits for it.
   source_files_ = std::async(std::launch::async, [sources = std::move(sources), cancel = cancel_] {
     nlohmann::ordered_json files = nlohmann::ordered_json::object();
-    for (const auto& [name, path] : sources) files[name] = sha256_file(path, cancel.get());
+    for (const auto& [name, path] : sources) {
+      auto named = io::hub_blob_sha256(path);  // a Hugging Face cache blob is named by its sha256
+      files[name] = named ? *named : sha256_file(path, cancel.get());
+    }
     return files;
   });
   const auto& s = loaded.summary();

@@ -96,6 +96,26 @@ def test_hub_id_is_exported_offline_from_the_cache(cache, tiny_checkpoint, tmp_p
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_hub_blob_names_are_the_source_hashes_and_verify_rehashes(cache, tmp_path):
+    """The cache names each blob by its content's sha256: the export records that name without reading
+    the file (issue #21: no byte hashed twice), `hfx verify` re-hashes the content and so still catches a
+    blob edited in the cache."""
+    out = tmp_path / "by-id"
+    proc = hfx_env("export", "-q", "-m", "org/name", out, env={"HF_HUB_CACHE": str(cache)}, offline=True)
+    assert proc.returncode == 0, proc.stderr
+    snap = cache / "models--org--name" / "snapshots" / COMMIT
+    files = manifest(out)["source"]["files"]
+    assert files and all(files[name] == (snap / name).resolve().name for name in files), files
+    # A weight blob edited in place (same name, other bytes): the export would still record the name,
+    # verify compares the content with it.
+    blob = (snap / "model.safetensors").resolve()
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 1
+    blob.write_bytes(bytes(data))
+    proc = hfx_env("verify", out, "--no-reexport", "--tokens", "4")
+    assert proc.returncode != 0 and "FAIL source unchanged: model.safetensors changed" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
 def test_manifest_hub_source_is_validated(cache, tmp_path):
     """source.hub is optional (manifests before it, and local folders, have none) but checked when there."""
     out = tmp_path / "out"

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/pipelined_file.h"
+#include "ir/weight_stream.h"
 #include "executorch/program_generated.h"
 
 namespace fs = std::filesystem;
@@ -93,27 +94,10 @@ void put_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
 // One constant into the segment: the mapped bytes themselves, blocks of converted rows, or the
 // materialised tensor, as the weight allows.
+// Constants in blocks of 4 MiB of rows (a cast or transposed weight never exists whole); the mapped
+// pages are released once each weight is queued or, for mapped bytes, written.
 void write_constant(const ir::WeightRef& w, PipelinedFile& out) {
-  if (auto raw = w.raw_bytes()) {
-    out.write(*raw, [w] { w.release_source_pages(); });
-    return;
-  }
-  if (w.streamable() && w.row_bytes() > 0) {
-    const int64_t rows = w.rows();
-    const size_t row = w.row_bytes();
-    const int64_t step = std::max<int64_t>(1, int64_t((size_t(4) << 20) / row));
-    for (int64_t r0 = 0; r0 < rows; r0 += step) {
-      const int64_t r1 = std::min(rows, r0 + step);
-      PipelinedFile::Buffer b = out.buffer(size_t(r1 - r0) * row);
-      w.write_rows(r0, r1, b.data.get(), row);
-      out.write(std::move(b));
-    }
-    w.release_source_pages();
-    return;
-  }
-  auto tensor = std::make_shared<const Tensor>(w.materialize());
-  HFX_CHECK(tensor->nbytes() == w.nbytes(), "executorch: {} bytes for a constant of {}", tensor->nbytes(), w.nbytes());
-  out.write({tensor->data(), tensor->nbytes()}, [tensor, w] { w.release_source_pages(); });
+  if (!ir::stream_weight(w, out, [](int64_t, size_t row) { return int64_t((size_t(4) << 20) / row); })) w.release_source_pages();
 }
 
 }  // namespace
@@ -146,9 +130,13 @@ EtWritten write_pte(const EtProgram& program, const fs::path& file, const std::f
     named.push_back(etfb::CreateNamedDataDirect(fb, key.c_str(), uint32_t(segments.size())));
     add_segment(int64_t(w.nbytes()));
   }
+  // Every list present, empty or not: the runtime takes a missing one for empty, exir's deserializer
+  // (deserialize_pte_binary, which ExecuTorch's devtools read programs with) does not.
   const std::vector<flatbuffers::Offset<etfb::Buffer>> no_buffers;
-  auto root = etfb::CreateProgramDirect(fb, 0, &plans, &no_buffers, nullptr, &segments,
-                                        etfb::CreateSubsegmentOffsetsDirect(fb, 0, &offsets), nullptr, named.empty() ? nullptr : &named);
+  const std::vector<flatbuffers::Offset<etfb::BackendDelegateInlineData>> no_inline_delegates;
+  const std::vector<flatbuffers::Offset<etfb::SubsegmentOffsets>> no_mutable_segments;
+  auto root = etfb::CreateProgramDirect(fb, 0, &plans, &no_buffers, &no_inline_delegates, &segments,
+                                        etfb::CreateSubsegmentOffsetsDirect(fb, 0, &offsets), &no_mutable_segments, &named);
   etfb::FinishProgramBuffer(fb, root);
   const uint8_t* data = fb.GetBufferPointer();
   const size_t fb_size = fb.GetSize();

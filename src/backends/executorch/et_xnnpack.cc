@@ -22,6 +22,18 @@ flatbuffers::Offset<xnn::XValue> tensor(flatbuffers::FlatBufferBuilder& fb, xnn:
   return xnn::CreateXValue(fb, xnn::XValueUnion::XNNTensorValue, t.Union());
 }
 
+// An int8 weight [N, K] with one scale per output row (channel_dim 0; zero point 0, as XNNPACK's qcint8
+// has it), the scales inline in the graph.
+flatbuffers::Offset<xnn::XValue> qc8_weight(flatbuffers::FlatBufferBuilder& fb, const std::vector<int64_t>& sizes, const std::vector<float>& scales,
+                                            uint32_t constant, uint32_t id) {
+  const std::vector<uint32_t> dims(sizes.begin(), sizes.end());
+  auto t = xnn::CreateXNNTensorValueDirect(fb, xnn::XNNDatatype::xnn_datatype_qcint8, uint32_t(dims.size()), &dims, constant,
+                                           kInvalidValueId, 0, id);
+  auto q = xnn::CreatePerChannelQuantDirect(fb, &scales, 0, 0, uint32_t(scales.size()));
+  auto v = xnn::CreateXNNQuantizedTensorValue(fb, t, xnn::XNNQuantParams::PerChannelQuant, q.Union());
+  return xnn::CreateXValue(fb, xnn::XValueUnion::XNNQuantizedTensorValue, v.Union());
+}
+
 void put_u32(std::string& s, size_t at, uint32_t v) { std::memcpy(s.data() + at, &v, 4); }
 
 }  // namespace
@@ -34,7 +46,8 @@ std::string xnnpack_linear_payload(const XnnLinear& l) {
   const auto dt = l.f16 ? xnn::XNNDatatype::xnn_datatype_fp16 : xnn::XNNDatatype::xnn_datatype_fp32;
   std::vector<flatbuffers::Offset<xnn::XValue>> values = {
       tensor(fb, dt, l.input_sizes, 0, 0, kExternalInput, 0),
-      tensor(fb, dt, {l.out_features, l.in_features}, 1, kInvalidValueId, 0, 1),
+      l.int8_scales.empty() ? tensor(fb, dt, {l.out_features, l.in_features}, 1, kInvalidValueId, 0, 1)
+                            : qc8_weight(fb, {l.out_features, l.in_features}, l.int8_scales, 1, 1),
   };
   if (bias) values.push_back(tensor(fb, dt, {l.out_features}, 2, kInvalidValueId, 0, 2));
   values.push_back(tensor(fb, dt, l.output_sizes, 0, 1, kExternalOutput, out_id));

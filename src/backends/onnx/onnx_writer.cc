@@ -20,6 +20,7 @@
 #include "core/sha256.h"
 #include "core/tensor.h"
 #include "ir/weight_scan.h"
+#include "ir/weight_stream.h"
 
 namespace fs = std::filesystem;
 
@@ -219,31 +220,9 @@ class OutFile {
 // the queued bytes are the mapped source itself (the writer thread then releases its pages once
 // written).
 bool write_external(const ir::WeightRef& w, PipelinedFile& out, ir::NonFiniteCount& non_finite) {
-  if (auto raw = w.raw_bytes()) {  // straight from the mapped checkpoint
-    ir::count_non_finite(*raw, w.dtype(), 0, non_finite);
-    out.write(*raw, [w] { w.release_source_pages(); });
-    return true;
-  }
-  if (w.streamable()) {  // blocks of whole rows, converted from the mapped source as they are queued
-    const int64_t rows = w.rows();
-    const size_t row = w.row_bytes();
-    if (row == 0) return false;
-    const int64_t step = onnx_block_rows(rows, row);
-    const int64_t row_elements = int64_t(row / dtype_size(w.dtype()));
-    for (int64_t r0 = 0; r0 < rows; r0 += step) {
-      const int64_t r1 = std::min(rows, r0 + step);
-      PipelinedFile::Buffer b = out.buffer(size_t(r1 - r0) * row);
-      w.write_rows(r0, r1, b.data.get(), row);
-      ir::count_non_finite({b.data.get(), size_t(r1 - r0) * row}, w.dtype(), r0 * row_elements, non_finite);
-      out.write(std::move(b));
-    }
-    return false;
-  }
-  auto tensor = std::make_shared<const Tensor>(w.materialize());  // kept until written
-  HFX_CHECK(tensor->nbytes() == w.nbytes(), "{} bytes for a tensor of {}", tensor->nbytes(), w.nbytes());
-  ir::count_non_finite({tensor->data(), tensor->nbytes()}, w.dtype(), 0, non_finite);
-  out.write({tensor->data(), tensor->nbytes()}, [tensor] {});
-  return false;
+  return ir::stream_weight(w, out, onnx_block_rows, [&](std::span<const uint8_t> bytes, int64_t first) {
+    ir::count_non_finite(bytes, w.dtype(), first, non_finite);
+  });
 }
 
 void add_external_entry(onnx::TensorProto& t, const std::string& key, const std::string& value) {

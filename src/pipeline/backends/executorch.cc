@@ -72,12 +72,22 @@ void check_component(const tasks::Component& c) {
               "(the longest sequence the program runs)");
 }
 
-// f32, f16 and bf16 weights; quantized Linear layers have no ExecuTorch form in hfx yet.
-void check_precision(const quant::PrecisionSpec& p) {
-  if (p.quant.enabled())
-    unsupported("format executorch: --quantize {} is not written for ExecuTorch yet (XNNPACK's weight-only kernels are not "
-                "wired): export executorch with --dtype f16 or bf16, or quantize the onnx or openvino format",
-                p.quant.str());
+// f32, f16 and bf16 weights; weight-only int8 per channel (symmetric) in XNNPACK delegates, which
+// have f32 x qc8w kernels. XNNPACK's blockwise int4/int8 kernels quantize the activations as well
+// (qd8), so they are not weight-only, and the portable kernels have no quantized linear.
+void check_precision(const quant::PrecisionSpec& p, const std::string& backend) {
+  const auto& q = p.quant;
+  if (!q.enabled()) return;
+  if (q.bits != 8 || q.block != 0 || !q.symmetric)
+    unsupported("format executorch: --quantize {} has no weight-only XNNPACK kernel (XNNPACK's blockwise kernels quantize "
+                "the activations too): use --quantize int8:channel, --dtype f16|bf16, or quantize the onnx or openvino format",
+                q.str());
+  if (backend != "xnnpack")
+    unsupported("format executorch: --quantize {} runs in XNNPACK delegates; the portable kernels have no quantized "
+                "linear: drop --executorch-backend {}",
+                q.str(), backend);
+  if (p.quantize_embeddings)
+    unsupported("format executorch: --quantize-embeddings (ONNX Runtime's GatherBlockQuantized) has no ExecuTorch form: drop it");
 }
 
 // The static-cache decoder graph as ExecuTorch runs it: batch 1, no attention_mask or position_ids
@@ -167,7 +177,7 @@ class ExecuTorchBackend final : public Backend {
 
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
     check_component(c);  // refused before the work starts
-    check_precision(recipe.precision_for(c.role));
+    check_precision(recipe.precision_for(c.role), recipe.executorch_backend);
     Plan p{recipe.executorch_backend == "xnnpack" ? "XNNPACK linear layers, static KV cache as mutable buffers"
                                                   : "portable kernels, static KV cache as mutable buffers",
            {}, {}, {}};
