@@ -4,6 +4,7 @@
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/platform/platform.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <cstring>
@@ -56,7 +57,10 @@ et::aten::ScalarType scalar_type(DType t) {
 
 class ExecuTorchRunner final : public StepRunner {
  public:
-  ExecuTorchRunner(std::filesystem::path pte, std::vector<std::string> names) : pte_(std::move(pte)), names_(std::move(names)) { load(); }
+  ExecuTorchRunner(std::filesystem::path pte, std::vector<std::string> names, std::vector<std::string> outputs)
+      : pte_(std::move(pte)), names_(std::move(names)), outputs_(std::move(outputs)) {
+    load();
+  }
 
   std::vector<std::string> input_names() const override { return names_; }
 
@@ -81,15 +85,21 @@ class ExecuTorchRunner final : public StepRunner {
     if (!result.ok())
       fail(ErrorKind::Mismatch, "executorch {} failed on {}: forward returned {}", executorch_runtime_version(), pte_.string(),
            error_name(result.error()));
-    if (result->size() != 1 || !(*result)[0].isTensor())
-      fail(ErrorKind::Mismatch, "{}: forward returned {} values, expected the logits tensor", pte_.string(), result->size());
-    const auto& out = (*result)[0].toTensor();
-    if (out.scalar_type() != et::aten::ScalarType::Float)
-      fail(ErrorKind::Mismatch, "{}: forward's logits are not f32", pte_.string());
-    std::vector<int64_t> shape(out.sizes().begin(), out.sizes().end());
-    Tensor logits(DType::F32, shape);
-    std::memcpy(logits.data(), out.const_data_ptr<float>(), logits.nbytes());
-    return {{"logits", std::move(logits)}};
+    if (result->size() != outputs_.size())
+      fail(ErrorKind::Mismatch, "{}: forward returned {} values, expected {} ({})", pte_.string(), result->size(), outputs_.size(),
+           fmt::join(outputs_, ", "));
+    std::map<std::string, Tensor> named;
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      if (!(*result)[i].isTensor()) fail(ErrorKind::Mismatch, "{}: forward's {} is not a tensor", pte_.string(), outputs_[i]);
+      const auto& out = (*result)[i].toTensor();
+      if (out.scalar_type() != et::aten::ScalarType::Float)
+        fail(ErrorKind::Mismatch, "{}: forward's {} is not f32", pte_.string(), outputs_[i]);
+      std::vector<int64_t> shape(out.sizes().begin(), out.sizes().end());
+      Tensor t(DType::F32, shape);
+      std::memcpy(t.data(), out.const_data_ptr<float>(), t.nbytes());
+      named.emplace(outputs_[i], std::move(t));
+    }
+    return named;
   }
 
  private:
@@ -102,15 +112,16 @@ class ExecuTorchRunner final : public StepRunner {
   }
 
   std::filesystem::path pte_;
-  std::vector<std::string> names_;
+  std::vector<std::string> names_, outputs_;
   std::unique_ptr<Module> module_;
   bool used_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<StepRunner> make_executorch_cpp_runner(const std::filesystem::path& pte, const std::vector<std::string>& input_names) {
-  return std::make_unique<ExecuTorchRunner>(pte, input_names);
+std::unique_ptr<StepRunner> make_executorch_cpp_runner(const std::filesystem::path& pte, const std::vector<std::string>& input_names,
+                                                       const std::vector<std::string>& output_names) {
+  return std::make_unique<ExecuTorchRunner>(pte, input_names, output_names);
 }
 
 std::string executorch_runtime_version() { return HFX_EXECUTORCH_VERSION; }

@@ -1,0 +1,166 @@
+"""ExecuTorch programs of the encoders (`--format executorch` on BERT, RoBERTa, XLM-RoBERTa and
+DistilBERT, feature extraction and sequence classification): hfx's own `.pte` run by ExecuTorch's
+runtime (`executorch.runtime`, the pinned wheel) against Transformers eager, fp32.
+
+The program's batch is fixed (1 by default) and its sequence length DYNAMIC_BOUND up to the model's
+position table (or --dim's max). Every case of test_encoders.CASES, with `xnnpack` and `portable`, at
+two sequence lengths, each on a full row and a padded one (right and left padding): last_hidden_state
+(and logits) within 1e-4 of Transformers, no element beyond. Then a fixed batch of 2 from --dim, a
+sequence past the bound refused by the runtime, the built-in check, `hfx verify --runtime executorch`,
+`hfx inspect`, and the refusal of a contract ExecuTorch cannot plan.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import record_coverage, run_hfx
+from test_encoders import CASES, compare, make_batch, make_checkpoint, transformers_outputs
+
+BACKENDS = ["xnnpack", "portable"]
+LENGTHS = [(9, 5), (16, 11)]  # (sequence length, real tokens of the padded row)
+MAX_POSITIONS = 64  # test_encoders' configs: max_position_embeddings
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return tmp_path_factory.mktemp("executorch-encoders")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(base):
+    done: dict[str, Path] = {}
+
+    def get(case: str) -> Path:
+        if case not in done:
+            done[case] = make_checkpoint(case, base / "ckpt" / case, seed=sorted(CASES).index(case))
+        return done[case]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def et_export(base, checkpoint):
+    done: dict[tuple, Path] = {}
+
+    def get(case: str, backend: str = "xnnpack", *extra: str) -> Path:
+        key = (case, backend, extra)
+        if key not in done:
+            out = base / "out" / f"{case}-{backend}-{len(done)}"
+            # --no-verify: each case is checked here against Transformers (the built-in check has its own test)
+            run_hfx("export", "--model", checkpoint(case), "--format", "executorch", "--executorch-backend", backend, *extra,
+                    "--no-verify", "--quiet", out)
+            done[key] = out
+        return done[key]
+
+    return get
+
+
+def component(out: Path) -> dict:
+    comps = json.loads((out / "hfx.json").read_text())["components"]
+    assert [c["format"] for c in comps] == ["executorch"]
+    return comps[0]
+
+
+def load_forward(pte: Path):
+    from executorch.runtime import Runtime
+    return Runtime.get().load_program(pte).load_method("forward")
+
+
+def run_rows(forward, names: list[str], feeds: dict[str, np.ndarray], rows: slice) -> list[np.ndarray]:
+    return [t.numpy() for t in forward.execute([torch.from_numpy(np.ascontiguousarray(feeds[n][rows])) for n in names])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_outputs_match_transformers(case, backend, checkpoint, et_export):
+    _, head, _ = CASES[case]
+    out = et_export(case, backend)
+    comp = component(out)
+    names = [i["name"] for i in comp["inputs"]]
+    outputs = [o["name"] for o in comp["outputs"]]
+    assert outputs == (["last_hidden_state", "logits"] if head else ["last_hidden_state"])
+    assert comp["inputs"][0]["shape"] == ["1", "sequence_length"]
+    forward = load_forward(out / comp["file"])
+    config = json.loads((checkpoint(case) / "config.json").read_text())
+    worst = 0.0
+    for seq, real in LENGTHS:
+        for padding in ("right", "left"):
+            ids, mask, types = make_batch(config, padding, seq=seq, real1=real)
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            expected = transformers_outputs(checkpoint(case), head, ids, mask, types if "token_type_ids" in names else None)
+            for row in (0, 1):  # row 1 is padded: its mask hides pad keys
+                got = run_rows(forward, names, feeds, slice(row, row + 1))
+                for name, value in zip(outputs, got):
+                    worst = max(worst, compare(f"{case}/{backend}/seq {seq}/{padding}/row {row}/{name}", value,
+                                               expected[name][row:row + 1]))
+    record_coverage(case, f"executorch-{backend}", "encoder outputs (2 lengths, right and left padding)", worst)
+
+
+def test_fixed_batch_of_two_from_dim(checkpoint, et_export):
+    """--dim batch_size=2:2: the program takes the padded batch of 2 in one call."""
+    case = "bert-cls"
+    out = et_export(case, "xnnpack", "--dim", "batch_size=2:2")
+    comp = component(out)
+    assert comp["inputs"][0]["shape"] == ["2", "sequence_length"]
+    names = [i["name"] for i in comp["inputs"]]
+    config = json.loads((checkpoint(case) / "config.json").read_text())
+    ids, mask, types = make_batch(config, "right")
+    expected = transformers_outputs(checkpoint(case), True, ids, mask, types)
+    got = run_rows(load_forward(out / comp["file"]), names, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types},
+                   slice(0, 2))
+    for name, value in zip(["last_hidden_state", "logits"], got):
+        compare(f"{case}/batch 2/{name}", value, expected[name])
+
+
+def test_sequence_bound_is_the_position_table_or_dim(et_export):
+    """The query length is DYNAMIC_BOUND: up to the position table by default (RoBERTa's counts from
+    pad + 1), up to --dim's max when given; a longer sequence is refused by the runtime."""
+    meta = lambda out: load_forward(out / component(out)["file"]).metadata.input_tensor_meta(0)  # noqa: E731
+    assert list(meta(et_export("bert", "portable")).sizes()) == [1, MAX_POSITIONS]
+    assert list(meta(et_export("roberta", "portable")).sizes()) == [1, MAX_POSITIONS - 2]  # pad_token_id 1
+    out = et_export("bert", "portable", "--dim", "sequence_length=1:16")
+    assert list(meta(out).sizes()) == [1, 16]
+    forward = load_forward(out / component(out)["file"])
+    ok = [torch.ones(1, 16, dtype=torch.long)] * 3
+    assert [t.shape for t in forward.execute(ok)] == [torch.Size([1, 16, 64])]
+    with pytest.raises(Exception) as refused:
+        forward.execute([torch.ones(1, 17, dtype=torch.long)] * 3)
+    assert "0x12" in str(refused.value) or "InvalidArgument" in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_builtin_check_and_verify_run_executorch(backend, checkpoint, tmp_path):
+    """The export's built-in check and `hfx verify --runtime executorch` run the encoder's program on
+    ExecuTorch's runtime (the C++ Module API when the build links it) against the reference executor."""
+    out = tmp_path / "checked"
+    proc = run_hfx("export", "--model", checkpoint("roberta-cls"), "--format", "executorch", "--executorch-backend", backend, out)
+    summary = proc.stdout + proc.stderr
+    assert "checks passed on executorch" in summary and ("XNNPACK" if backend == "xnnpack" else "portable kernels") in summary, summary
+    assert (b"XnnpackBackend" in (out / "executorch" / "model.pte").read_bytes()) == (backend == "xnnpack")
+    verify = run_hfx("verify", str(out), "--runtime", "executorch")
+    assert "verified" in verify.stdout + verify.stderr, verify.stdout + verify.stderr
+
+
+def test_inspect_shows_the_encoder_contract(checkpoint):
+    proc = run_hfx("inspect", str(checkpoint("bert-cls")), "--format", "executorch")
+    contract = proc.stdout.split("I/O contract")[1]
+    assert "in  input_ids                    i64  [1, sequence_length]" in contract, proc.stdout
+    assert "token_type_ids" in contract and "out logits" in contract, proc.stdout
+
+
+@pytest.mark.parametrize("dims, message", [
+    (["--dim", "batch_size=1:4"], "cannot both vary"),
+    (["--dim", "sequence_length=1:65"], "past the 64 positions"),
+])
+def test_refusals_are_one_line_and_leave_nothing(checkpoint, tmp_path, dims, message):
+    out = tmp_path / "refused"
+    proc = run_hfx("export", "--model", checkpoint("bert"), "--format", "executorch", *dims, str(out), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("hfx:") and "warning" not in line]) == 1, proc.stderr
+    assert not out.exists()
