@@ -11,7 +11,7 @@
 // and from there to ExecuTorch kernels (backends/executorch).
 //
 // An encoder's is the feature-extraction contract (input_ids, attention_mask [, token_type_ids] ->
-// last_hidden_state [, logits]) with batch_size fixed (1 unless --dim batch_size=N:N) and
+// last_hidden_state [, logits]) with every dim bounded: batch_size 1 unless --dim gives its bounds,
 // sequence_length DYNAMIC_BOUND up to --dim's max, else the model's position table.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -111,10 +111,10 @@ ir::Graph executorch_graph(const tasks::Component& c) {
   return r.finish();
 }
 
-// The encoder graph as ExecuTorch plans it, every dim with an upper bound: batch_size fixed (1, or
-// --dim batch_size=N:N), sequence_length from 1 (or --dim's min) to --dim's max, else to the longest
-// sequence the model's position table covers. One of the two may vary, not both: the matmuls' batch
-// views are view_copy calls, whose sizes infer one dim at run time.
+// The encoder graph as ExecuTorch plans it, every dim with an upper bound: batch_size 1 (as the
+// decoder's; --dim batch_size=MIN:MAX makes it DYNAMIC_BOUND, N:N fixes it), sequence_length from 1
+// (or --dim's min) to --dim's max, else to the longest sequence the model's position table covers
+// (memory is planned for the largest shape, and a longer one has no position to read).
 ir::Graph executorch_encoder_graph(const tasks::Component& c, int64_t max_positions) {
   ir::Graph g = c.graph;
   auto& symbols = g.symbols();
@@ -127,10 +127,6 @@ ir::Graph executorch_encoder_graph(const tasks::Component& c, int64_t max_positi
               max_positions);
   if (!seq.max) seq.max = max_positions;
   seq.min = seq.min.value_or(1);
-  if (*batch.min != *batch.max && *seq.min != *seq.max)
-    unsupported("format executorch: an encoder's batch_size ({}) and sequence_length ({}) cannot both vary (ExecuTorch's "
-                "view_copy infers one dim at run time): fix one, e.g. --dim batch_size={}:{}",
-                batch.str(), seq.str(), *batch.max, *batch.max);
   if (*batch.min == *batch.max)  // a fixed batch is a fixed dim, as the decoder's batch 1
     for (size_t i = 0; i < g.num_values(); ++i)
       for (auto& d : g.value(ir::ValueId(i)).shape)
@@ -210,8 +206,9 @@ class ExecuTorchBackend final : public Backend {
         {"--static-cache --max-cache-len N", "",
          "required for decoders: the cache is the program's mutable buffers of N slots, updated in place; "
          "forward(input_ids [1, T], cache_position [T]) -> logits, T up to --dim sequence_length's max (else N)"},
-        {"--dim batch_size=N:N, --dim sequence_length=MIN:MAX", "",
-         "encoders: batch fixed (default 1), sequence_length DYNAMIC_BOUND up to MAX (default: the model's position table)"},
+        {"--dim batch_size=MIN:MAX, --dim sequence_length=MIN:MAX", "",
+         "encoders: the program's bounds (DYNAMIC_BOUND, planned for the max); default batch 1, sequence_length up to the "
+         "model's position table"},
         {"--executorch-backend xnnpack|portable", "executorch_backend",
          "xnnpack (default): the linear layers in XNNPACK delegates (FullyConnected) inside the program, the rest and the "
          "cache update in portable kernels; portable: ExecuTorch's portable kernels only"},
@@ -262,9 +259,9 @@ class ExecuTorchBackend final : public Backend {
     job.result.source_bytes_read += written.source_bytes_read;
     const double arena_mib = double(program.arena_bytes) / (1 << 20);
     if (is_encoder(c))
-      job.result.notes.push_back(fmt::format("executorch encoder: {} kernels, planned arena {:.1f} MiB (batch {}, sequence_length up to {})",
-                                             program.kernels.size(), arena_mib, *eg.symbols().bounds(kBatch).max,
-                                             *eg.symbols().bounds(kSequence).max));
+      job.result.notes.push_back(fmt::format("executorch encoder: {} kernels, planned arena {:.1f} MiB (batch {}, sequence_length {})",
+                                             program.kernels.size(), arena_mib, eg.symbols().bounds(kBatch).str(),
+                                             eg.symbols().bounds(kSequence).str()));
     else
       job.result.notes.push_back(fmt::format("executorch {}: {} kernels, planned arena {:.1f} MiB ({:.1f} MiB of it the KV cache)", c.role,
                                              program.kernels.size(), arena_mib, double(program.buffer_bytes) / (1 << 20)));

@@ -75,6 +75,7 @@ class ExecuTorchRunner final : public StepRunner {
     for (size_t i = 0; i < names_.size(); ++i)
       if (names_[i] == "cache_position" && held[i].numel() > 0 && held[i].dtype() == DType::I64 && held[i].as<int64_t>()[0] == 0 && used_)
         load();  // a new sequence: a fresh method, zeroed buffers
+    check_bounds(held);
     for (auto& t : held) {
       std::vector<et::aten::SizesType> sizes(t.shape().begin(), t.shape().end());
       ptrs.push_back(et::extension::from_blob(t.data(), sizes, scalar_type(t.dtype())));
@@ -103,6 +104,24 @@ class ExecuTorchRunner final : public StepRunner {
   }
 
  private:
+  // A tensor past its planned capacity is refused by ExecuTorch (NotSupported, and a log line about
+  // resizing a bounded tensor): said here in one line, naming the input and the program's bounds.
+  void check_bounds(const std::vector<Tensor>& held) {
+    const auto meta = module_->method_meta("forward");
+    if (!meta.ok()) return;  // forward() reports it
+    for (size_t i = 0; i < held.size() && i < meta->num_inputs(); ++i) {
+      const auto t = meta->input_tensor_meta(i);
+      if (!t.ok()) continue;
+      const auto bound = t->sizes();
+      const auto& shape = held[i].shape();
+      bool past = shape.size() != bound.size();
+      for (size_t d = 0; !past && d < shape.size(); ++d) past = shape[d] > bound[d];
+      if (past)
+        bad_input("{}: {} of shape [{}] is past the program's bounds [{}] (its planned shapes, from the export's --dim)", pte_.string(),
+                  names_[i], fmt::join(shape, ", "), fmt::join(std::vector<int64_t>(bound.begin(), bound.end()), ", "));
+    }
+  }
+
   void load() {
     module_ = std::make_unique<Module>(pte_.string(), Module::LoadMode::Mmap);
     const auto e = module_->load_method("forward");
