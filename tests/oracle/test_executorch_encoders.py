@@ -170,3 +170,33 @@ def test_refusals_are_one_line_and_leave_nothing(checkpoint, tmp_path, dims, mes
     assert message in proc.stderr, proc.stderr
     assert len([line for line in proc.stderr.splitlines() if line.startswith("hfx:") and "warning" not in line]) == 1, proc.stderr
     assert not out.exists()
+
+
+def test_python_step_server_names_every_output(checkpoint, et_export, tmp_path):
+    """python/hfx_executorch_runner.py (the driver of builds without ExecuTorch's C++ libraries) writes
+    each of the method's outputs under the name --output gives it."""
+    import subprocess
+    import sys
+    from safetensors.torch import load_file, save_file
+    out = et_export("roberta-cls", "portable")
+    comp = component(out)
+    names = [i["name"] for i in comp["inputs"]]
+    outputs = [o["name"] for o in comp["outputs"]]
+    ids, mask, _ = make_batch(json.loads((checkpoint("roberta-cls") / "config.json").read_text()), "left")
+    feeds = {"input_ids": torch.from_numpy(ids[1:]), "attention_mask": torch.from_numpy(mask[1:])}
+    save_file(feeds, str(tmp_path / "in.safetensors"))
+    request = json.dumps({"inputs": str(tmp_path / "in.safetensors"), "outputs": str(tmp_path / "out.safetensors")})
+    args = [sys.executable, str(Path(__file__).resolve().parents[2] / "python" / "hfx_executorch_runner.py"), "--serve",
+            str(out / comp["file"])]
+    for n in names:
+        args += ["--input", n]
+    for n in outputs:
+        args += ["--output", n]
+    proc = subprocess.run(args, input=request + "\n", capture_output=True, text=True, timeout=300)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines[0]["ready"] and lines[1] == {"ok": True}, proc.stdout + proc.stderr
+    got = load_file(str(tmp_path / "out.safetensors"))
+    assert sorted(got) == sorted(outputs)
+    expected = load_forward(out / comp["file"]).execute([feeds[n] for n in names])
+    for name, value in zip(outputs, expected):
+        assert torch.equal(got[name], value)

@@ -120,7 +120,7 @@ ir::Graph executorch_encoder_graph(const tasks::Component& c, int64_t max_positi
   auto& symbols = g.symbols();
   SymbolBounds batch = symbols.has(kBatch) ? symbols.bounds(kBatch) : SymbolBounds{};
   SymbolBounds seq = symbols.has(kSequence) ? symbols.bounds(kSequence) : SymbolBounds{};
-  if (!batch.max) batch = {1, 1};
+  if (!batch.max) batch.max = batch.min.value_or(1);  // no max: fixed at the min
   batch.min = batch.min.value_or(1);
   if (seq.max && *seq.max > max_positions)
     bad_input("format executorch: --dim sequence_length max {} is past the {} positions the model's table covers", *seq.max,
@@ -186,7 +186,12 @@ class ExecuTorchBackend final : public Backend {
     vo.reexport = false;
     vo.full_shape_matrix = false;
     vo.model_dir = job.model.checkpoint->dir();  // the staged manifest's source.path is relative to the final folder
-    const VerifyReport report = verify_export(job.staging, vo);
+    VerifyReport report;
+    try {
+      report = verify_export(job.staging, vo);
+    } catch (const Error& e) {
+      throw Error(e.kind(), fmt::format("{} (nothing was written; --no-verify skips this check)", e.describe()));
+    }
     for (const auto& c : report.checks)
       if (!c.passed)
         fail(ErrorKind::Mismatch, "the executorch export does not match its reference (executorch {}): {}: {} (nothing was written; "
@@ -225,9 +230,11 @@ class ExecuTorchBackend final : public Backend {
     check_component(c);  // refused before the work starts
     const std::string kernels = recipe.executorch_backend == "xnnpack" ? "XNNPACK linear layers" : "portable kernels";
     Plan p{is_encoder(c) ? kernels + ", every dim bounded" : kernels + ", static KV cache as mutable buffers", {}, {}, {}};
-    const ir::Graph eg = executorch_graph(c, m);  // an encoder's bounds are refused here too
-    if (!contract) return p;
-    const auto e = executorch_contract(c, eg);
+    if (!contract) {
+      if (is_encoder(c)) executorch_graph(c, m);  // its bounds are refused before the work starts too
+      return p;
+    }
+    const auto e = executorch_contract(c, executorch_graph(c, m));
     p.inputs = e.inputs;
     p.outputs = e.outputs;
     return p;
