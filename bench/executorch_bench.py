@@ -3,7 +3,7 @@
 Saves one random-initialised checkpoint (export_bench.CONFIGS; default Qwen3-0.6B's shape, bf16 as published,
 nothing downloaded) and exports it to ExecuTorch with a static cache of --cache-len slots:
   - hfx:  `hfx export -m CKPT --format executorch --static-cache --max-cache-len N --no-verify OUT`
-          (one forward method, portable kernels, f32: what hfx writes today);
+          (one forward method, f32, the default --executorch-backend xnnpack: linear layers in XNNPACK);
   - peer: Transformers' ExecutorchExporter as its docs show for generation: the model loaded in float32,
           `export_for_generation(model, {input_ids, attention_mask}, ExecutorchConfig(backend="xnnpack"),
           generation_config=GenerationConfig(cache_implementation="static", max_cache_len=N))`, then

@@ -69,7 +69,7 @@ void register_generate(CLI::App& app, Action& action) {
     std::string runtime;  // empty: picked from the export's formats (pipeline/verify_runtimes.h)
   };
   auto s = std::make_shared<State>();
-  auto* cmd = app.add_subcommand("generate", "Generate tokens from an export (reference executor, or --runtime openvino).");
+  auto* cmd = app.add_subcommand("generate", "Generate tokens from an export (reference executor, or --runtime openvino|torch|executorch).");
   cmd->add_option("out", s->dir, "Export folder (with hfx.json)")->required();
   auto* text = cmd->add_option("--prompt", s->prompt, "Prompt text (encoded with the export's tokenizer.json)");
   cmd->add_option("--prompt-ids", s->prompt_ids, "Prompt as token ids 1,2,3; repeat for a batch (left-padded)")
@@ -84,7 +84,8 @@ void register_generate(CLI::App& app, Action& action) {
   cmd->add_option("--seed", s->sampling.seed, "Random seed for sampling")->capture_default_str();
   cmd->add_option("--runtime", s->runtime,
                   "reference (the onnx graphs on hfx's executor) | openvino (openvino/*.xml on OpenVINO's CPU plugin, "
-                  "f32) | torch (pt2/*.pt2 through torch.export.load). Default: reference for an export with onnx "
+                  "f32) | torch (pt2/*.pt2 through torch.export.load) | executorch (executorch/*.pte through ExecuTorch's "
+                  "runtime). Default: reference for an export with onnx "
                   "files, else the runtime of its format (as hfx verify picks it)");
   cmd->add_flag("--print-ids", s->print_ids, "Print each row's new token ids (comma separated, one row a line)");
   cmd->callback([s, text, cmd, &action] {

@@ -57,7 +57,7 @@ void register_verify(CLI::App& app, Action& action) {
   auto runtime = std::make_shared<std::string>();
   cmd->add_option("--runtime", *runtime,
                   "Runtime that runs the artifact: reference | onnxruntime (the onnx files) | openvino (the openvino files, "
-                  "CPU plugin in f32) | torch (the pt2 files) | all (every runtime of every format in the export); "
+                  "CPU plugin in f32) | torch (the pt2 files) | executorch (the pte files) | all (every runtime of every format in the export); "
                   "`hfx formats` lists them. Default: reference for an export with onnx files, else the runtime of its format");
   cmd->add_option("--tokens", opt->tokens, "Greedy tokens compared with the reference (at least 1)")->capture_default_str();
   auto* atol_option = cmd->add_option("--atol", *atol, "Override every component's tolerance (a positive number; default per precision, docs/verify.md)");

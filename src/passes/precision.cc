@@ -27,7 +27,10 @@ class Precision {
       std::optional<ir::ValueId> y;
       with_context("apply-precision: " + node.name, [&] {
         if (node.op == "Linear" && node.inputs.size() >= 2) {
-          if (const auto* w = src_.weight(node.inputs[1]); is_checkpoint_matrix(w)) {
+          if (const auto* w = src_.weight(node.inputs[1]); is_checkpoint_matrix(w) && target_ == PrecisionTarget::ExecuTorch) {
+            y = kept_linear(node, n.inputs[0], *w, node.inputs[1]);
+            if (y && n.input(2) != ir::kNone) y = r_.builder().plus(*y, n.inputs[2]);
+          } else if (is_checkpoint_matrix(w)) {
             y = linear(node, n.inputs[0], w->transposed({1, 0}), src_.value(node.inputs[1]).name + ".T");
             if (y && n.input(2) != ir::kNone) y = r_.builder().plus(*y, n.inputs[2]);
           }
@@ -110,6 +113,38 @@ class Precision {
       y = b.matmul(xin, dt == DType::F16 ? wt : b.cast(wt, DType::F32));
     }
     return compute == DType::F32 ? y : b.cast(y, DType::F32);
+  }
+
+  // x[..., K] @ w[N, K]^T kept a Linear (the ExecuTorch target); nullopt when nothing changes. A tied
+  // lm_head reads its embedding's f16 / bf16 table, [N, K] already.
+  std::optional<ir::ValueId> kept_linear(const ir::Node& node, ir::ValueId x, const ir::WeightRef& w, ir::ValueId source) {
+    const bool lm_head = node.name.find("/lm_head/") != std::string::npos;
+    const auto& q = spec_.quant;
+    const DType dt = spec_.dtype;
+    if (!(q.enabled() && (!lm_head || spec_.quantize_lm_head)) && dt == DType::F32) return std::nullopt;
+    auto& b = r_.builder();
+    auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
+    if (q.enabled() && (!lm_head || spec_.quantize_lm_head)) {
+      // Weight-only int8 per output channel, symmetric: XNNPACK's f32 x qc8w FullyConnected. The weight
+      // is rounded to the dtype first, as every target quantizes it; the layer computes in f32.
+      if (q.bits != 8 || q.block != 0 || !q.symmetric)
+        unsupported("--quantize {} with --format executorch: ExecuTorch programs take weight-only int8:channel (symmetric) "
+                    "only, XNNPACK's f32 x int8-per-channel FullyConnected (its blockwise kernels quantize the activations too)",
+                    q.str());
+      const int64_t N = w.shape()[0];
+      ir::WeightRef::QuantParams params{8, 0, true, DType::F32, quant::Layout::BlockedNK};  // [N, K] values, [N, 1] scales
+      const auto parts = w.transposed({1, 0}).cast(dt).quantized(params);
+      const std::string tag = src_.value(source).name + ".q8";
+      const ir::ValueId values = b.weight(unique(tag), parts[0]);
+      const ir::ValueId scales = b.weight(unique(tag + ".scales"), parts[1].reshaped({N}));
+      return b.add1("Linear", {x, b.add1("DequantizeLinear", {values, scales}, {{"axis", int64_t(0)}})});
+    }
+    const auto shared = cast_tables_.find(source);
+    const ir::ValueId wt = shared != cast_tables_.end()
+                               ? shared->second
+                               : b.weight(unique(fmt::format("{}.{}", src_.value(source).name, dtype_name(dt))), w.cast(dt));
+    if (dt == DType::BF16) return b.add1("Linear", {x, b.cast(wt, DType::F32)});  // stored in bf16, cast to f32 at use
+    return b.cast(b.add1("Linear", {b.cast(x, DType::F16), wt}), DType::F32);
   }
 
   // The block a layer of depth K is quantized in: never more than K rounded up to a block size
@@ -219,6 +254,8 @@ class Precision {
       }
       case PrecisionTarget::OpenVino:
         return b.matmul(xin, b.transpose(openvino_decompressed(ins, N, K, block), {1, 0}));
+      case PrecisionTarget::ExecuTorch:  // refused by kept_linear and the format's plan
+        break;
     }
     HFX_CHECK(false, "unreachable");
   }
@@ -242,6 +279,7 @@ class Precision {
 
 PrecisionTarget precision_target(const std::string& format, const std::string& onnx_profile) {
   if (format == "openvino") return PrecisionTarget::OpenVino;
+  if (format == "executorch") return PrecisionTarget::ExecuTorch;
   return onnx_profile == "ort" ? PrecisionTarget::OrtContrib : PrecisionTarget::Portable;
 }
 

@@ -35,9 +35,14 @@ namespace hfx::passes {
 //     [N, 1] and axis 1 when one block covers K, and for int8:channel); f16/bf16: MatMul(x,
 //     Transpose(Cast(W[N, K] as f16|bf16, f32))). The backend lowers MatMul(x, Transpose(W)) to
 //     MatMul(transpose_b) and DequantizeLinear to Convert -> Subtract -> Multiply.
-enum class PrecisionTarget { OrtContrib, Portable, OpenVino };
+//   ExecuTorch: Linear layers stay Linear (an XNNPACK FullyConnected delegate takes the weight [N, K]
+//     as it is stored): f16: Cast(Linear(Cast(x, f16), W[N, K] as f16), f32) [+ bias, f32], in f16 as
+//     ExecuTorch's XNNPACK and portable kernels compute it; bf16: Linear(x, Cast(W[N, K] as bf16, f32))
+//     [+ bias]. int8:channel (symmetric): Linear(x, DequantizeLinear(W.q[N, K] i8, W.scales[N]; axis 0))
+//     [+ bias], in f32, XNNPACK's f32 x qc8w FullyConnected; other quantizations are refused.
+enum class PrecisionTarget { OrtContrib, Portable, OpenVino, ExecuTorch };
 
-// The target for a backend format ("onnx", "openvino") and ONNX profile ("portable", "ort").
+// The target for a backend format ("onnx", "openvino", "executorch") and ONNX profile ("portable", "ort").
 PrecisionTarget precision_target(const std::string& format, const std::string& onnx_profile);
 
 ir::Graph apply_precision(const ir::Graph& graph, const quant::PrecisionSpec& spec,

@@ -116,6 +116,18 @@ def test_program_layout(et_export):
     assert list(meta.input_tensor_meta(0).sizes()) == [1, CACHE_LEN]
 
 
+def test_exir_reads_the_program_back(et_export):
+    """exir's own deserializer (what ExecuTorch's devtools read a .pte with) parses hfx's file: every list
+    of the Program table present, the XNNPACK payloads and named data restored from their segments."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    pte = deserialize_pte_binary(pte_of(et_export("llama", "xnnpack")).read_bytes())
+    (forward,) = [p for p in pte.program.execution_plan if p.name == "forward"]
+    assert [d.id for d in forward.delegates] and all(d.id == "XnnpackBackend" for d in forward.delegates)
+    assert len(pte.program.backend_delegate_data) == len(forward.delegates)  # the payloads, restored
+    assert "model.layers.0.self_attn.q_proj.weight" in pte.named_data.pte_data  # XNNPACK's weights
+    assert len(pte.program.constant_buffer) > 1  # the constant segment, restored ([0] is the placeholder)
+
+
 def test_query_longer_than_the_bound_is_refused(et_export):
     _, forward = load_forward(pte_of(et_export("llama")))
     with pytest.raises(Exception):

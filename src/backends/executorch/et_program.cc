@@ -78,6 +78,7 @@ class Converter {
   void lower_node(const json& node);
   void lower_matmul(const json& node, const std::string& where);
   bool delegate_linear(const json& node, const std::string& where);
+  bool update_in_place(const json& node, const std::string& where);
   void drop_unused_constants();
   int view_sizes(int src, const std::vector<SymExpr>& src_shape, const std::vector<SymExpr>& shape, const std::string& where);
   void view_into(int src, const std::vector<SymExpr>& src_shape, int out, const std::vector<SymExpr>& shape, const std::string& where);
@@ -95,6 +96,11 @@ class Converter {
   std::map<int, size_t> constant_of_;   // constant tensor EValue -> index in out_.constants
   std::map<int, std::string> constant_name_;
   std::set<std::string> kernels_;
+  // Weight-only int8 weights (dequantize_per_channel of constants), taken whole by the XNNPACK linear
+  // that reads them: pt2 tensor name -> (int8 values, scales) EValues.
+  std::map<std::string, std::pair<int, int>> dequantized_;
+  std::map<std::string, const json*> producer_;    // pt2 tensor name -> the node that computes it
+  std::map<std::string, std::string> mutation_of_;  // pt2 tensor name -> the buffer input it becomes
 };
 
 void Converter::bounds() {
@@ -148,6 +154,9 @@ int Converter::add_tensor(DType dtype, const std::vector<SymExpr>& shape, const 
 }
 
 int Converter::tensor_of(const std::string& name) const {
+  if (dequantized_.count(name))
+    unsupported("executorch: the int8 weight {} is read by an op other than an XNNPACK linear layer (no portable kernel "
+                "dequantizes it in hfx's programs)", name);
   auto it = tensors_.find(name);
   HFX_CHECK(it != tensors_.end(), "executorch: tensor {} used before it is computed", name);
   return it->second;
@@ -334,7 +343,18 @@ void Converter::lower_node(const json& node) {
     syms_[node["outputs"][0]["as_sym_int"]["as_name"].get<std::string>()] = out;
     return call("executorch_prim::" + op, "Scalar", {a, b, out});
   }
+  for (const auto& out : node["outputs"])
+    if (out.contains("as_tensor")) producer_[out["as_tensor"]["name"].get<std::string>()] = &node;
   if (target == "torch.ops.aten.matmul.default") return lower_matmul(node, where);
+  if (target == "torch.ops.aten.scatter.src" && update_in_place(node, where)) return;
+  if (target == "torch.ops.quantized_decomposed.dequantize_per_channel.default") {
+    if (!opt_.xnnpack) unsupported("executorch: {}: weight-only int8 runs in XNNPACK delegates only (--executorch-backend xnnpack)", where);
+    const int values = convert_arg(input("input"), where), scales = convert_arg(input("scales"), where);
+    if (!constant_of_.count(values) || !constant_of_.count(scales) || input("axis").value("as_int", -1) != 0)
+      unsupported("executorch: {}: dequantize_per_channel of a computed tensor or along an axis other than 0", where);
+    dequantized_[node["outputs"][0]["as_tensor"]["name"].get<std::string>()] = {values, scales};
+    return;
+  }
   if (opt_.xnnpack && target == "torch.ops.aten.linear.default" && delegate_linear(node, where)) return;
   const auto& table = et_op_table();
   auto spec = table.find(target);
@@ -367,8 +387,42 @@ void Converter::lower_node(const json& node) {
   call(spec->second.name, spec->second.overload, std::move(args));
 }
 
-// A linear layer as an XNNPACK FullyConnected delegate, when its input is f32 and its weight (and
-// bias) are f32 constants: the weights become named data, the call a DelegateCall(input, output).
+// The static cache written in place: scatter.src(buffer, 2, expand_copy(view_copy(P)), new), whose
+// result is the buffer's next value (the task's cache update: slots P [T] broadcast over batch, heads
+// and head dim), becomes index_put_(buffer, [None, None, P], new). The readers of the result read the
+// buffer, updated before them; nothing copies the cache.
+bool Converter::update_in_place(const json& node, const std::string& where) {
+  auto arg = [&](const json& n, const char* name) -> const json* {
+    for (const auto& in : n["inputs"])
+      if (in["name"] == name) return &in["arg"];
+    return nullptr;
+  };
+  auto tensor_name = [](const json* a) { return a && a->contains("as_tensor") ? (*a)["as_tensor"]["name"].get<std::string>() : ""; };
+  auto made_by = [&](const std::string& name, const char* target) -> const json* {
+    auto it = producer_.find(name);
+    return it != producer_.end() && (*it->second)["target"] == target ? it->second : nullptr;
+  };
+  const std::string self = tensor_name(arg(node, "self")), out = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
+  const json* dim = arg(node, "dim");
+  auto mutated = mutation_of_.find(out);
+  if (mutated == mutation_of_.end() || mutated->second != self || !dim || dim->value("as_int", -1) != 2) return false;
+  const json* expand = made_by(tensor_name(arg(node, "index")), "torch.ops.aten.expand_copy.default");
+  const json* view = expand ? made_by(tensor_name(arg(*expand, "self")), "torch.ops.aten.view_copy.default") : nullptr;
+  const std::string slots = view ? tensor_name(arg(*view, "self")) : "";
+  if (slots.empty() || p_.tensors.at(slots).shape.size() != 1) return false;
+  const int buf = tensor_of(self);
+  EtValue indices;
+  indices.kind = Kind::OptionalTensorList;
+  indices.items = {-1, -1, tensor_of(slots)};  // -1: None
+  EtValue no;
+  no.kind = Kind::Bool;
+  call("aten::index_put_", "", {buf, add(std::move(indices)), convert_arg(*arg(node, "src"), where), add(std::move(no)), buf});
+  tensors_[out] = buf;
+  return true;
+}
+
+// A linear layer as an XNNPACK FullyConnected delegate, when its input is f32 or f16 and its weight
+// (and bias) are constants of the same dtype: the weights become named data, the call a DelegateCall(input, output).
 bool Converter::delegate_linear(const json& node, const std::string& where) {
   std::string input, weight, bias;
   for (const auto& in : node["inputs"]) {
@@ -378,9 +432,17 @@ bool Converter::delegate_linear(const json& node, const std::string& where) {
     if (in["name"] == "weight") weight = name;
     if (in["name"] == "bias") bias = name;
   }
-  const int x = tensor_of(input), w = tensor_of(weight), b = bias.empty() ? -1 : tensor_of(bias);
-  auto f32_constant = [&](int v) { return constant_of_.count(v) && m_.values[size_t(v)].tensor.scalar_type == 6; };
-  if (m_.values[size_t(x)].tensor.scalar_type != 6 || !f32_constant(w) || (b >= 0 && !f32_constant(b))) return false;
+  const auto q8 = dequantized_.find(weight);
+  const int x = tensor_of(input), w = q8 != dequantized_.end() ? q8->second.first : tensor_of(weight),
+            b = bias.empty() ? -1 : tensor_of(bias);
+  // ScalarType Half 5, Float 6: the input's dtype, which the weight (unless int8) and bias share.
+  const int dtype = m_.values[size_t(x)].tensor.scalar_type;
+  auto constant_in = [&](int v) { return constant_of_.count(v) && m_.values[size_t(v)].tensor.scalar_type == dtype; };
+  if ((dtype != 5 && dtype != 6) || (q8 == dequantized_.end() && !constant_in(w)) || (b >= 0 && !constant_in(b))) {
+    if (q8 != dequantized_.end()) unsupported("executorch: {}: an int8 linear layer on a {} input or bias", where, dtype == 5 ? "f16" : "non-f32");
+    return false;
+  }
+  if (q8 != dequantized_.end() && dtype != 6) unsupported("executorch: {}: an int8 linear layer on an f16 input", where);
   const std::string out_name = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
   const auto& info = p_.tensors.at(out_name);
   const int out = add_tensor(info.dtype, info.shape, where);
@@ -397,6 +459,11 @@ bool Converter::delegate_linear(const json& node, const std::string& where) {
   l.output_sizes = m_.values[size_t(out)].tensor.sizes;
   l.out_features = m_.values[size_t(w)].tensor.sizes.at(0);
   l.in_features = m_.values[size_t(w)].tensor.sizes.at(1);
+  l.f16 = dtype == 5;
+  if (q8 != dequantized_.end()) {  // scales go into the XNNGraph itself (PerChannelQuant), one per output row
+    const Tensor scales = out_.constants.at(constant_of_.at(q8->second.second)).materialize();
+    l.int8_scales.assign(scales.as<float>(), scales.as<float>() + scales.numel());
+  }
   l.weight_key = named(w);
   if (b >= 0) l.bias_key = named(b);
   out_.delegate_blobs.push_back(xnnpack_linear_payload(l));
@@ -532,12 +599,18 @@ EtProgram Converter::run() {
       m_.inputs.push_back(v);
     }
   }
+  for (const auto& spec : signature.at("output_specs"))
+    if (spec.contains("user_input_mutation"))
+      mutation_of_[spec["user_input_mutation"]["arg"]["name"].get<std::string>()] =
+          spec["user_input_mutation"]["user_input_name"].get<std::string>();
   for (const auto& node : graph.at("nodes")) lower_node(node);
   for (const auto& spec : signature.at("output_specs")) {
     if (spec.contains("user_input_mutation")) {
-      // The updated cache written back into its buffer, in place: copy_(self, src, non_blocking).
+      // The updated cache written back into its buffer: nothing to do when it was updated in place,
+      // else copy_(self, src, non_blocking).
       const int buf = tensor_of(spec["user_input_mutation"]["user_input_name"].get<std::string>());
       const int updated = tensor_of(spec["user_input_mutation"]["arg"]["name"].get<std::string>());
+      if (updated == buf) continue;
       EtValue no;
       no.kind = Kind::Bool;
       call("aten::copy_", "", {buf, updated, add(std::move(no)), buf});

@@ -104,14 +104,22 @@ EtMethodInfo read_pte_forward(const fs::path& file) {
       ops.push_back(overload.empty() ? name : name + "." + overload);
     }
   if (forward->chains())
-    for (const auto* chain : *forward->chains())
-      if (chain->instructions())
-        for (const auto* ins : *chain->instructions())
-          if (const auto* call = ins->instr_args_as_KernelCall()) {
+    for (const auto* chain : *forward->chains()) {
+      if (!chain->instructions()) continue;
+      for (const auto* ins : *chain->instructions()) {
+        if (const auto* call = ins->instr_args_as_KernelCall()) {
             if (call->op_index() < 0 || size_t(call->op_index()) >= ops.size())
               bad_input("{}: a kernel call names operator {} of {}", file.string(), call->op_index(), ops.size());
             info.kernels[ops[size_t(call->op_index())]]++;
+          } else if (const auto* d = ins->instr_args_as_DelegateCall()) {
+            const auto* delegates = forward->delegates();
+            if (!delegates || d->delegate_index() < 0 || size_t(d->delegate_index()) >= delegates->size())
+              bad_input("{}: a delegate call names delegate {} of {}", file.string(), d->delegate_index(), delegates ? delegates->size() : 0);
+            const auto* id = delegates->Get(flatbuffers::uoffset_t(d->delegate_index()))->id();
+            info.kernels[(id ? id->str() : "?") + " (delegate)"]++;
           }
+      }
+    }
   return info;
 }
 

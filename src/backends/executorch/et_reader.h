@@ -22,7 +22,7 @@ struct EtPort {
 };
 struct EtMethodInfo {
   std::vector<EtPort> inputs, outputs;
-  std::map<std::string, int> kernels;  // "aten::mm.out" -> calls
+  std::map<std::string, int> kernels;  // "aten::mm.out" or "XnnpackBackend (delegate)" -> calls
   std::vector<std::string> methods;    // every method of the program
 };
 // The forward method of a .pte. BadInput when the program has none or its ports are not tensors.

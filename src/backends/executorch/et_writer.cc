@@ -146,9 +146,13 @@ EtWritten write_pte(const EtProgram& program, const fs::path& file, const std::f
     named.push_back(etfb::CreateNamedDataDirect(fb, key.c_str(), uint32_t(segments.size())));
     add_segment(int64_t(w.nbytes()));
   }
+  // Every list present, empty or not: the runtime takes a missing one for empty, exir's deserializer
+  // (deserialize_pte_binary, which ExecuTorch's devtools read programs with) does not.
   const std::vector<flatbuffers::Offset<etfb::Buffer>> no_buffers;
-  auto root = etfb::CreateProgramDirect(fb, 0, &plans, &no_buffers, nullptr, &segments,
-                                        etfb::CreateSubsegmentOffsetsDirect(fb, 0, &offsets), nullptr, named.empty() ? nullptr : &named);
+  const std::vector<flatbuffers::Offset<etfb::BackendDelegateInlineData>> no_inline_delegates;
+  const std::vector<flatbuffers::Offset<etfb::SubsegmentOffsets>> no_mutable_segments;
+  auto root = etfb::CreateProgramDirect(fb, 0, &plans, &no_buffers, &no_inline_delegates, &segments,
+                                        etfb::CreateSubsegmentOffsetsDirect(fb, 0, &offsets), &no_mutable_segments, &named);
   etfb::FinishProgramBuffer(fb, root);
   const uint8_t* data = fb.GetBufferPointer();
   const size_t fb_size = fb.GetSize();

@@ -15,12 +15,23 @@ constexpr uint32_t kInvalidValueId = std::numeric_limits<uint32_t>::max();  // X
 constexpr uint32_t kExternalInput = 1, kExternalOutput = 2;                  // XNN_VALUE_FLAG_*
 constexpr size_t kHeaderPadded = 32;                                          // XH00 header, padded
 
-flatbuffers::Offset<xnn::XValue> tensor(flatbuffers::FlatBufferBuilder& fb, const std::vector<int64_t>& sizes, uint32_t constant,
-                                        uint32_t external, uint32_t flags, uint32_t id) {
+flatbuffers::Offset<xnn::XValue> tensor(flatbuffers::FlatBufferBuilder& fb, xnn::XNNDatatype dtype, const std::vector<int64_t>& sizes,
+                                        uint32_t constant, uint32_t external, uint32_t flags, uint32_t id) {
   const std::vector<uint32_t> dims(sizes.begin(), sizes.end());
-  auto t = xnn::CreateXNNTensorValueDirect(fb, xnn::XNNDatatype::xnn_datatype_fp32, uint32_t(dims.size()), &dims, constant, external,
-                                           flags, id);
+  auto t = xnn::CreateXNNTensorValueDirect(fb, dtype, uint32_t(dims.size()), &dims, constant, external, flags, id);
   return xnn::CreateXValue(fb, xnn::XValueUnion::XNNTensorValue, t.Union());
+}
+
+// An int8 weight [N, K] with one scale per output row (channel_dim 0; zero point 0, as XNNPACK's qcint8
+// has it), the scales inline in the graph.
+flatbuffers::Offset<xnn::XValue> qc8_weight(flatbuffers::FlatBufferBuilder& fb, const std::vector<int64_t>& sizes, const std::vector<float>& scales,
+                                            uint32_t constant, uint32_t id) {
+  const std::vector<uint32_t> dims(sizes.begin(), sizes.end());
+  auto t = xnn::CreateXNNTensorValueDirect(fb, xnn::XNNDatatype::xnn_datatype_qcint8, uint32_t(dims.size()), &dims, constant,
+                                           kInvalidValueId, 0, id);
+  auto q = xnn::CreatePerChannelQuantDirect(fb, &scales, 0, 0, uint32_t(scales.size()));
+  auto v = xnn::CreateXNNQuantizedTensorValue(fb, t, xnn::XNNQuantParams::PerChannelQuant, q.Union());
+  return xnn::CreateXValue(fb, xnn::XValueUnion::XNNQuantizedTensorValue, v.Union());
 }
 
 void put_u32(std::string& s, size_t at, uint32_t v) { std::memcpy(s.data() + at, &v, 4); }
@@ -32,12 +43,14 @@ std::string xnnpack_linear_payload(const XnnLinear& l) {
   const bool bias = !l.bias_key.empty();
   // Values: 0 input (external 0), 1 weight, [2 bias], last the output (external 1).
   const uint32_t out_id = bias ? 3 : 2;
+  const auto dt = l.f16 ? xnn::XNNDatatype::xnn_datatype_fp16 : xnn::XNNDatatype::xnn_datatype_fp32;
   std::vector<flatbuffers::Offset<xnn::XValue>> values = {
-      tensor(fb, l.input_sizes, 0, 0, kExternalInput, 0),
-      tensor(fb, {l.out_features, l.in_features}, 1, kInvalidValueId, 0, 1),
+      tensor(fb, dt, l.input_sizes, 0, 0, kExternalInput, 0),
+      l.int8_scales.empty() ? tensor(fb, dt, {l.out_features, l.in_features}, 1, kInvalidValueId, 0, 1)
+                            : qc8_weight(fb, {l.out_features, l.in_features}, l.int8_scales, 1, 1),
   };
-  if (bias) values.push_back(tensor(fb, {l.out_features}, 2, kInvalidValueId, 0, 2));
-  values.push_back(tensor(fb, l.output_sizes, 0, 1, kExternalOutput, out_id));
+  if (bias) values.push_back(tensor(fb, dt, {l.out_features}, 2, kInvalidValueId, 0, 2));
+  values.push_back(tensor(fb, dt, l.output_sizes, 0, 1, kExternalOutput, out_id));
   auto fc = xnn::CreateXNNFullyConnected(fb, 0, 1, bias ? 2 : kInvalidValueId, out_id, 0);
   std::vector<flatbuffers::Offset<xnn::XNode>> nodes = {xnn::CreateXNode(fb, xnn::XNodeUnion::XNNFullyConnected, fc.Union(), 0)};
   // constant_data[0] is reserved; the weights are named data of the program (offset: none inline).

@@ -628,6 +628,22 @@ void lower_linear(Lowerer& l, const ir::Node& n) {
   l.emit(n, "torch.ops.aten.linear.default", std::move(args), 0, known(out));
 }
 
+// Per-axis, symmetric int8 DequantizeLinear (ExecuTorch's weight-only int8 Linear layers,
+// passes/precision.h): quantized_decomposed's dequantize_per_channel, the op ExecuTorch's XNNPACK
+// partitioner takes with the Linear that reads it.
+void lower_dequantize_linear(Lowerer& l, const ir::Node& n) {
+  const auto& g = l.graph();
+  const auto& data = g.value(n.inputs[0]);
+  if (n.input(2) != ir::kNone || n.attr_int("block_size", 0) != 0 || data.dtype != DType::I8 || g.value(n.inputs[1]).shape.size() != 1)
+    unsupported("pt2: {}: DequantizeLinear other than per-axis symmetric int8 (no zero point, no blocks)", n.name);
+  const int64_t axis = norm_axis(n.attr_int("axis", 1), data.shape.size());
+  l.emit(n, "torch.ops.quantized_decomposed.dequantize_per_channel.default",
+         {{"input", tensor_arg(l.tensor(n.inputs[0]))}, {"scales", tensor_arg(l.tensor(n.inputs[1]))},
+          {"zero_points", {{"as_none", true}}}, {"axis", int_arg(axis)}, {"quant_min", int_arg(-127)}, {"quant_max", int_arg(127)},
+          {"dtype", dtype_arg(DType::I8)}},
+         0, known(l.shape(n.inputs[0])));
+}
+
 void lower_embedding(Lowerer& l, const ir::Node& n) {
   auto out = l.shape(n.inputs[1]);
   out.push_back(l.shape(n.inputs[0]).at(1));
@@ -897,6 +913,7 @@ const std::map<std::string, Lowering>& lowering_table() {
       {"Identity", unary("torch.ops.aten.clone.default")},
       {"MatMul", lower_matmul},
       {"Linear", lower_linear},
+      {"DequantizeLinear", lower_dequantize_linear},
       {"Embedding", lower_embedding},
       {"Gather", lower_gather},
       {"Softmax", lower_softmax},

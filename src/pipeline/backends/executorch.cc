@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "ir/rewrite.h"
 #include "passes/pass.h"
+#include "passes/precision.h"
 #include "pipeline/backend.h"
 #include "pipeline/backends/common.h"
 #include "pipeline/backends/pt2_runner.h"
@@ -81,6 +82,24 @@ void check_component(const tasks::Component& c) {
   if (c.shared_buffers.empty())
     bad_input("format executorch holds the KV cache as mutable buffers in the program: add --static-cache --max-cache-len N "
               "(the longest sequence the program runs)");
+}
+
+// f32, f16 and bf16 weights; weight-only int8 per channel (symmetric) in XNNPACK delegates, which
+// have f32 x qc8w kernels. XNNPACK's blockwise int4/int8 kernels quantize the activations as well
+// (qd8), so they are not weight-only, and the portable kernels have no quantized linear.
+void check_precision(const quant::PrecisionSpec& p, const std::string& backend) {
+  const auto& q = p.quant;
+  if (!q.enabled()) return;
+  if (q.bits != 8 || q.block != 0 || !q.symmetric)
+    unsupported("format executorch: --quantize {} has no weight-only XNNPACK kernel (XNNPACK's blockwise kernels quantize "
+                "the activations too): use --quantize int8:channel, --dtype f16|bf16, or quantize the onnx or openvino format",
+                q.str());
+  if (backend != "xnnpack")
+    unsupported("format executorch: --quantize {} runs in XNNPACK delegates; the portable kernels have no quantized "
+                "linear: drop --executorch-backend {}",
+                q.str(), backend);
+  if (p.quantize_embeddings)
+    unsupported("format executorch: --quantize-embeddings (ONNX Runtime's GatherBlockQuantized) has no ExecuTorch form: drop it");
 }
 
 // The static-cache decoder graph as ExecuTorch runs it: batch 1, no attention_mask or position_ids
@@ -196,8 +215,8 @@ class ExecuTorchBackend final : public Backend {
       if (!c.passed)
         fail(ErrorKind::Mismatch, "the executorch export does not match its reference (executorch {}): {}: {} (nothing was written; "
              "--no-verify skips this check)", version, c.name, c.detail);
-    return fmt::format("executorch: {} checks passed on executorch {}, {}, f32) against the reference executor", report.checks.size(),
-                       version, kernels);
+    return fmt::format("executorch: {} checks passed on executorch {}, {}, {}) against the reference executor", report.checks.size(),
+                       version, kernels, job.recipe.precision_for("encoder").str());
   }
 
  public:
@@ -219,7 +238,7 @@ class ExecuTorchBackend final : public Backend {
          "cache update in portable kernels; portable: ExecuTorch's portable kernels only"},
     };
     i.runtimes = {"executorch"};
-    i.tested = fmt::format("executorch {} (executorch.runtime and the C++ Module API, XNNPACK and portable kernels, CPU, f32)",
+    i.tested = fmt::format("executorch {} (executorch.runtime and the C++ Module API, XNNPACK and portable kernels, CPU, f32, f16 and bf16 weights)",
                            runtime::kTestedExecuTorch);
     return i;
   }
@@ -228,6 +247,7 @@ class ExecuTorchBackend final : public Backend {
 
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
     check_component(c);  // refused before the work starts
+    check_precision(recipe.precision_for(c.role), recipe.executorch_backend);
     const std::string kernels = recipe.executorch_backend == "xnnpack" ? "XNNPACK linear layers" : "portable kernels";
     Plan p{is_encoder(c) ? kernels + ", every dim bounded" : kernels + ", static KV cache as mutable buffers", {}, {}, {}};
     if (!contract) {
@@ -243,13 +263,13 @@ class ExecuTorchBackend final : public Backend {
   void write_component(const tasks::Component& c, ExportJob& job) const override {
     check_component(c);
     const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
-    if (!precision.is_default())
-      unsupported("format executorch writes f32 programs; --dtype/--quantize ({}) are not implemented for it yet: export "
-                  "executorch without them, or in a separate export",
-                  precision.str());
     const ir::Graph eg = executorch_graph(c, job.model);
     std::vector<std::string> passes_run;
-    const ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(eg, passes(), &passes_run); });
+    ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(eg, passes(), &passes_run); });
+    if (!precision.is_default()) {
+      g = with_context(c.role, [&] { return passes::apply_precision(g, precision, passes::PrecisionTarget::ExecuTorch); });
+      passes_run.push_back("apply-precision");
+    }
     pt2_backend::Pt2LowerOptions po;
     po.shared_buffers = c.shared_buffers;
     const auto program = with_context("executorch " + c.role, [&] {
@@ -297,7 +317,10 @@ class ExecuTorchBackend final : public Backend {
     one.task.dims[kBatch] = SymbolBounds{1, 1};
     ExportJob single{job.model, one, job.staging, job.manifest, job.result, job.written};
     const GreedyCheck done = check_greedy_tokens(
-        single, "executorch", "executorch", [](const tasks::Component& c) { return c.graph; },
+        single, "executorch", "executorch",
+        [&](const tasks::Component& c) {  // the same weights and forms as the program
+          return passes::apply_precision(c.graph, job.recipe.precision_for(c.role), passes::PrecisionTarget::ExecuTorch);
+        },
         [&](const tasks::Component& c) {
           const auto e = executorch_contract(c, executorch_graph(c));
           std::vector<std::string> inputs, outputs;
@@ -305,8 +328,8 @@ class ExecuTorchBackend final : public Backend {
           for (const auto& out : e.outputs) outputs.push_back(out.name);
           return executorch_runner(dir / pte_file(c), inputs, outputs, python);
         });
-    return fmt::format("executorch: {} greedy tokens x {} row on executorch {}, {}, f32) identical to the reference executor",
-                       done.tokens, done.rows, version, kernels);
+    return fmt::format("executorch: {} greedy tokens x {} row on executorch {}, {}, {}) identical to the reference executor",
+                       done.tokens, done.rows, version, kernels, job.recipe.precision_for(job.model.components.front().role).str());
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
