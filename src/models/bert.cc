@@ -151,6 +151,10 @@ class BertEncoder final : public Encoder {
   // BERT takes segments (Optimum's BERT export has token_type_ids); RoBERTa and DistilBERT do not.
   bool uses_token_type_ids() const override { return family_ == Family::Bert; }
   int64_t num_labels() const override { return num_labels_; }
+  // RoBERTa's positions start at padding_idx + 1: a sequence of S real tokens reads row pad + S.
+  int64_t max_sequence_length() const override {
+    return family_ == Family::Roberta ? c_.max_positions - *c_.pad_token_id - 1 : c_.max_positions;
+  }
 
   EncoderOutputs build(ir::Builder& b, const EncoderInputs& in) const override {
     auto model_scope = b.scope("model");

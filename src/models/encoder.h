@@ -29,6 +29,8 @@ class Encoder {
   virtual const ModelSummary& summary() const = 0;
   virtual bool uses_token_type_ids() const = 0;
   virtual int64_t num_labels() const = 0;  // 0: no classification head in the checkpoint
+  // The longest input its position table covers (the bound a format that plans memory uses).
+  virtual int64_t max_sequence_length() const = 0;
   virtual EncoderOutputs build(ir::Builder& b, const EncoderInputs& in) const = 0;
 };
 

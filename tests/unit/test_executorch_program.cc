@@ -163,3 +163,61 @@ TEST(ExecuTorchProgram, ADimWithoutUpperBoundIsRefused) {
     EXPECT_NE(std::string(e.what()).find("--dim sequence_length=MIN:MAX"), std::string::npos) << e.what();
   }
 }
+
+namespace {
+
+// scores = q @ k^T, [b, 2, s, 4] x [b, 2, 4, s] -> [b, 2, s, s], with s in [1, 8] and b in `batch`.
+struct MatmulCounts {
+  size_t sym_sizes = 0, pt2_sym_sizes = 0, views = 0;
+  int most_inferred = 0;  // the largest number of -1 sizes in one view_copy
+};
+
+MatmulCounts scores(SymbolBounds batch) {
+  Graph g;
+  Builder b{g};
+  g.symbols().declare("batch_size", batch);
+  g.symbols().declare("sequence_length", SymbolBounds{1, 8});
+  const Dim bd = batch.min == batch.max ? n(*batch.max) : Dim::sym("batch_size"), s = Dim::sym("sequence_length");
+  auto q = g.add_input("q", DType::F32, {bd, n(2), s, n(4)});
+  auto k = g.add_input("k", DType::F32, {bd, n(2), n(4), s});
+  auto y = b.add1("MatMul", {q, k});
+  g.rename(y, "scores");
+  g.add_output(y);
+  const auto pt2 = pt2_backend::lower_to_pt2(g, {});
+  MatmulCounts c;
+  for (const auto& node : pt2.model.at("graph_module").at("graph").at("nodes"))
+    c.pt2_sym_sizes += node.at("target") == "torch.ops.aten.sym_size.int";
+  const EtProgram p = lower_to_executorch(pt2, {});
+  const EtMethod& m = p.methods.at(0);
+  for (const auto& call : m.calls) {
+    const auto& name = m.operators.at(size_t(call.op)).first;
+    c.sym_sizes += name == "aten::sym_size";
+    if (name != "aten::view_copy") continue;
+    ++c.views;
+    int inferred = 0;
+    for (auto i : m.values.at(size_t(call.args.at(1))).items) {
+      const auto& v = m.values.at(size_t(i));
+      inferred += v.kind == EtValue::Kind::Int && v.i == -1;
+    }
+    c.most_inferred = std::max(c.most_inferred, inferred);
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST(ExecuTorchProgram, AMatmulOverAFixedBatchInfersOneDimAndReadsTheScoresDims) {
+  const MatmulCounts c = scores(SymbolBounds{1, 1});
+  EXPECT_EQ(c.views, 3u);  // q and k flattened to [2, ., .], the bmm's [2, s, s] back to [1, 2, s, s]
+  EXPECT_EQ(c.most_inferred, 1);
+  // The scores' view has two varying dims (s, s): they are read from the bmm's output.
+  EXPECT_EQ(c.sym_sizes, c.pt2_sym_sizes + 2);
+}
+
+TEST(ExecuTorchProgram, AMatmulViewWithTwoVaryingDimsReadsTheKeptOnesFromItsSource) {
+  const MatmulCounts c = scores(SymbolBounds{1, 4});
+  EXPECT_EQ(c.views, 3u);
+  EXPECT_EQ(c.most_inferred, 1);  // only the batch (b * 2, or b) is inferred
+  // q's and k's views keep s (1 each), the scores' keeps s and s (2).
+  EXPECT_EQ(c.sym_sizes, c.pt2_sym_sizes + 4);
+}

@@ -80,9 +80,9 @@ class Converter {
   bool delegate_linear(const json& node, const std::string& where);
   bool update_in_place(const json& node, const std::string& where);
   void drop_unused_constants();
-  int view_sizes(const std::vector<SymExpr>& shape, const std::string& where);
-  void view_into(int src, int out, const std::vector<SymExpr>& shape, const std::string& where);
-  int view(int src, DType dtype, const std::vector<SymExpr>& shape, const std::string& where);
+  int view_sizes(int src, const std::vector<SymExpr>& src_shape, const std::vector<SymExpr>& shape, const std::string& where);
+  void view_into(int src, const std::vector<SymExpr>& src_shape, int out, const std::vector<SymExpr>& shape, const std::string& where);
+  int view(int src, const std::vector<SymExpr>& src_shape, DType dtype, const std::vector<SymExpr>& shape, const std::string& where);
   void plan_memory();
 
   const pt2_backend::Pt2Program& p_;
@@ -235,28 +235,50 @@ void Converter::call(const std::string& name, const std::string& overload, std::
 }
 
 // A reshape ExecuTorch's view_copy computes at run time: fixed dims as they are, the one dim that
-// varies with the contract's symbols as -1 (view_copy infers one dim, not two).
-int Converter::view_sizes(const std::vector<SymExpr>& shape, const std::string& where) {
+// varies with the contract's symbols as -1 (view_copy infers one dim, not two). With more than one
+// (an encoder's scores [b*h, s, s] -> [b, h, s, s]), a trailing dim the view keeps from its source is
+// read from the source at run time (aten::sym_size.int), and at most one other is -1.
+int Converter::view_sizes(int src, const std::vector<SymExpr>& src_shape, const std::vector<SymExpr>& shape, const std::string& where) {
+  auto varies = [&](const SymExpr& d) {
+    const auto [lo, hi] = range(d);
+    return lo != hi;
+  };
+  const int dynamic = int(std::count_if(shape.begin(), shape.end(), varies));
+  // The trailing dims the view keeps unchanged: shape[i] is src_shape[i + shift].
+  const ptrdiff_t shift = ptrdiff_t(src_shape.size()) - ptrdiff_t(shape.size());
+  size_t kept_from = shape.size();
+  while (kept_from > 0 && ptrdiff_t(kept_from) - 1 + shift >= 0 && shape[kept_from - 1] == src_shape[size_t(ptrdiff_t(kept_from) - 1 + shift)])
+    --kept_from;
   EtValue sizes;
   sizes.kind = Kind::IntList;
-  int dynamic = 0;
-  for (const auto& d : shape) {
-    const auto [lo, hi] = range(d);
-    if (lo != hi) ++dynamic;
-    sizes.items.push_back(add_int(lo == hi ? hi : -1));
+  int inferred = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const auto [lo, hi] = range(shape[i]);
+    if (lo == hi) {
+      sizes.items.push_back(add_int(hi));
+    } else if (dynamic > 1 && i >= kept_from) {
+      const int size = add_int(0);
+      call("aten::sym_size", "int", {src, add_int(int64_t(ptrdiff_t(i) + shift)), size});
+      sizes.items.push_back(size);
+    } else {
+      ++inferred;
+      sizes.items.push_back(add_int(-1));
+    }
   }
-  if (dynamic > 1) unsupported("executorch: {}: a matmul view with two symbolic dims ({})", where, dynamic);
+  if (inferred > 1) unsupported("executorch: {}: a matmul view with {} symbolic dims it cannot read from its source", where, inferred);
   return add(std::move(sizes));
 }
 
-void Converter::view_into(int src, int out, const std::vector<SymExpr>& shape, const std::string& where) {
-  const int sizes = view_sizes(shape, where);
+void Converter::view_into(int src, const std::vector<SymExpr>& src_shape, int out, const std::vector<SymExpr>& shape,
+                          const std::string& where) {
+  const int sizes = view_sizes(src, src_shape, shape, where);
   call("aten::view_copy", "out", {src, sizes, out, out});
 }
 
-int Converter::view(int src, DType dtype, const std::vector<SymExpr>& shape, const std::string& where) {
+int Converter::view(int src, const std::vector<SymExpr>& src_shape, DType dtype, const std::vector<SymExpr>& shape,
+                    const std::string& where) {
   const int out = add_tensor(dtype, shape, where);
-  view_into(src, out, shape, where);
+  view_into(src, src_shape, out, shape, where);
   return out;
 }
 
@@ -278,10 +300,10 @@ void Converter::lower_matmul(const json& node, const std::string& where) {
   if (rb == 2) {
     SymExpr rows(1);
     for (size_t i = 0; i + 1 < ra; ++i) rows = rows * a.shape[i];
-    const int a2 = view(ta, a.dtype, {rows, a.shape.back()}, where);
+    const int a2 = view(ta, a.shape, a.dtype, {rows, a.shape.back()}, where);
     const int o2 = add_tensor(o.dtype, {rows, b.shape.back()}, where);
     call("aten::mm", "out", {a2, tb, o2, o2});
-    return view_into(o2, out, o.shape, where);
+    return view_into(o2, {rows, b.shape.back()}, out, o.shape, where);
   }
   if (ra != rb || ra < 3) unsupported("executorch: {}: matmul of rank {} by rank {}", where, ra, rb);
   for (size_t i = 0; i + 2 < ra; ++i)
@@ -289,11 +311,12 @@ void Converter::lower_matmul(const json& node, const std::string& where) {
   if (ra == 3) return call("aten::bmm", "out", {ta, tb, out, out});
   SymExpr batch(1);
   for (size_t i = 0; i + 2 < ra; ++i) batch = batch * a.shape[i];
-  const int a3 = view(ta, a.dtype, {batch, a.shape[ra - 2], a.shape[ra - 1]}, where);
-  const int b3 = view(tb, b.dtype, {batch, b.shape[rb - 2], b.shape[rb - 1]}, where);
-  const int o3 = add_tensor(o.dtype, {batch, a.shape[ra - 2], b.shape[rb - 1]}, where);
+  const int a3 = view(ta, a.shape, a.dtype, {batch, a.shape[ra - 2], a.shape[ra - 1]}, where);
+  const int b3 = view(tb, b.shape, b.dtype, {batch, b.shape[rb - 2], b.shape[rb - 1]}, where);
+  const std::vector<SymExpr> o3_shape = {batch, a.shape[ra - 2], b.shape[rb - 1]};
+  const int o3 = add_tensor(o.dtype, o3_shape, where);
   call("aten::bmm", "out", {a3, b3, o3, o3});
-  view_into(o3, out, o.shape, where);
+  view_into(o3, o3_shape, out, o.shape, where);
 }
 
 void Converter::lower_node(const json& node) {

@@ -1,13 +1,18 @@
-// The ExecuTorch program backend as a unit: one `forward` method over a static KV cache held as
-// mutable buffers, in ExecuTorch's portable kernels, written natively as `executorch/model.pte`.
+// The ExecuTorch program backend as a unit: one `forward` method, in ExecuTorch's portable kernels
+// (and XNNPACK delegates), written natively as `executorch/model.pte`. A decoder's holds its static KV
+// cache as mutable buffers; an encoder's is its feature-extraction graph with every dim bounded.
 //
-// The contract is the one ExecuTorch's LLM runner and Transformers' ExecutorchExporter use:
+// A decoder's contract is the one ExecuTorch's LLM runner and Transformers' ExecutorchExporter use:
 // forward(input_ids [1, sequence_length], cache_position [sequence_length]) -> logits
 // [1, sequence_length, vocab]; prefill and single steps go through the same method (a symbolic query
 // length, DYNAMIC_BOUND up to --dim sequence_length's max, else the cache length). Built from the
 // static-cache decoder graph: batch 1, every slot of the attention mask 1 (the causal mask comes from
 // cache_position), positions = cache_position; then lowered as the pt2 backend lowers it (core ATen)
 // and from there to ExecuTorch kernels (backends/executorch).
+//
+// An encoder's is the feature-extraction contract (input_ids, attention_mask [, token_type_ids] ->
+// last_hidden_state [, logits]) with every dim bounded: batch_size 1 unless --dim gives its bounds,
+// sequence_length DYNAMIC_BOUND up to --dim's max, else the model's position table.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -24,6 +29,7 @@
 #include "pipeline/backends/pt2_runner.h"
 #include "pipeline/manifest.h"
 #include "pipeline/runtime_probe.h"
+#include "pipeline/verify.h"
 #include "runtime/tested_runtimes.h"
 #ifdef HFX_HAVE_EXECUTORCH_RUNTIME
 #include "runtime/executorch/et_runner.h"
@@ -36,17 +42,22 @@ namespace hfx::pipeline {
 namespace {
 
 constexpr const char* kBatch = "batch_size";
+constexpr const char* kSequence = "sequence_length";
+
+bool is_encoder(const tasks::Component& c) { return c.role == "encoder"; }
 
 std::string pte_file(const tasks::Component& c) { return c.file_stem + ".pte"; }
 
 // ExecuTorch's runtime as this build has it: the C++ driver linked against the wheel's libraries, or
 // the Python step server over executorch.runtime (`python`) when the build found no wheel.
-std::unique_ptr<runtime::StepRunner> executorch_runner(const fs::path& pte, const std::vector<std::string>& inputs, const std::string& python) {
+// `outputs` names the method's outputs in order (the manifest's).
+std::unique_ptr<runtime::StepRunner> executorch_runner(const fs::path& pte, const std::vector<std::string>& inputs,
+                                                       const std::vector<std::string>& outputs, const std::string& python) {
 #ifdef HFX_HAVE_EXECUTORCH_RUNTIME
   (void)python;
-  return runtime::make_executorch_cpp_runner(pte, inputs);
+  return runtime::make_executorch_cpp_runner(pte, inputs, outputs);
 #else
-  return make_executorch_runner(pte, inputs, python);
+  return make_executorch_runner(pte, inputs, outputs, python);
 #endif
 }
 
@@ -63,8 +74,9 @@ std::string runtime_version(const std::string& python) {
 
 // The one shape of a component this format writes, or BadInput saying what to ask for.
 void check_component(const tasks::Component& c) {
+  if (is_encoder(c)) return;
   if (c.role != "decoder" && c.role != "prefill" && c.role != "decode")
-    unsupported("format executorch writes decoders for now, not the {} of an encoder: export it as onnx, openvino or pt2", c.role);
+    unsupported("format executorch writes decoders and encoders, not a {} component: export it as onnx, openvino or pt2", c.role);
   if (c.role != "decoder")
     bad_input("format executorch writes one forward method for prefill and decode steps: drop --split-prefill");
   if (c.shared_buffers.empty())
@@ -118,6 +130,36 @@ ir::Graph executorch_graph(const tasks::Component& c) {
   return r.finish();
 }
 
+// The encoder graph as ExecuTorch plans it, every dim with an upper bound: batch_size 1 (as the
+// decoder's; --dim batch_size=MIN:MAX makes it DYNAMIC_BOUND, N:N fixes it), sequence_length from 1
+// (or --dim's min) to --dim's max, else to the longest sequence the model's position table covers
+// (memory is planned for the largest shape, and a longer one has no position to read).
+ir::Graph executorch_encoder_graph(const tasks::Component& c, int64_t max_positions) {
+  ir::Graph g = c.graph;
+  auto& symbols = g.symbols();
+  SymbolBounds batch = symbols.has(kBatch) ? symbols.bounds(kBatch) : SymbolBounds{};
+  SymbolBounds seq = symbols.has(kSequence) ? symbols.bounds(kSequence) : SymbolBounds{};
+  if (!batch.max) batch.max = batch.min.value_or(1);  // no max: fixed at the min
+  batch.min = batch.min.value_or(1);
+  if (seq.max && *seq.max > max_positions)
+    bad_input("format executorch: --dim sequence_length max {} is past the {} positions the model's table covers", *seq.max,
+              max_positions);
+  if (!seq.max) seq.max = max_positions;
+  seq.min = seq.min.value_or(1);
+  if (*batch.min == *batch.max)  // a fixed batch is a fixed dim, as the decoder's batch 1
+    for (size_t i = 0; i < g.num_values(); ++i)
+      for (auto& d : g.value(ir::ValueId(i)).shape)
+        if (d.is_symbol() && d.symbol == kBatch) d = Dim::fixed(*batch.max);
+  symbols.set_bounds(kBatch, batch);
+  symbols.set_bounds(kSequence, seq);
+  return g;
+}
+
+// The graph this format writes for `c`.
+ir::Graph executorch_graph(const tasks::Component& c, const LoadedModel& m) {
+  return is_encoder(c) ? executorch_encoder_graph(c, m.model.encoder().max_sequence_length()) : executorch_graph(c);
+}
+
 tasks::Component executorch_contract(const tasks::Component& c, const ir::Graph& g) {
   tasks::Component e{c.role, c.file_stem, g, {}, {}, {}};
   for (auto id : g.inputs()) {
@@ -132,10 +174,12 @@ tasks::Component executorch_contract(const tasks::Component& c, const ir::Graph&
 }
 
 // What ExecuTorch's LLM runner reads from the program's constant methods.
+// An encoder's program has none (the LLM runner does not run it).
 executorch_backend::EtLowerOptions lower_options(const LoadedModel& m, const Recipe& r, const tasks::Component& c, const ir::Graph& g) {
   executorch_backend::EtLowerOptions o;
   o.shared_buffers = c.shared_buffers;
   o.xnnpack = r.executorch_backend == "xnnpack";
+  if (is_encoder(c)) return o;
   int64_t slots = 0, query = 1;
   for (const auto& in : c.inputs)
     if (in.name == "attention_mask") slots = in.shape.at(1).value;
@@ -153,16 +197,42 @@ executorch_backend::EtLowerOptions lower_options(const LoadedModel& m, const Rec
 }
 
 class ExecuTorchBackend final : public Backend {
+  // An encoder's check: verify's first shape cases on the staged export (the manifest's contract,
+  // this backend's runner), every output within tolerance of the reference executor.
+  static std::string check_encoder(ExportJob& job, const std::string& version, const std::string& kernels) {
+    VerifyOptions vo;
+    vo.runtime = "executorch";
+    vo.reexport = false;
+    vo.full_shape_matrix = false;
+    vo.model_dir = job.model.checkpoint->dir();  // the staged manifest's source.path is relative to the final folder
+    VerifyReport report;
+    try {
+      report = verify_export(job.staging, vo);
+    } catch (const Error& e) {
+      throw Error(e.kind(), fmt::format("{} (nothing was written; --no-verify skips this check)", e.describe()));
+    }
+    for (const auto& c : report.checks)
+      if (!c.passed)
+        fail(ErrorKind::Mismatch, "the executorch export does not match its reference (executorch {}): {}: {} (nothing was written; "
+             "--no-verify skips this check)", version, c.name, c.detail);
+    return fmt::format("executorch: {} checks passed on executorch {}, {}, {}) against the reference executor", report.checks.size(),
+                       version, kernels, job.recipe.precision_for("encoder").str());
+  }
+
  public:
   BackendInfo info() const override {
     BackendInfo i;
     i.name = "executorch";
-    i.status = "available (ExecuTorch program ET12, XNNPACK delegate or portable kernels, static KV cache as mutable buffers)";
+    i.status = "available (ExecuTorch program ET12, XNNPACK delegate or portable kernels; decoders with a static KV cache as "
+               "mutable buffers, encoders)";
     i.files = "executorch/model.pte";
     i.options = {
         {"--static-cache --max-cache-len N", "",
-         "required: the cache is the program's mutable buffers of N slots, updated in place; "
+         "required for decoders: the cache is the program's mutable buffers of N slots, updated in place; "
          "forward(input_ids [1, T], cache_position [T]) -> logits, T up to --dim sequence_length's max (else N)"},
+        {"--dim batch_size=MIN:MAX, --dim sequence_length=MIN:MAX", "",
+         "encoders: the program's bounds (DYNAMIC_BOUND, planned for the max); default batch 1, sequence_length up to the "
+         "model's position table"},
         {"--executorch-backend xnnpack|portable", "executorch_backend",
          "xnnpack (default): the linear layers in XNNPACK delegates (FullyConnected) inside the program, the rest and the "
          "cache update in portable kernels; portable: ExecuTorch's portable kernels only"},
@@ -178,11 +248,13 @@ class ExecuTorchBackend final : public Backend {
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
     check_component(c);  // refused before the work starts
     check_precision(recipe.precision_for(c.role), recipe.executorch_backend);
-    Plan p{recipe.executorch_backend == "xnnpack" ? "XNNPACK linear layers, static KV cache as mutable buffers"
-                                                  : "portable kernels, static KV cache as mutable buffers",
-           {}, {}, {}};
-    if (!contract) return p;
-    const auto e = executorch_contract(c, executorch_graph(c));
+    const std::string kernels = recipe.executorch_backend == "xnnpack" ? "XNNPACK linear layers" : "portable kernels";
+    Plan p{is_encoder(c) ? kernels + ", every dim bounded" : kernels + ", static KV cache as mutable buffers", {}, {}, {}};
+    if (!contract) {
+      if (is_encoder(c)) executorch_graph(c, m);  // its bounds are refused before the work starts too
+      return p;
+    }
+    const auto e = executorch_contract(c, executorch_graph(c, m));
     p.inputs = e.inputs;
     p.outputs = e.outputs;
     return p;
@@ -191,7 +263,7 @@ class ExecuTorchBackend final : public Backend {
   void write_component(const tasks::Component& c, ExportJob& job) const override {
     check_component(c);
     const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
-    const ir::Graph eg = executorch_graph(c);
+    const ir::Graph eg = executorch_graph(c, job.model);
     std::vector<std::string> passes_run;
     ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(eg, passes(), &passes_run); });
     if (!precision.is_default()) {
@@ -212,17 +284,23 @@ class ExecuTorchBackend final : public Backend {
     progress->finish();
     job.result.add_weight_bytes("executorch", written.constant_bytes);
     job.result.source_bytes_read += written.source_bytes_read;
-    job.result.notes.push_back(fmt::format("executorch {}: {} kernels, planned arena {:.1f} MiB ({:.1f} MiB of it the KV cache)", c.role,
-                                           program.kernels.size(), double(program.arena_bytes) / (1 << 20),
-                                           double(program.buffer_bytes) / (1 << 20)));
+    const double arena_mib = double(program.arena_bytes) / (1 << 20);
+    if (is_encoder(c))
+      job.result.notes.push_back(fmt::format("executorch encoder: {} kernels, planned arena {:.1f} MiB (batch {}, sequence_length {})",
+                                             program.kernels.size(), arena_mib, eg.symbols().bounds(kBatch).str(),
+                                             eg.symbols().bounds(kSequence).str()));
+    else
+      job.result.notes.push_back(fmt::format("executorch {}: {} kernels, planned arena {:.1f} MiB ({:.1f} MiB of it the KV cache)", c.role,
+                                             program.kernels.size(), arena_mib, double(program.buffer_bytes) / (1 << 20)));
     job.manifest.add_file_digest(fs::path("executorch") / pte_file(c), written.sha256, written.size);
     job.manifest.add_component(executorch_contract(c, eg), "executorch", (fs::path("executorch") / pte_file(c)).string(), passes_run);
   }
 
   // Decoders: 8 greedy tokens from ExecuTorch's runtime (executorch.runtime, portable kernels) equal
   // the reference executor's on the static-cache graph, when the driver's Python has executorch;
-  // otherwise the program is read back (header, flatbuffer verified against the schema) and said
-  // unchecked.
+  // encoders: the two shape cases `hfx export`'s check runs (as `hfx verify --runtime executorch`)
+  // within tolerance of the reference executor; otherwise the program is read back (header,
+  // flatbuffer verified against the schema) and said unchecked.
   std::string check(ExportJob& job, const ExportOptions& options) const override {
     const fs::path dir = job.staging / "executorch";
     for (const auto& c : job.model.components) executorch_backend::read_pte_program(dir / pte_file(c));
@@ -232,6 +310,8 @@ class ExecuTorchBackend final : public Backend {
       return fmt::format("executorch: programs read back; not run ({} has no executorch: `hfx verify --runtime executorch` "
                          "with a Python that has executorch {} checks them)",
                          python, runtime::kTestedExecuTorch);
+    const std::string kernels = job.recipe.executorch_backend == "xnnpack" ? "XNNPACK" : "portable kernels";
+    if (!job.model.task->generative()) return check_encoder(job, version, kernels);
     // One row: the program's batch is 1.
     Recipe one = job.recipe;
     one.task.dims[kBatch] = SymbolBounds{1, 1};
@@ -243,18 +323,18 @@ class ExecuTorchBackend final : public Backend {
         },
         [&](const tasks::Component& c) {
           const auto e = executorch_contract(c, executorch_graph(c));
-          std::vector<std::string> names;
-          for (const auto& in : e.inputs) names.push_back(in.name);
-          return executorch_runner(dir / pte_file(c), names, python);
+          std::vector<std::string> inputs, outputs;
+          for (const auto& in : e.inputs) inputs.push_back(in.name);
+          for (const auto& out : e.outputs) outputs.push_back(out.name);
+          return executorch_runner(dir / pte_file(c), inputs, outputs, python);
         });
     return fmt::format("executorch: {} greedy tokens x {} row on executorch {}, {}, {}) identical to the reference executor",
-                       done.tokens, done.rows, version, job.recipe.executorch_backend == "xnnpack" ? "XNNPACK" : "portable kernels",
-                       job.recipe.precision_for(job.model.components.front().role).str());
+                       done.tokens, done.rows, version, kernels, job.recipe.precision_for(job.model.components.front().role).str());
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
     HFX_CHECK(rt == "executorch", "executorch backend asked for runtime {}", rt);
-    return executorch_runner(c.file, c.declared_inputs, driver_python(""));
+    return executorch_runner(c.file, c.declared_inputs, c.declared_outputs, driver_python(""));
   }
 
   // The forward method's ports, named by the manifest (a .pte names none): a DYNAMIC_BOUND tensor's

@@ -70,10 +70,12 @@ std::string how_it_ended(int status) {
 
 class PythonStepRunner final : public runtime::StepRunner {
  public:
+  // `outputs`: the names the server gives the program's outputs (`--output`), when it takes them.
   PythonStepRunner(const ServerKind& kind, fs::path pt2, std::vector<std::string> names,
-                   const std::vector<std::pair<std::string, std::string>>& shared, std::string python)
+                   const std::vector<std::pair<std::string, std::string>>& shared, std::string python,
+                   const std::vector<std::string>& outputs = {})
       : kind_(kind), scratch_({}, kind.scratch_prefix), pt2_(std::move(pt2)), names_(std::move(names)), python_(std::move(python)) {
-    spawn(shared);
+    spawn(shared, outputs);
     try {
       wait_until_ready();
     } catch (...) {
@@ -110,11 +112,12 @@ class PythonStepRunner final : public runtime::StepRunner {
   }
 
  private:
-  void spawn(const std::vector<std::pair<std::string, std::string>>& shared) {
+  void spawn(const std::vector<std::pair<std::string, std::string>>& shared, const std::vector<std::string>& outputs) {
     server_script_ = std::string(HFX_PYTHON_DIR) + "/" + kind_.script;
     std::vector<std::string> args = {python_, server_script_, "--serve", pt2_.string()};
     for (const auto& name : names_) args.insert(args.end(), {"--input", name});
     for (const auto& [in, out] : shared) args.insert(args.end(), {"--shared", in, out});
+    for (const auto& name : outputs) args.insert(args.end(), {"--output", name});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -259,8 +262,9 @@ std::unique_ptr<runtime::StepRunner> make_torch_runner(const fs::path& pt2, cons
 }
 
 std::unique_ptr<runtime::StepRunner> make_executorch_runner(const fs::path& pte, const std::vector<std::string>& input_names,
-                                                            const std::string& python) {
-  return std::make_unique<PythonStepRunner>(kExecuTorch, pte, input_names, std::vector<std::pair<std::string, std::string>>{}, python);
+                                                            const std::vector<std::string>& output_names, const std::string& python) {
+  return std::make_unique<PythonStepRunner>(kExecuTorch, pte, input_names, std::vector<std::pair<std::string, std::string>>{}, python,
+                                            output_names);
 }
 
 // executorch keeps its version in a submodule: executorch.version.__version__ ("1.5.1+cpu").

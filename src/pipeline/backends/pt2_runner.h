@@ -32,9 +32,10 @@ std::unique_ptr<runtime::StepRunner> make_torch_runner(const std::filesystem::pa
 // The executorch runtime the same way: python/hfx_executorch_runner.py loads the `.pte` with
 // executorch.runtime and keeps its forward method loaded, so the mutable buffers (the KV cache) carry
 // over from one run() to the next; a step whose cache_position starts at 0 reloads the method, which
-// zeroes them. Errors as for torch, with executorch's own words.
+// zeroes them. `output_names` name the method's outputs in order (logits; an encoder's
+// last_hidden_state [, logits]). Errors as for torch, with executorch's own words.
 std::unique_ptr<runtime::StepRunner> make_executorch_runner(const std::filesystem::path& pte, const std::vector<std::string>& input_names,
-                                                            const std::string& python);
+                                                            const std::vector<std::string>& output_names, const std::string& python);
 std::string executorch_version(const std::string& python);
 
 // torch.__version__ as `python` imports it ("2.13.0+cpu"), or "" when it cannot (no such interpreter,

@@ -4,6 +4,7 @@
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/platform/platform.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <cstring>
@@ -56,7 +57,10 @@ et::aten::ScalarType scalar_type(DType t) {
 
 class ExecuTorchRunner final : public StepRunner {
  public:
-  ExecuTorchRunner(std::filesystem::path pte, std::vector<std::string> names) : pte_(std::move(pte)), names_(std::move(names)) { load(); }
+  ExecuTorchRunner(std::filesystem::path pte, std::vector<std::string> names, std::vector<std::string> outputs)
+      : pte_(std::move(pte)), names_(std::move(names)), outputs_(std::move(outputs)) {
+    load();
+  }
 
   std::vector<std::string> input_names() const override { return names_; }
 
@@ -71,6 +75,7 @@ class ExecuTorchRunner final : public StepRunner {
     for (size_t i = 0; i < names_.size(); ++i)
       if (names_[i] == "cache_position" && held[i].numel() > 0 && held[i].dtype() == DType::I64 && held[i].as<int64_t>()[0] == 0 && used_)
         load();  // a new sequence: a fresh method, zeroed buffers
+    check_bounds(held);
     for (auto& t : held) {
       std::vector<et::aten::SizesType> sizes(t.shape().begin(), t.shape().end());
       ptrs.push_back(et::extension::from_blob(t.data(), sizes, scalar_type(t.dtype())));
@@ -81,18 +86,42 @@ class ExecuTorchRunner final : public StepRunner {
     if (!result.ok())
       fail(ErrorKind::Mismatch, "executorch {} failed on {}: forward returned {}", executorch_runtime_version(), pte_.string(),
            error_name(result.error()));
-    if (result->size() != 1 || !(*result)[0].isTensor())
-      fail(ErrorKind::Mismatch, "{}: forward returned {} values, expected the logits tensor", pte_.string(), result->size());
-    const auto& out = (*result)[0].toTensor();
-    if (out.scalar_type() != et::aten::ScalarType::Float)
-      fail(ErrorKind::Mismatch, "{}: forward's logits are not f32", pte_.string());
-    std::vector<int64_t> shape(out.sizes().begin(), out.sizes().end());
-    Tensor logits(DType::F32, shape);
-    std::memcpy(logits.data(), out.const_data_ptr<float>(), logits.nbytes());
-    return {{"logits", std::move(logits)}};
+    if (result->size() != outputs_.size())
+      fail(ErrorKind::Mismatch, "{}: forward returned {} values, expected {} ({})", pte_.string(), result->size(), outputs_.size(),
+           fmt::join(outputs_, ", "));
+    std::map<std::string, Tensor> named;
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      if (!(*result)[i].isTensor()) fail(ErrorKind::Mismatch, "{}: forward's {} is not a tensor", pte_.string(), outputs_[i]);
+      const auto& out = (*result)[i].toTensor();
+      if (out.scalar_type() != et::aten::ScalarType::Float)
+        fail(ErrorKind::Mismatch, "{}: forward's {} is not f32", pte_.string(), outputs_[i]);
+      std::vector<int64_t> shape(out.sizes().begin(), out.sizes().end());
+      Tensor t(DType::F32, shape);
+      std::memcpy(t.data(), out.const_data_ptr<float>(), t.nbytes());
+      named.emplace(outputs_[i], std::move(t));
+    }
+    return named;
   }
 
  private:
+  // A tensor past its planned capacity is refused by ExecuTorch (NotSupported, and a log line about
+  // resizing a bounded tensor): said here in one line, naming the input and the program's bounds.
+  void check_bounds(const std::vector<Tensor>& held) {
+    const auto meta = module_->method_meta("forward");
+    if (!meta.ok()) return;  // forward() reports it
+    for (size_t i = 0; i < held.size() && i < meta->num_inputs(); ++i) {
+      const auto t = meta->input_tensor_meta(i);
+      if (!t.ok()) continue;
+      const auto bound = t->sizes();
+      const auto& shape = held[i].shape();
+      bool past = shape.size() != bound.size();
+      for (size_t d = 0; !past && d < shape.size(); ++d) past = shape[d] > bound[d];
+      if (past)
+        bad_input("{}: {} of shape [{}] is past the program's bounds [{}] (its planned shapes, from the export's --dim)", pte_.string(),
+                  names_[i], fmt::join(shape, ", "), fmt::join(std::vector<int64_t>(bound.begin(), bound.end()), ", "));
+    }
+  }
+
   void load() {
     module_ = std::make_unique<Module>(pte_.string(), Module::LoadMode::Mmap);
     const auto e = module_->load_method("forward");
@@ -102,15 +131,16 @@ class ExecuTorchRunner final : public StepRunner {
   }
 
   std::filesystem::path pte_;
-  std::vector<std::string> names_;
+  std::vector<std::string> names_, outputs_;
   std::unique_ptr<Module> module_;
   bool used_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<StepRunner> make_executorch_cpp_runner(const std::filesystem::path& pte, const std::vector<std::string>& input_names) {
-  return std::make_unique<ExecuTorchRunner>(pte, input_names);
+std::unique_ptr<StepRunner> make_executorch_cpp_runner(const std::filesystem::path& pte, const std::vector<std::string>& input_names,
+                                                       const std::vector<std::string>& output_names) {
+  return std::make_unique<ExecuTorchRunner>(pte, input_names, output_names);
 }
 
 std::string executorch_runtime_version() { return HFX_EXECUTORCH_VERSION; }
