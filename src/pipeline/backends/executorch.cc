@@ -22,6 +22,7 @@
 #include "backends/pt2/pt2_program.h"
 #include "core/error.h"
 #include "ir/rewrite.h"
+#include "models/encoder.h"
 #include "passes/pass.h"
 #include "passes/precision.h"
 #include "pipeline/backend.h"
