@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "backends/executorch/et_ops.h"
 #include "backends/executorch/et_xnnpack.h"
+#include "backends/executorch/et_xnnpack_partition.h"
 #include "core/error.h"
 
 namespace hfx::executorch_backend {
@@ -78,6 +80,10 @@ class Converter {
   void lower_node(const json& node);
   void lower_matmul(const json& node, const std::string& where);
   bool delegate_linear(const json& node, const std::string& where);
+  void tag_for_xnnpack(const json& node, const std::string& target, const std::vector<int>& args, int out);
+  bool tag_reshape(int src, int out, const std::vector<SymExpr>& shape);
+  bool xnn_float(const std::vector<int>& tensors) const;
+  void partition();
   bool update_in_place(const json& node, const std::string& where);
   void drop_unused_constants();
   int view_sizes(int src, const std::vector<SymExpr>& src_shape, const std::vector<SymExpr>& shape, const std::string& where);
@@ -101,6 +107,9 @@ class Converter {
   std::map<std::string, std::pair<int, int>> dequantized_;
   std::map<std::string, const json*> producer_;    // pt2 tensor name -> the node that computes it
   std::map<std::string, std::string> mutation_of_;  // pt2 tensor name -> the buffer input it becomes
+  // --executorch-backend xnnpack: the calls an XNNPACK node computes (call index -> op), made into
+  // partitions once the method is lowered.
+  std::map<size_t, XnnOp> xnn_ops_;
 };
 
 void Converter::bounds() {
@@ -273,6 +282,7 @@ void Converter::view_into(int src, const std::vector<SymExpr>& src_shape, int ou
                           const std::string& where) {
   const int sizes = view_sizes(src, src_shape, shape, where);
   call("aten::view_copy", "out", {src, sizes, out, out});
+  tag_reshape(src, out, shape);
 }
 
 int Converter::view(int src, const std::vector<SymExpr>& src_shape, DType dtype, const std::vector<SymExpr>& shape,
@@ -308,7 +318,11 @@ void Converter::lower_matmul(const json& node, const std::string& where) {
   if (ra != rb || ra < 3) unsupported("executorch: {}: matmul of rank {} by rank {}", where, ra, rb);
   for (size_t i = 0; i + 2 < ra; ++i)
     if (a.shape[i] != b.shape[i]) unsupported("executorch: {}: matmul broadcasting its batch dims ({} against {})", where, a.shape[i].str(), b.shape[i].str());
-  if (ra == 3) return call("aten::bmm", "out", {ta, tb, out, out});
+  if (ra == 3) {
+    call("aten::bmm", "out", {ta, tb, out, out});
+    if (xnn_float({ta, tb, out})) xnn_ops_[m_.calls.size() - 1] = {XnnOp::Form::Node, XnnKind::BatchMatrixMultiply, {ta, tb}, out, {}, 0, {}};
+    return;
+  }
   SymExpr batch(1);
   for (size_t i = 0; i + 2 < ra; ++i) batch = batch * a.shape[i];
   const int a3 = view(ta, a.shape, a.dtype, {batch, a.shape[ra - 2], a.shape[ra - 1]}, where);
@@ -316,6 +330,7 @@ void Converter::lower_matmul(const json& node, const std::string& where) {
   const std::vector<SymExpr> o3_shape = {batch, a.shape[ra - 2], b.shape[rb - 1]};
   const int o3 = add_tensor(o.dtype, o3_shape, where);
   call("aten::bmm", "out", {a3, b3, o3, o3});
+  if (xnn_float({a3, b3, o3})) xnn_ops_[m_.calls.size() - 1] = {XnnOp::Form::Node, XnnKind::BatchMatrixMultiply, {a3, b3}, o3, {}, 0, {}};
   view_into(o3, o3_shape, out, o.shape, where);
 }
 
@@ -384,7 +399,8 @@ void Converter::lower_node(const json& node) {
   tensors_[out_name] = out;
   args.push_back(out);
   args.push_back(out);
-  call(spec->second.name, spec->second.overload, std::move(args));
+  call(spec->second.name, spec->second.overload, args);
+  if (opt_.xnnpack) tag_for_xnnpack(node, target, args, out);
 }
 
 // The static cache written in place: scatter.src(buffer, 2, expand_copy(view_copy(P)), new), whose
@@ -447,6 +463,163 @@ bool Converter::delegate_linear(const json& node, const std::string& where) {
   const auto& info = p_.tensors.at(out_name);
   const int out = add_tensor(info.dtype, info.shape, where);
   tensors_[out_name] = out;
+  // A placeholder call the partitioning replaces: the FullyConnected node of an XNNPACK graph.
+  m_.calls.push_back({-1, {x, out}, false});
+  XnnOp fc{XnnOp::Form::Node, XnnKind::FullyConnected, {x, w}, out, {}, 0, {}};
+  if (b >= 0) fc.inputs.push_back(b);
+  if (q8 != dequantized_.end()) {  // scales go into the XNNGraph itself (PerChannelQuant), one per output row
+    const Tensor scales = out_.constants.at(constant_of_.at(q8->second.second)).materialize();
+    fc.int8_scales.assign(scales.as<float>(), scales.as<float>() + scales.numel());
+  }
+  xnn_ops_[m_.calls.size() - 1] = std::move(fc);
+  return true;
+}
+
+// True when every EValue is a tensor of one float dtype XNNPACK computes in (f32, or f16).
+bool Converter::xnn_float(const std::vector<int>& tensors) const {
+  int dtype = -1;
+  for (int v : tensors) {
+    const auto& e = m_.values[size_t(v)];
+    if (e.kind != Kind::Tensor || (e.tensor.scalar_type != 5 && e.tensor.scalar_type != 6)) return false;
+    if (dtype >= 0 && e.tensor.scalar_type != dtype) return false;
+    dtype = e.tensor.scalar_type;
+  }
+  return true;
+}
+
+// A reshape (view_copy, unsqueeze_copy, squeeze_copy) of the last call as XNNPACK's static reshape:
+// the output's fixed dims as they are, its one dim that varies with the contract's symbols as 0
+// (XNNPACK infers it at run time); two varying dims stay a portable view.
+bool Converter::tag_reshape(int src, int out, const std::vector<SymExpr>& shape) {
+  if (!opt_.xnnpack || !xnn_float({src, out})) return false;
+  std::vector<int64_t> new_shape;
+  int varying = 0;
+  for (const auto& d : shape) {
+    const auto [lo, hi] = range(d);
+    new_shape.push_back(lo == hi ? hi : 0);
+    varying += lo != hi;
+  }
+  if (varying > 1) return false;
+  xnn_ops_[m_.calls.size() - 1] = {XnnOp::Form::Node, XnnKind::StaticReshape, {src}, out, new_shape, 0, {}};
+  return true;
+}
+
+// The last call (a table kernel: `args` its schema arguments, then out) as the XNNPACK node that
+// computes it, when XNNPACK has one for its dtypes and arguments. Others stay portable kernels.
+void Converter::tag_for_xnnpack(const json& node, const std::string& target, const std::vector<int>& args, int out) {
+  const size_t at = m_.calls.size() - 1;
+  auto node_op = [&](XnnKind k, std::vector<int> inputs, std::vector<int64_t> params = {}) {
+    inputs.push_back(out);
+    if (!xnn_float(inputs)) return;
+    inputs.pop_back();
+    xnn_ops_[at] = {XnnOp::Form::Node, k, std::move(inputs), out, std::move(params), 0, {}};
+  };
+  auto value = [&](size_t i) -> const EtValue& { return m_.values[size_t(args.at(i))]; };
+  // An int argument given in the program (not a SymInt computed at run time), or its default.
+  auto fixed_int = [&](const char* name, int64_t fallback) -> std::optional<int64_t> {
+    for (const auto& in : node["inputs"])
+      if (in["name"] == name) {
+        if (in["arg"].contains("as_int")) return in["arg"]["as_int"].get<int64_t>();
+        if (in["arg"].contains("as_none")) return fallback;
+        return std::nullopt;
+      }
+    return fallback;
+  };
+  const int rank = int(m_.values[size_t(out)].tensor.sizes.size());
+  auto normalized = [&](int64_t d, int r) { return d < 0 ? d + r : d; };
+  const std::string out_name = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
+  static const std::map<std::string, XnnKind> unary = {
+      {"torch.ops.aten.neg.default", XnnKind::Negate},     {"torch.ops.aten.sigmoid.default", XnnKind::Sigmoid},
+      {"torch.ops.aten.tanh.default", XnnKind::Tanh},      {"torch.ops.aten.exp.default", XnnKind::Exp},
+      {"torch.ops.aten.log.default", XnnKind::Log},        {"torch.ops.aten.sin.default", XnnKind::Sin},
+      {"torch.ops.aten.cos.default", XnnKind::Cos},        {"torch.ops.aten.sqrt.default", XnnKind::SquareRoot},
+  };
+  static const std::map<std::string, XnnKind> binary = {
+      {"torch.ops.aten.add.Tensor", XnnKind::Add},      {"torch.ops.aten.sub.Tensor", XnnKind::Subtract},
+      {"torch.ops.aten.mul.Tensor", XnnKind::Multiply}, {"torch.ops.aten.div.Tensor", XnnKind::Divide},
+  };
+  if (auto u = unary.find(target); u != unary.end()) return node_op(u->second, {args[0]});
+  if (auto b = binary.find(target); b != binary.end()) {
+    if (b->second == XnnKind::Add || b->second == XnnKind::Subtract)
+      if (fixed_int("alpha", 1) != 1) return;
+    return node_op(b->second, {args[0], args[1]});
+  }
+  if (target == "torch.ops.aten.reciprocal.default") {  // only as rsqrt, reciprocal(sqrt(x)) (et_xnnpack_partition.cc)
+    if (xnn_float({args[0], out})) xnn_ops_[at] = {XnnOp::Form::Reciprocal, XnnKind::Copy, {args[0]}, out, {}, 0, {}};
+    return;
+  }
+  if (target == "torch.ops.aten.clone.default") return node_op(XnnKind::Copy, {args[0]});
+  if (target == "torch.ops.aten.bmm.default") return node_op(XnnKind::BatchMatrixMultiply, {args[0], args[1]});
+  if (target == "torch.ops.aten._softmax.default") {
+    if (value(1).kind == Kind::Int && normalized(value(1).i, rank) == rank - 1 && value(2).kind == Kind::Bool && !value(2).b)
+      node_op(XnnKind::Softmax, {args[0]});
+    return;
+  }
+  if (target == "torch.ops.aten.permute_copy.default") {
+    std::vector<int64_t> perm;
+    for (auto i : value(1).items) perm.push_back(normalized(m_.values[size_t(i)].i, rank));
+    return node_op(XnnKind::StaticTranspose, {args[0]}, perm);
+  }
+  if (target == "torch.ops.aten.view_copy.default" || target == "torch.ops.aten.unsqueeze_copy.default" ||
+      target == "torch.ops.aten.squeeze_copy.dims") {
+    tag_reshape(args[0], out, p_.tensors.at(out_name).shape);
+    return;
+  }
+  if (target == "torch.ops.aten._to_copy.default") {  // f32 <-> f16: XNNPACK's convert
+    const auto& in = m_.values[size_t(args[0])];
+    const int from = in.kind == Kind::Tensor ? in.tensor.scalar_type : -1, to = m_.values[size_t(out)].tensor.scalar_type;
+    if (value(2).kind == Kind::Null && (from == 5 || from == 6) && (to == 5 || to == 6))
+      xnn_ops_[at] = {XnnOp::Form::Node, from == to ? XnnKind::Copy : XnnKind::Convert, {args[0]}, out, {}, 0, {}};
+    return;
+  }
+  if (target == "torch.ops.aten.mean.dim") {  // over the last dim: a global average pooling
+    const auto& dims = value(1).items;
+    const auto& in_shape = p_.tensors.at(node["inputs"][0]["arg"]["as_tensor"]["name"].get<std::string>()).shape;
+    const int in_rank = int(in_shape.size());
+    if (dims.size() != 1 || normalized(m_.values[size_t(dims[0])].i, in_rank) != in_rank - 1 || value(3).kind != Kind::Null) return;
+    if (in_shape.empty() || range(in_shape.back()).first != range(in_shape.back()).second) return;
+    SymExpr rows(1);
+    for (int i = 0; i + 1 < in_rank; ++i) rows = rows * in_shape[size_t(i)];
+    const auto [lo, hi] = range(rows);
+    std::vector<int64_t> params = {lo == hi ? hi : 0};
+    int varying = 0;
+    for (const auto& d : p_.tensors.at(out_name).shape) {
+      const auto [dlo, dhi] = range(d);
+      params.push_back(dlo == dhi ? dhi : 0);
+      varying += dlo != dhi;
+    }
+    if (varying > 1 || !xnn_float({args[0], out})) return;
+    xnn_ops_[at] = {XnnOp::Form::Mean, XnnKind::GlobalAvgPooling2d, {args[0]}, out, std::move(params), 0, {}};
+    return;
+  }
+  if (target == "torch.ops.aten.slice_copy.Tensor") {  // step 1 along a fixed dim: a static slice
+    const auto& in_shape = p_.tensors.at(node["inputs"][0]["arg"]["as_tensor"]["name"].get<std::string>()).shape;
+    const auto dim = fixed_int("dim", 0), start = fixed_int("start", 0), step = fixed_int("step", 1);
+    if (!dim || !start || step != 1) return;
+    const int64_t d = normalized(*dim, rank);
+    if (d < 0 || d >= rank) return;
+    const auto [lo, hi] = range(in_shape[size_t(d)]);
+    if (lo != hi) return;
+    std::vector<int64_t> offsets(size_t(rank), 0), sizes;
+    offsets[size_t(d)] = std::clamp<int64_t>(*start < 0 ? *start + hi : *start, 0, hi);
+    for (const auto& s : p_.tensors.at(out_name).shape) {
+      const auto [slo, shi] = range(s);
+      sizes.push_back(slo == shi ? shi : 0);  // 0: the whole dim, whatever its size at run time
+    }
+    if (sizes[size_t(d)] == 0) return;
+    offsets.insert(offsets.end(), sizes.begin(), sizes.end());
+    return node_op(XnnKind::StaticSlice, {args[0]}, offsets);
+  }
+  if (target == "torch.ops.aten.cat.default") {
+    const auto& list = value(0).items;
+    if (list.size() < 2 || list.size() > 5 || value(1).kind != Kind::Int) return;
+    std::vector<int> inputs(list.begin(), list.end());
+    return node_op(XnnKind::Concatenate, inputs, {normalized(value(1).i, rank)});
+  }
+}
+
+// The runs of XNNPACK calls as delegate calls (et_xnnpack_partition.h); their constants become named data.
+void Converter::partition() {
   auto named = [&](int v) {
     const std::string& key = constant_name_.at(v);
     bool known = false;
@@ -454,23 +627,11 @@ bool Converter::delegate_linear(const json& node, const std::string& where) {
     if (!known) out_.named_data.emplace_back(key, out_.constants.at(constant_of_.at(v)));
     return key;
   };
-  XnnLinear l;
-  l.input_sizes = m_.values[size_t(x)].tensor.sizes;
-  l.output_sizes = m_.values[size_t(out)].tensor.sizes;
-  l.out_features = m_.values[size_t(w)].tensor.sizes.at(0);
-  l.in_features = m_.values[size_t(w)].tensor.sizes.at(1);
-  l.f16 = dtype == 5;
-  if (q8 != dequantized_.end()) {  // scales go into the XNNGraph itself (PerChannelQuant), one per output row
-    const Tensor scales = out_.constants.at(constant_of_.at(q8->second.second)).materialize();
-    l.int8_scales.assign(scales.as<float>(), scales.as<float>() + scales.numel());
-  }
-  l.weight_key = named(w);
-  if (b >= 0) l.bias_key = named(b);
-  out_.delegate_blobs.push_back(xnnpack_linear_payload(l));
-  m_.delegates.push_back(out_.delegate_blobs.size() - 1);
-  m_.calls.push_back({int(m_.delegates.size() - 1), {x, out}, true});
-  kernels_.insert("XnnpackBackend (FullyConnected)");
-  return true;
+  auto done = partition_for_xnnpack(m_, xnn_ops_, named, out_.delegate_blobs.size());
+  for (auto& b : done.blobs) out_.delegate_blobs.push_back(std::move(b));
+  kernels_.clear();
+  for (const auto& [name, overload] : m_.operators) kernels_.insert(overload.empty() ? name : name + "." + overload);
+  for (const auto& [node, n] : done.nodes) kernels_.insert("XnnpackBackend (" + node + ")");
 }
 
 // Constants only delegates read live in their named-data segments: their EValues become Null (no
@@ -620,7 +781,10 @@ EtProgram Converter::run() {
       unsupported("executorch: a program output of kind {}", spec.begin().key());
     }
   }
-  if (opt_.xnnpack) drop_unused_constants();
+  if (opt_.xnnpack) {
+    partition();
+    drop_unused_constants();
+  }
   plan_memory();
   out_.arena_bytes = m_.arena_bytes;
   out_.kernels.assign(kernels_.begin(), kernels_.end());

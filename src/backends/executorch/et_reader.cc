@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "executorch/program_generated.h"
+#include "executorch/xnnpack_generated.h"
 
 namespace fs = std::filesystem;
 namespace etfb = executorch_flatbuffer;
@@ -33,6 +34,40 @@ const char* dtype_of(etfb::ScalarType t) {
     case 15: return "bf16";
     default: return "?";
   }
+}
+
+// The node names of one XNNPACK payload (XH00 header, then an XNNGraph), counted into `nodes`;
+// BadInput when the payload is not one.
+void count_xnnpack_nodes(const fs::path& file, const std::string& blob, std::map<std::string, int>& nodes) {
+  uint32_t at = 0, size = 0;
+  if (blob.size() >= 18 && std::memcmp(blob.data() + 4, "XH00", 4) == 0) {
+    std::memcpy(&at, blob.data() + 10, 4);
+    std::memcpy(&size, blob.data() + 14, 4);
+  }
+  if (size == 0 || uint64_t(at) + size > blob.size()) bad_input("{}: an XNNPACK delegate payload without its XH00 header", file.string());
+  flatbuffers::Verifier v(reinterpret_cast<const uint8_t*>(blob.data() + at), size);
+  if (!fb_xnnpack::VerifyXNNGraphBuffer(v)) bad_input("{}: an XNNPACK payload that does not verify against its schema", file.string());
+  const auto* graph = fb_xnnpack::GetXNNGraph(blob.data() + at);
+  if (graph->xnodes())
+    for (const auto* n : *graph->xnodes()) nodes[fb_xnnpack::EnumNameXNodeUnion(n->xnode_union_type())]++;
+}
+
+// The bytes of segment `index` of a .pte.
+std::string read_segment(const fs::path& file, const etfb::Program* program, uint32_t index) {
+  if (!program->segments() || index >= program->segments()->size()) bad_input("{}: a delegate names segment {} of none such", file.string(), index);
+  std::ifstream in(file, std::ios::binary);
+  uint8_t head[kHeaderOffset + kHeaderLength];
+  in.read(reinterpret_cast<char*>(head), sizeof head);
+  uint64_t segment_base;
+  std::memcpy(&segment_base, head + 24, 8);
+  const auto* s = program->segments()->Get(index);
+  const uintmax_t end = fs::file_size(file);
+  if (segment_base + s->offset() + s->size() > end || s->size() > kMaxProgramBytes)
+    bad_input("{}: segment {} lies past the end of the file", file.string(), index);
+  std::string bytes(s->size(), '\0');
+  in.seekg(std::streamoff(segment_base + s->offset()));
+  if (!in.read(bytes.data(), std::streamsize(bytes.size()))) bad_input("{}: cannot read segment {}", file.string(), index);
+  return bytes;
 }
 
 }  // namespace
@@ -115,8 +150,17 @@ EtMethodInfo read_pte_forward(const fs::path& file) {
             const auto* delegates = forward->delegates();
             if (!delegates || d->delegate_index() < 0 || size_t(d->delegate_index()) >= delegates->size())
               bad_input("{}: a delegate call names delegate {} of {}", file.string(), d->delegate_index(), delegates ? delegates->size() : 0);
-            const auto* id = delegates->Get(flatbuffers::uoffset_t(d->delegate_index()))->id();
-            info.kernels[(id ? id->str() : "?") + " (delegate)"]++;
+            const auto* delegate = delegates->Get(flatbuffers::uoffset_t(d->delegate_index()));
+            const std::string id = delegate->id() ? delegate->id()->str() : "?";
+            info.kernels[id + " (delegate)"]++;
+            const auto* processed = delegate->processed();
+            if (id != "XnnpackBackend" || !processed) continue;
+            if (processed->location() == etfb::DataLocation::SEGMENT) {
+              count_xnnpack_nodes(file, read_segment(file, program, processed->index()), info.xnnpack_nodes);
+            } else if (program->backend_delegate_data() && processed->index() < program->backend_delegate_data()->size()) {
+              const auto* data = program->backend_delegate_data()->Get(processed->index())->data();
+              if (data) count_xnnpack_nodes(file, std::string(reinterpret_cast<const char*>(data->data()), data->size()), info.xnnpack_nodes);
+            }
           }
       }
     }

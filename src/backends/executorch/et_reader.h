@@ -23,6 +23,8 @@ struct EtPort {
 struct EtMethodInfo {
   std::vector<EtPort> inputs, outputs;
   std::map<std::string, int> kernels;  // "aten::mm.out" or "XnnpackBackend (delegate)" -> calls
+  // The nodes the XNNPACK delegate calls run, over the calls: "XNNFullyConnected" -> count.
+  std::map<std::string, int> xnnpack_nodes;
   std::vector<std::string> methods;    // every method of the program
 };
 // The forward method of a .pte. BadInput when the program has none or its ports are not tensors.

@@ -235,8 +235,10 @@ class ExecuTorchBackend final : public Backend {
          "encoders: the program's bounds (DYNAMIC_BOUND, planned for the max); default batch 1, sequence_length up to the "
          "model's position table"},
         {"--executorch-backend xnnpack|portable", "executorch_backend",
-         "xnnpack (default): the linear layers in XNNPACK delegates (FullyConnected) inside the program, the rest and the "
-         "cache update in portable kernels; portable: ExecuTorch's portable kernels only"},
+         "xnnpack (default): XNNPACK delegates inside the program, one per run of ops XNNPACK covers (linear layers, "
+         "elementwise arithmetic, sigmoid, softmax, the attention matmuls, RMSNorm's mean and rsqrt, reshapes, transposes, "
+         "slices, concatenation); the cache update, embedding, masks and gathers in portable kernels; portable: ExecuTorch's "
+         "portable kernels only"},
     };
     i.runtimes = {"executorch"};
     i.tested = fmt::format("executorch {} (executorch.runtime and the C++ Module API, XNNPACK and portable kernels, CPU, f32, f16 and bf16 weights)",
@@ -249,7 +251,7 @@ class ExecuTorchBackend final : public Backend {
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
     check_component(c);  // refused before the work starts
     check_precision(recipe.precision_for(c.role), recipe.executorch_backend);
-    const std::string kernels = recipe.executorch_backend == "xnnpack" ? "XNNPACK linear layers" : "portable kernels";
+    const std::string kernels = recipe.executorch_backend == "xnnpack" ? "XNNPACK partitions" : "portable kernels";
     Plan p{is_encoder(c) ? kernels + ", every dim bounded" : kernels + ", static KV cache as mutable buffers", {}, {}, {}};
     if (!contract) {
       if (is_encoder(c)) executorch_graph(c, m);  // its bounds are refused before the work starts too
@@ -354,10 +356,13 @@ class ExecuTorchBackend final : public Backend {
     return {ports(info.inputs, c.declared_inputs), ports(info.outputs, c.declared_outputs)};
   }
 
-  // The kernels the forward method calls, with their count.
+  // The kernels the forward method calls, with their count, and the nodes its XNNPACK delegate calls
+  // run ("XnnpackBackend: XNNFullyConnected").
   Placement placement(const ArtifactComponent& c, const std::string& runtime) const override {
     Placement out;
-    for (const auto& [kernel, n] : executorch_backend::read_pte_forward(c.file).kernels) out[kernel][runtime] = n;
+    const auto info = executorch_backend::read_pte_forward(c.file);
+    for (const auto& [kernel, n] : info.kernels) out[kernel][runtime] = n;
+    for (const auto& [node, n] : info.xnnpack_nodes) out["XnnpackBackend: " + node][runtime] = n;
     return out;
   }
 };
