@@ -77,12 +77,13 @@ def test_a_decoder_step_runs_in_multi_node_xnnpack_graphs(et_export):
     assert kernels["aten::index_put_"] == 2 * layers and kernels["aten::embedding"] == 1, kernels
     for gone in ("aten::mm", "aten::bmm", "aten::_softmax", "aten::sigmoid", "aten::mean", "aten::sqrt", "aten::reciprocal"):
         assert kernels[gone] == 0, (gone, kernels)
-    # External values are the DelegateCall's args: inputs, then outputs, in external-id order.
+    # External values are the DelegateCall's args: inputs (flag 1), then outputs (flag 2), external id k = args[k].
     for g in graphs:
-        externals = sorted((v["xvalue_union"].get("external_id", v["xvalue_union"].get("tensor_value", {}).get("external_id")), i)
-                           for i, v in enumerate(g["xvalues"]) if "external_id" in v["xvalue_union"])
-        ids = [e for e, _ in externals if e != 0xFFFFFFFF]
-        assert ids == list(range(len(g["args"]))), (ids, g["args"])
+        tensors = [v["xvalue_union"].get("tensor_value", v["xvalue_union"]) for v in g["xvalues"]]
+        externals = sorted((t["external_id"], t["flags"]) for t in tensors if t["external_id"] != 0xFFFFFFFF)
+        assert [e for e, _ in externals] == list(range(len(g["args"]))) == list(range(g["num_externs"])), externals
+        flags = [f for _, f in externals]
+        assert flags == sorted(flags) and set(flags) == {1, 2}, flags
 
 
 def test_f16_and_int8_linears_run_inside_the_partitions(tiny_checkpoint, tmp_path):
