@@ -19,13 +19,13 @@ bool is_shape_call(const EtMethod& m, const EtCall& c) {
   return name == "aten::sym_size" || name.starts_with("executorch_prim::");
 }
 
-// Every EValue a call reads or writes, list items included.
+// Every EValue a call reads or writes, list items included (a view's sizes hold the Ints sym_size computes).
 void each_arg(const EtMethod& m, const EtCall& c, const std::function<void(int)>& f) {
   for (int a : c.args) {
     if (a < 0) continue;
     f(a);
     const auto& e = m.values[size_t(a)];
-    if (e.kind == Kind::TensorList || e.kind == Kind::OptionalTensorList)
+    if (e.kind == Kind::TensorList || e.kind == Kind::OptionalTensorList || e.kind == Kind::IntList)
       for (auto i : e.items)
         if (i >= 0) f(int(i));
   }
