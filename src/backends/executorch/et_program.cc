@@ -610,6 +610,25 @@ void Converter::tag_for_xnnpack(const json& node, const std::string& target, con
     offsets.insert(offsets.end(), sizes.begin(), sizes.end());
     return node_op(XnnKind::StaticSlice, {args[0]}, offsets);
   }
+  if (target == "torch.ops.aten.expand_copy.default") {
+    // A repeat along one dim of size 1 (GQA's repeat of the cache's heads, n_rep <= 5): XNNPACK has no
+    // broadcast node, but concatenating n copies of the input along that dim is the same tensor.
+    const auto& in_shape = p_.tensors.at(node["inputs"][0]["arg"]["as_tensor"]["name"].get<std::string>()).shape;
+    const auto& out_shape = p_.tensors.at(out_name).shape;
+    if (in_shape.size() != out_shape.size()) return;
+    int axis = -1;
+    int64_t copies = 0;
+    for (size_t i = 0; i < in_shape.size(); ++i) {
+      if (in_shape[i] == out_shape[i]) continue;
+      const auto [ilo, ihi] = range(in_shape[i]);
+      const auto [olo, ohi] = range(out_shape[i]);
+      if (axis >= 0 || ilo != 1 || ihi != 1 || olo != ohi) return;
+      axis = int(i);
+      copies = ohi;
+    }
+    if (axis < 0 || copies < 2 || copies > 5) return;
+    return node_op(XnnKind::Concatenate, std::vector<int>(size_t(copies), args[0]), {axis});
+  }
   if (target == "torch.ops.aten.cat.default") {
     const auto& list = value(0).items;
     if (list.size() < 2 || list.size() > 5 || value(1).kind != Kind::Int) return;
