@@ -73,9 +73,14 @@ def test_a_decoder_step_runs_in_multi_node_xnnpack_graphs(et_export):
     assert nodes["XNNReciprocalSquareRoot"] == 2 * layers + 1, nodes  # two norms a layer and the final one
     assert nodes["XNNGlobalAvgPooling2d"] == 2 * layers + 1, nodes    # RMSNorm's mean over the hidden dim
     assert nodes["XNNMultiply"] >= 6 * layers and nodes["XNNAdd"] >= 3 * layers, nodes
+    # Each layer's attention, from the cache read (GQA's repeat as a Concatenate) to o_proj, is one graph.
+    attention = [g for g in graphs if {"XNNBatchMatrixMultiply", "XNNSoftmax", "XNNConcatenate2", "XNNFullyConnected"}
+                 <= {n["xnode_union_type"] for n in g["xnodes"]}]
+    assert len(attention) == layers, [sorted({n["xnode_union_type"] for n in g["xnodes"]}) for g in graphs]
     # What XNNPACK has no node for stays portable: the cache update, the embedding, none of the arithmetic.
     assert kernels["aten::index_put_"] == 2 * layers and kernels["aten::embedding"] == 1, kernels
-    for gone in ("aten::mm", "aten::bmm", "aten::_softmax", "aten::sigmoid", "aten::mean", "aten::sqrt", "aten::reciprocal"):
+    for gone in ("aten::mm", "aten::bmm", "aten::_softmax", "aten::sigmoid", "aten::mean", "aten::sqrt", "aten::reciprocal",
+                 "aten::permute_copy"):
         assert kernels[gone] == 0, (gone, kernels)
     # External values are the DelegateCall's args: inputs (flag 1), then outputs (flag 2), external id k = args[k].
     for g in graphs:
