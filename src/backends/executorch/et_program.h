@@ -45,6 +45,7 @@ struct EtValue {
 
 struct EtCall {
   int op = 0;             // index into EtMethod::operators, or into EtMethod::delegates for a delegate call
+                          // (-1 while lowering: a linear layer only an XNNPACK graph computes)
   std::vector<int> args;  // EValue indices: schema arguments, then out, then the returned value
                           // (a delegate call: its inputs, then its outputs)
   bool delegate = false;
@@ -82,7 +83,9 @@ struct EtLowerOptions {
   };
   std::vector<Constant> metadata;
   std::vector<int64_t> eos_ids;
-  // Linear layers with f32 constant weights go to XNNPACK (FullyConnected); otherwise portable kernels only.
+  // Every run of calls XNNPACK has nodes for (linear layers with constant weights, elementwise and norm
+  // arithmetic, the attention matmuls, softmax, reshapes, ...) becomes one XNNPACK delegate call
+  // (et_xnnpack_partition.h); otherwise portable kernels only.
   bool xnnpack = false;
 };
 

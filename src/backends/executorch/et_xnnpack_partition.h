@@ -34,7 +34,8 @@ struct XnnPartitioned {
 };
 
 // Rewrites `m.calls` (and m.delegates, the operator table) in place. `named` gives the named-data key
-// of a constant EValue an XNNPACK graph reads (registering it). `first_delegate` numbers the blobs.
+// of a constant EValue an XNNPACK graph reads (registering it); the blobs are
+// the program's delegate_blobs from index `first_blob` on.
 XnnPartitioned partition_for_xnnpack(EtMethod& m, const std::map<size_t, XnnOp>& ops, const std::function<std::string(int)>& named,
                                      size_t first_blob);
 
