@@ -221,3 +221,33 @@ TEST(ExecuTorchProgram, AMatmulViewWithTwoVaryingDimsReadsTheKeptOnesFromItsSour
   // q's and k's views keep s (1 each), the scores' keeps s and s (2).
   EXPECT_EQ(c.sym_sizes, c.pt2_sym_sizes + 4);
 }
+
+// --executorch-backend xnnpack: the two adds of cache_step are one run of calls XNNPACK covers, so one
+// delegate call of one two-node graph (external input `new`, external output the logits; the value
+// between the adds is XNNPACK's own, Null in the method), while the scatter and copy_ stay portable.
+TEST(ExecuTorchProgram, ARunOfXnnpackOpsIsOneDelegateCallOfOneGraph) {
+  const std::vector<std::pair<std::string, std::string>> shared = {{"past_key_values.0.key", "present.0.key"}};
+  EtLowerOptions o;
+  o.shared_buffers = shared;
+  o.xnnpack = true;
+  const EtProgram p = lower_to_executorch(pt2_backend::lower_to_pt2(cache_step(), {shared}), o);
+  const EtMethod& m = p.methods.at(0);
+  ASSERT_EQ(p.delegate_blobs.size(), 1u);
+  ASSERT_EQ(m.delegates.size(), 1u);
+  int delegate_calls = 0;
+  for (const auto& call : m.calls) {
+    if (!call.delegate) {
+      EXPECT_NE(m.operators.at(size_t(call.op)).first, "aten::add");
+      continue;
+    }
+    ++delegate_calls;
+    ASSERT_EQ(call.args.size(), 2u);  // new, logits
+    EXPECT_EQ(call.args[0], m.inputs.at(0));
+    EXPECT_EQ(call.args[1], m.outputs.at(0));
+  }
+  EXPECT_EQ(delegate_calls, 1);
+  EXPECT_NE(std::find(p.kernels.begin(), p.kernels.end(), "XnnpackBackend (XNNAdd)"), p.kernels.end());
+  EXPECT_EQ(std::find(p.kernels.begin(), p.kernels.end(), "aten::add.out"), p.kernels.end());
+  EXPECT_EQ(p.delegate_blobs[0].substr(4, 4), "XH00");
+  for (const auto& [name, overload] : m.operators) EXPECT_NE(name, "aten::add");  // the table keeps only what is called
+}
