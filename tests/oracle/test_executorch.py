@@ -24,7 +24,7 @@ from tiny_models import CASES, load_reference
 
 CACHE_LEN = 96  # past the 7-token prompt + 64 new tokens of the greedy test
 ET_ARGS = ["--format", "executorch", "--static-cache", "--max-cache-len", str(CACHE_LEN)]
-BACKENDS = ["xnnpack", "portable"]  # xnnpack: the linear layers in XNNPACK delegates; portable: portable kernels only
+BACKENDS = ["xnnpack", "portable"]  # xnnpack: XNNPACK partitions (test_executorch_xnnpack.py); portable: portable kernels only
 
 
 @pytest.fixture(scope="module")
