@@ -650,7 +650,11 @@ void Converter::partition() {
   for (auto& b : done.blobs) out_.delegate_blobs.push_back(std::move(b));
   kernels_.clear();
   for (const auto& [name, overload] : m_.operators) kernels_.insert(overload.empty() ? name : name + "." + overload);
-  for (const auto& [node, n] : done.nodes) kernels_.insert("XnnpackBackend (" + node + ")");
+  for (const auto& [node, n] : done.nodes) {
+    kernels_.insert("XnnpackBackend (" + node + ")");
+    out_.xnnpack_nodes += n;
+  }
+  out_.xnnpack_calls = int64_t(done.blobs.size());
 }
 
 // Constants only delegates read live in their named-data segments: their EValues become Null (no

@@ -68,6 +68,7 @@ struct EtProgram {
   // Weights the delegates take by name (Program.named_data), one segment each.
   std::vector<std::pair<std::string, ir::WeightRef>> named_data;
   std::vector<std::string> kernels;        // "aten::mm.out", ... the forward method calls, sorted
+  int64_t xnnpack_calls = 0, xnnpack_nodes = 0;  // the forward method's delegate calls, and the nodes of their graphs
   int64_t arena_bytes = 0, buffer_bytes = 0;  // the planned arena, and the part the mutable buffers hold
 };
 

@@ -295,6 +295,9 @@ class ExecuTorchBackend final : public Backend {
     else
       job.result.notes.push_back(fmt::format("executorch {}: {} kernels, planned arena {:.1f} MiB ({:.1f} MiB of it the KV cache)", c.role,
                                              program.kernels.size(), arena_mib, double(program.buffer_bytes) / (1 << 20)));
+    if (program.xnnpack_calls > 0)
+      job.result.notes.push_back(fmt::format("executorch {}: {} XNNPACK delegate calls of {} nodes in all", c.role, program.xnnpack_calls,
+                                             program.xnnpack_nodes));
     job.manifest.add_file_digest(fs::path("executorch") / pte_file(c), written.sha256, written.size);
     job.manifest.add_component(executorch_contract(c, eg), "executorch", (fs::path("executorch") / pte_file(c)).string(), passes_run);
   }
