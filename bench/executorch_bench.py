@@ -32,9 +32,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from export_bench import CONFIGS, make_checkpoint  # noqa: E402
+from export_bench import CONFIGS, largest_tensor, make_checkpoint  # noqa: E402
 from peer_bench import MB, child, timed_export  # noqa: E402
-from pt2_bench import largest_tensor  # noqa: E402
 
 SPEEDUP_GOAL = 50
 

@@ -1,18 +1,29 @@
-"""Export wall time and peak RSS of hfx beside `cp` of the same safetensors, in one run.
+"""Export wall time and peak RSS of hfx beside `cp -r` of the same checkpoint, in one run (issue #21).
 
 Saves a random-initialised checkpoint of real size with Transformers (default: Qwen3-0.6B's config,
-bf16 as published; nothing is downloaded), then measures:
-  - cp:  copying model.safetensors (the floor for any tool that writes every weight once)
-  - hfx: `hfx export --format onnx` (bf16 -> f32 ONNX, so it writes twice the bytes cp does)
-and prints ratios. Usage: .venv/bin/python bench/export_bench.py [--model qwen3-0.6b] [--keep DIR]
+bf16 as published; nothing is downloaded; `--model qwen3-1.7b` is the second point), then measures,
+each command in a child process (wall time and ru_maxrss), the median of --runs runs from a warm page
+cache, in this order per run so the load of the machine falls on every row alike:
+  - cp:         `cp -r CKPT OUT` (the floor for any tool that writes every weight once)
+  - hfx f32:    `hfx export --no-verify` (bf16 -> f32 ONNX: twice the bytes cp writes)
+  - hfx bf16:   `hfx export --dtype bf16 --no-verify` (the same bytes as cp)
+  - hfx int4:   `hfx export --quantize int4 --no-verify` (MatMulNBits blocks of 32)
+  - hfx check:  `hfx export` with its default built-in check (what a user gets), against the f32 row
+Reports each row's wall time as a ratio to cp's, and the issue's goals: the bf16 export <= 1.5x cp, the
+export with its check <= 2x the --no-verify one, peak RSS <= 1 GiB + 2 x the checkpoint's largest tensor
+(read from its safetensors header) in every precision. Prints what hfx said about its check (it skips it
+above its size limit, and says so).
+
+Usage: .venv/bin/python bench/export_bench.py [--model qwen3-0.6b|qwen3-1.7b] [--keep DIR] [--runs 3]
+                                              [--rows cp,f32,bf16,int4,check] [--hfx build/hfx] [--markdown]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import shutil
+import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -20,6 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+MIB = 1 << 20
 
 CONFIGS = {
     # Qwen/Qwen3-0.6B config.json (architecture fields only)
@@ -27,6 +39,20 @@ CONFIGS = {
                        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
                        max_position_embeddings=40960, rms_norm_eps=1e-6, tie_word_embeddings=True,
                        rope_theta=1000000.0, bos_token_id=151643, eos_token_id=151645),
+    # Qwen/Qwen3-1.7B config.json (architecture fields only)
+    "qwen3-1.7b": dict(model_type="qwen3", vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                       num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                       max_position_embeddings=40960, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       rope_theta=1000000.0, bos_token_id=151643, eos_token_id=151645),
+}
+
+# The rows: (name, what it runs, extra hfx arguments; None for cp).
+ROWS = {
+    "cp": ("cp -r CKPT", None),
+    "f32": ("hfx export --no-verify", ["--no-verify"]),
+    "bf16": ("hfx export --dtype bf16 --no-verify", ["--dtype", "bf16", "--no-verify"]),
+    "int4": ("hfx export --quantize int4 --no-verify", ["--quantize", "int4", "--no-verify"]),
+    "check": ("hfx export (its default check)", []),
 }
 
 
@@ -63,38 +89,114 @@ def drop_caches_hint(path: Path) -> None:
                     pass
 
 
+def largest_tensor(ckpt: Path) -> tuple[str, str, list[int], int]:
+    """(name, dtype, shape, bytes) of the largest tensor in the checkpoint, from its safetensors headers."""
+    best = ("", "", [], -1)
+    for f in sorted(ckpt.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = info["data_offsets"]
+            if end - start > best[3]:
+                best = (name, info["dtype"], info["shape"], end - start)
+    if best[3] < 0:
+        raise SystemExit(f"{ckpt}: no tensor found in any *.safetensors header")
+    return best
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def command(row: str, hfx: str, ckpt: Path, out: Path) -> list[str]:
+    extra = ROWS[row][1]
+    if extra is None:
+        return ["cp", "-r", str(ckpt), str(out)]
+    return [hfx, "export", "--model", str(ckpt), "--quiet", *extra, str(out)]
+
+
+def check_notice(hfx: str, ckpt: Path, work: Path) -> str:
+    """What hfx says about its built-in check on this checkpoint (one export, not timed)."""
+    out = work / "notice"
+    p = subprocess.run([hfx, "export", "--model", str(ckpt), str(out)], capture_output=True, text=True)
+    shutil.rmtree(out, ignore_errors=True)
+    lines = [l.strip() for l in (p.stdout + p.stderr).splitlines() if "check" in l.lower() or "verif" in l.lower()]
+    return lines[-1] if lines else "(hfx printed nothing about its check)"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen3-0.6b", choices=sorted(CONFIGS))
     ap.add_argument("--keep", help="folder to keep the checkpoint in (reused when present)")
     ap.add_argument("--hfx", default=str(ROOT / "build" / "hfx"))
+    ap.add_argument("--runs", type=int, default=3, help="runs per row; the median is reported (default 3)")
+    ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows: " + ",".join(ROWS))
+    ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown (for docs/benchmarks.md)")
     args = ap.parse_args()
+    rows = [r for r in args.rows.split(",") if r]
+    for r in rows:
+        if r not in ROWS:
+            raise SystemExit(f"--rows: unknown row {r!r}; known: {', '.join(ROWS)}")
+    if "cp" not in rows:
+        rows.insert(0, "cp")  # every ratio is to cp
 
     work = Path(tempfile.mkdtemp(prefix="hfx-bench-"))
     ckpt = Path(args.keep) if args.keep else work / "checkpoint"
     try:
-        if not (ckpt / "model.safetensors").exists():
+        if not (ckpt / "config.json").exists():
             t = time.perf_counter()
             make_checkpoint(args.model, ckpt)
             print(f"saved {args.model} checkpoint in {time.perf_counter() - t:.1f} s")
         size = sum(f.stat().st_size for f in ckpt.glob("*.safetensors"))
-        drop_caches_hint(ckpt)
-        cp_t, cp_rss = measure(["cp", str(ckpt / "model.safetensors"), str(work / "copy.safetensors")])
-        hfx_t, hfx_rss = measure([args.hfx, "export", "--model", str(ckpt), "--format", "onnx", "--quiet",
-                                  "--no-verify", "--overwrite", str(work / "onnx-out")])
-        written = sum(f.stat().st_size for f in (work / "onnx-out").rglob("*") if f.is_file())
-        largest = max(f.stat().st_size for f in [ckpt / "model.safetensors"])
-        mb = 1 << 20
-        print(f"\nmodel {args.model}: checkpoint {size / mb:.0f} MiB (bf16), hfx wrote {written / mb:.0f} MiB (f32 ONNX)")
-        print(f"{'tool':<6} {'wall s':>8} {'peak RSS MiB':>13} {'MiB/s written':>14}")
-        print(f"{'cp':<6} {cp_t:8.2f} {cp_rss / mb:13.0f} {size / mb / cp_t:14.0f}")
-        print(f"{'hfx':<6} {hfx_t:8.2f} {hfx_rss / mb:13.0f} {written / mb / hfx_t:14.0f}   (export --no-verify)")
-        largest_tensor = 151936 * 1024 * 4 if args.model == "qwen3-0.6b" else 0
-        if largest_tensor:
-            print(f"peak RSS goal 1 GiB + 2 x largest tensor = {(1 << 30) / mb + 2 * largest_tensor / mb:.0f} MiB")
-        print(f"ratio hfx/cp: wall {hfx_t / cp_t:.2f}x, peak RSS {hfx_rss / max(cp_rss, 1):.1f}x "
-              f"(hfx writes {written / size:.1f}x the bytes)")
-        del largest
+        name, dtype, shape, largest = largest_tensor(ckpt)
+        rss_goal = (1 << 30) + 2 * largest
+        times: dict[str, list[float]] = {r: [] for r in rows}
+        rss: dict[str, int] = {r: 0 for r in rows}
+        written: dict[str, int] = {}
+        for run in range(args.runs):
+            drop_caches_hint(ckpt)
+            for r in rows:
+                out = work / f"out-{r}"
+                shutil.rmtree(out, ignore_errors=True)
+                dt, peak = measure(command(r, args.hfx, ckpt, out))
+                times[r].append(dt)
+                rss[r] = max(rss[r], peak)
+                written[r] = folder_bytes(out)
+                shutil.rmtree(out, ignore_errors=True)
+            print(f"run {run + 1}: " + ", ".join(f"{r} {times[r][-1]:.2f} s" for r in rows), flush=True)
+        notice = check_notice(args.hfx, ckpt, work) if "check" in rows else ""
+
+        med = {r: statistics.median(times[r]) for r in rows}
+        print(f"\nmodel {args.model}: checkpoint {size / MIB:.0f} MiB; largest tensor {name} {dtype} {shape} = "
+              f"{largest / MIB:.0f} MiB; peak RSS goal 1 GiB + 2 x largest = {rss_goal / MIB:.0f} MiB")
+        table = [("row", "command", "wall s (median)", "runs s", "× cp", "peak RSS MiB", "RSS goal", "written MiB")]
+        for r in rows:
+            table.append((r, ROWS[r][0], f"{med[r]:.2f}", " / ".join(f"{t:.2f}" for t in times[r]),
+                          f"{med[r] / med['cp']:.2f}", f"{rss[r] / MIB:.0f}",
+                          "-" if r == "cp" else ("met" if rss[r] <= rss_goal else "NOT met"), f"{written[r] / MIB:.0f}"))
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        for row in table:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        print("\ngoals (issue #21):")
+        if "bf16" in rows:
+            ratio = med["bf16"] / med["cp"]
+            print(f"  bf16 export / cp -r: {ratio:.2f}x (goal <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")
+        if "check" in rows and "f32" in rows:
+            ratio = med["check"] / med["f32"]
+            ran = "not verified" not in notice
+            verdict = ("met" if ratio <= 2 else "NOT met") if ran else "NOT met: the check did not run"
+            print(f"  export with its check / --no-verify: {ratio:.2f}x (goal <= 2x: {verdict}); hfx said: {notice}")
+        over = [r for r in rows if r != "cp" and rss[r] > rss_goal]
+        print(f"  peak RSS <= {rss_goal / MIB:.0f} MiB in every row: {'met' if not over else 'NOT met: ' + ', '.join(over)}")
+        if args.markdown:
+            print()
+            print("| " + " | ".join(table[0]) + " |")
+            print("|" + "---|" * len(table[0]))
+            for row in table[1:]:
+                print("| " + " | ".join(row) + " |")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from export_bench import CONFIGS, drop_caches_hint, make_checkpoint  # noqa: E402
+from export_bench import CONFIGS, drop_caches_hint, largest_tensor, make_checkpoint  # noqa: E402
 # peer_bench registers the qwen3-tiny shape in CONFIGS and holds the failure-reporting helpers.
 from peer_bench import MB, child, dir_size, last_line, timed_export  # noqa: E402
 
@@ -132,24 +131,6 @@ def worker_load(folder: str, how: str) -> None:
 # ----------------------------------------------------------------------------------------------
 # The parent: checkpoint, exports, load checks, table
 # ----------------------------------------------------------------------------------------------
-
-def largest_tensor(ckpt: Path) -> tuple[str, str, list[int], int]:
-    """(name, dtype, shape, bytes) of the largest tensor in the checkpoint, from its safetensors headers."""
-    best = ("", "", [], -1)
-    for f in sorted(ckpt.glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            start, end = info["data_offsets"]
-            if end - start > best[3]:
-                best = (name, info["dtype"], info["shape"], end - start)
-    if best[3] < 0:
-        raise SystemExit(f"{ckpt}: no tensor found in any *.safetensors header")
-    return best
-
 
 def hfx_has_pt2(hfx: str) -> str | None:
     """None when the binary can write pt2 (`hfx formats` lists it available), else why the hfx row cannot run."""

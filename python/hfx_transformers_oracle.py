@@ -8,7 +8,8 @@ writes a result file, both JSON; tensors go through safetensors files:
   -> {"transformers_version": "..", "torch_version": "..", "generate": {"tokens": [[...]]}}
 
 Each run's outputs are named as hfx names them: logits, present.<layer>.key / .value (the cache after
-the step: the given past_key_values.* plus the step's own keys and values), last_hidden_state.
+the step: the given past_key_values.* plus the step's own keys and values; for a --static-cache step the
+buffers with them written at cache_position, see static_step), last_hidden_state.
 
 Only safetensors are read (use_safetensors=True) and no code from the checkpoint folder runs
 (trust_remote_code=False): the class is the one hfx's definition reproduces, taken from transformers
@@ -63,7 +64,42 @@ def cache_tensors(cache, layers):
     return out
 
 
+def static_step(model, feeds, layers):
+    """A --static-cache step (past_key_values.* buffers of max_cache_len, cache_position the slots this
+    step writes, attention_mask over the whole buffer) run by Transformers on the cache it stands for:
+    the buffers' first cache_position[0] slots as a DynamicCache and the mask over those slots and the
+    step's. The present buffers are the past ones with the step's keys and values written at
+    cache_position, which is what a static cache's update does; the slots the mask leaves out take no
+    part in either computation."""
+    position = feeds["cache_position"]
+    start, seq = int(position[0]), int(position.numel())
+    if not torch.equal(position, torch.arange(start, start + seq, dtype=position.dtype)):
+        raise ValueError(f"cache_position {position.tolist()} is not one run of slots")
+    mask = feeds["attention_mask"]
+    if bool(mask[:, start + seq:].any()):
+        raise ValueError(f"attention_mask attends slots past the step's last one ({start + seq - 1})")
+    grown = dict(feeds)
+    del grown["cache_position"]
+    grown["attention_mask"] = mask[:, :start + seq].contiguous()
+    for layer in range(layers):
+        for part in ("key", "value"):
+            name = f"past_key_values.{layer}.{part}"
+            if start == 0:
+                grown.pop(name)
+            else:
+                grown[name] = feeds[name][:, :, :start].contiguous()
+    result = run_step(model, grown, layers)
+    for layer in range(layers):
+        for part in ("key", "value"):
+            buffer = feeds[f"past_key_values.{layer}.{part}"].to(torch.float32).clone()
+            buffer[:, :, start:start + seq] = result[f"present.{layer}.{part}"][:, :, start:start + seq]
+            result[f"present.{layer}.{part}"] = buffer.contiguous()
+    return result
+
+
 def run_step(model, feeds, layers):
+    if "cache_position" in feeds:
+        return static_step(model, feeds, layers)
     args = {"input_ids": feeds["input_ids"], "attention_mask": feeds["attention_mask"]}
     causal = "position_ids" in feeds
     if causal:
@@ -108,12 +144,41 @@ def generate(model, g):
     return out[:, length:].tolist()
 
 
+class RotaryState:
+    """The rotary embeddings' frequencies as loaded, restored before each run. Transformers' dynamic
+    scaling (rope_type "dynamic") keeps the frequencies of the longest position a model object has seen
+    and reuses them for shorter calls; across verify's runs, which are not one generation, that state
+    would leak from one run (a step at past 48) into the next (a chunk at past 32). Restored, each run
+    computes what a generation reaching that step computes: its frequencies for its own positions."""
+
+    KEPT = ("max_seq_len_cached", "attention_scaling", "original_inv_freq")
+
+    def __init__(self, model):
+        self.saved = []
+        for module in model.modules():
+            if not any(k.endswith("max_seq_len_cached") for k in vars(module)):
+                continue
+            buffers = {name: b.clone() for name, b in module._buffers.items() if b is not None and name.endswith("inv_freq")}
+            attrs = {k: v for k, v in vars(module).items() if k.endswith(self.KEPT)}
+            self.saved.append((module, buffers, attrs))
+
+    def restore(self):
+        for module, buffers, attrs in self.saved:
+            for name, b in buffers.items():
+                module._buffers[name] = b.clone()
+            for k, v in attrs.items():
+                setattr(module, k, v.clone() if isinstance(v, torch.Tensor) else v)
+
+
 def run(job, result):
     model = load_model(job)
     layers = int(job.get("layers", 0))
+    rotary = RotaryState(model)
     with torch.no_grad():
         for case in job.get("runs", []):
+            rotary.restore()
             save_file(run_step(model, load_file(case["inputs"]), layers), case["outputs"])
+        rotary.restore()
         if job.get("generate"):
             result["generate"] = {"tokens": generate(model, job["generate"])}
 

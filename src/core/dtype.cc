@@ -223,6 +223,28 @@ void convert_elements(DType from, const void* src, DType to, void* dst, size_t c
     }
     return;
   }
+  // f32 -> f16 / bf16: an export's narrowed weights. The same rounding as the general path below
+  // (a float through double and back is exact), without the per-element switch.
+  if (from == DType::F32 && (to == DType::F16 || to == DType::BF16)) {
+    const bool half = to == DType::F16;
+    for (size_t i = 0; i < count; ++i) {
+      float f;
+      std::memcpy(&f, s + 4 * i, 4);
+      const uint16_t h = half ? f32_to_f16(f) : f32_to_bf16(f);
+      std::memcpy(d + 2 * i, &h, 2);
+    }
+    return;
+  }
+  if ((from == DType::F16 || from == DType::BF16) && (to == DType::F16 || to == DType::BF16)) {  // via f32, exact
+    for (size_t i = 0; i < count; ++i) {
+      uint16_t h;
+      std::memcpy(&h, s + 2 * i, 2);
+      const float f = from == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+      h = to == DType::F16 ? f32_to_f16(f) : f32_to_bf16(f);
+      std::memcpy(d + 2 * i, &h, 2);
+    }
+    return;
+  }
   if (from == DType::I64 && to == DType::I64) return;
   const size_t fs = dtype_size(from), ts = dtype_size(to);
   for (size_t i = 0; i < count; ++i) store_from_double(to, load_as_double(from, s + fs * i), d + ts * i);

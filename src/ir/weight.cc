@@ -90,8 +90,37 @@ WeightRef WeightRef::transposed(std::vector<int64_t> perm) const {
   return WeightRef(std::move(n));
 }
 
+std::optional<WeightRef> WeightRef::without_widening(DType to) const {
+  if (to != DType::BF16 && to != DType::F16) return std::nullopt;
+  const Node& n = *node_;
+  switch (n.kind) {
+    case Node::Cast:
+      if (n.dtype == DType::F32 && n.children[0].dtype() == to) return n.children[0];
+      return std::nullopt;
+    case Node::Transpose:
+      if (auto inner = n.children[0].without_widening(to)) return inner->transposed(n.perm);
+      return std::nullopt;
+    case Node::Reshape:
+      if (auto inner = n.children[0].without_widening(to)) return inner->reshaped(n.shape);
+      return std::nullopt;
+    case Node::Concat: {  // the packed q|k|v of the ort profile
+      std::vector<WeightRef> parts;
+      for (const auto& c : n.children) {
+        auto part = c.without_widening(to);
+        if (!part) return std::nullopt;
+        parts.push_back(std::move(*part));
+      }
+      return concat(std::move(parts), n.axis);
+    }
+    default: return std::nullopt;
+  }
+}
+
 WeightRef WeightRef::cast(DType to) const {
   if (to == dtype()) return *this;
+  // A bf16 export of a bf16 checkpoint: the graph was built in f32 over widened weights, and casting
+  // them back must not widen and narrow every element; the stored bytes are the values.
+  if (auto same = without_widening(to)) return *same;
   auto n = std::make_shared<Node>();
   n->kind = Node::Cast;
   n->dtype = to;
@@ -299,9 +328,10 @@ bool WeightRef::streamable() const {
   if (packed(n.dtype)) return false;
   if (raw_bytes()) return true;
   switch (n.kind) {
-    case Node::Cast: {
+    case Node::Cast: {  // from the mapped bytes, or from the rows a streamable child writes (an f16 export's
+                        // Linear weight: the f32 transpose of a bf16 checkpoint tensor, narrowed)
       const WeightRef& c = n.children[0];
-      return c.raw_bytes() && !packed(c.dtype()) && is_float(c.dtype()) && is_float(n.dtype);
+      return (c.raw_bytes() || c.streamable()) && !packed(c.dtype()) && is_float(c.dtype()) && is_float(n.dtype);
     }
     case Node::Transpose: {
       if (n.shape.size() != 2 || n.perm[0] != 1) return false;
@@ -332,9 +362,17 @@ void WeightRef::write_rows(int64_t r0, int64_t r1, uint8_t* dst, size_t dst_stri
   switch (n.kind) {
     case Node::Cast: {
       const WeightRef& c = n.children[0];
-      const auto raw = *c.raw_bytes();
       const size_t per_row = size_t(numel_of(n.shape)) / size_t(std::max<int64_t>(rows(), 1));
       const size_t src_rb = per_row * dtype_size(c.dtype());
+      if (!c.raw_bytes()) {  // the child's rows of this block, then converted: one block-sized buffer
+        std::vector<uint8_t> block(size_t(r1 - r0) * src_rb);
+        c.write_rows(r0, r1, block.data(), src_rb);
+        for (int64_t r = r0; r < r1; ++r)
+          convert_elements(c.dtype(), block.data() + size_t(r - r0) * src_rb, n.dtype, dst + size_t(r - r0) * dst_stride,
+                           per_row);
+        return;
+      }
+      const auto raw = *c.raw_bytes();
       if (dst_stride == rb)
         return convert_elements(c.dtype(), raw.data() + size_t(r0) * src_rb, n.dtype, dst, size_t(r1 - r0) * per_row);
       for (int64_t r = r0; r < r1; ++r)

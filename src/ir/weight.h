@@ -98,6 +98,9 @@ class WeightRef {
 
  private:
   std::vector<struct WeightBlock> quantized_blocks() const;
+  // This weight as `to` with no conversion, when it is a lossless widening (a bf16 or f16 weight
+  // cast to f32, transposed or reshaped since) of a `to` weight; nullopt otherwise.
+  std::optional<WeightRef> without_widening(DType to) const;
   explicit WeightRef(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
   std::shared_ptr<const Node> node_;
 };

@@ -487,9 +487,6 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   // The oracle's side: Transformers on the same step inputs and prompts, in one driver run.
   std::vector<std::vector<int64_t>> oracle_tokens;
   if (on_transformers) {
-    if (art.cache.static_cache)
-      unsupported("--oracle transformers: a --static-cache export's cache inputs are not Transformers' cache layout; "
-                  "verify it against hfx's reference executor (--oracle reference)");
     TransformersOracleJob job;
     job.model_dir = source;
     job.hf_class = ref.summary().hf_class;

@@ -1,14 +1,16 @@
 """hfx's C++ ExecuTorch driver (src/runtime/executorch: the Module API linked against the pinned wheel's
 libraries) on every decoder case of tiny_models.CASES, both backends: `hfx generate --runtime executorch`
-gives Transformers' 64 greedy tokens. test_executorch.py runs the same programs through Python's
-executorch.runtime (logits within 1e-4 and the same tokens); `hfx verify --runtime executorch` compares this
-driver's logits with the reference executor's at 1e-4 (test_executorch.py's builtin-check test).
+gives Transformers' 64 greedy tokens, and `hfx verify --runtime executorch --oracle transformers` puts this
+driver's logits beside Transformers eager's over verify's shape cases (prefill, chunks and single steps into
+the static cache) at 1e-4 with no mismatching element. test_executorch.py runs the same programs through
+Python's executorch.runtime (logits within 1e-4 and the same tokens).
 """
 from __future__ import annotations
 
 import pytest
 
 from conftest import export_once, run_hfx
+from test_transformers_oracle import checks_of, report_of
 from test_executorch import BACKENDS, ET_ARGS
 from test_generation import NEW_TOKENS, PROMPTS
 from tiny_models import CASES
@@ -38,3 +40,30 @@ def test_cpp_driver_generates_transformers_tokens(case, backend, et_export, refe
     expected = reference_tokens(case, "batch1")[0]
     # Transformers stops a row at EOS and pads it: compare up to what it generated.
     assert got[:len(expected)] == expected, proc.stderr
+
+
+# The driver is one Module API loop whatever the program holds, and test_executorch.py compares both
+# backends' programs with Transformers through executorch.runtime: the C++ driver against Transformers
+# runs every family on the default backend and a few families on portable kernels.
+PORTABLE_CASES = ["llama", "gemma2", "qwen3"]
+
+
+@pytest.mark.parametrize("backend,case", [("xnnpack", c) for c in sorted(CASES)] +
+                         [("portable", c) for c in PORTABLE_CASES])
+def test_cpp_driver_logits_match_transformers(case, backend, et_export):
+    """This build's `--runtime executorch` is the C++ driver (test_the_build_has_the_cpp_driver)."""
+    out = et_export(case, backend)
+    proc = run_hfx("verify", out, "--runtime", "executorch", "--oracle", "transformers", "--no-reexport",
+                   "--tokens", "8", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = report_of(out, "executorch")
+    assert report["passed"] and report["oracle"].startswith("Transformers ")
+    numbers = checks_of(report, "numbers: decoder")
+    assert len(numbers) >= 4 and any("past 0" in c["name"] for c in numbers) and any("seq 1," in c["name"] for c in numbers)
+    for c in numbers:
+        assert "against Transformers" in c["tolerance"]
+        per_output = c["measured"]["outputs"]
+        assert "logits" in per_output
+        assert all(o["mismatched"] == 0 and o["max_abs"] <= 1e-4 for o in per_output.values()), (c["name"], per_output)
+    (greedy,) = checks_of(report, "greedy generation")
+    assert greedy["measured"]["expected"] == greedy["measured"]["actual"]

@@ -14,6 +14,7 @@
 #include "core/pipelined_file.h"
 #include "core/sha256.h"
 #include "ir/weight.h"
+#include "ir/weight_scan.h"
 #include "ir/written_weights.h"
 
 namespace fs = std::filesystem;
@@ -195,6 +196,33 @@ TEST(WeightStreaming, CastsTransposesAndConcatsMatchANaiveComputation) {
     // The ort profile's packed q|k|v as fold-weight-transforms leaves it: Transpose(Concat([N, K] parts, 0)).
     auto v = ir::WeightRef::source(ck.file, "v", half, {R, C}, off + size_t(R * C) * 2).cast(DType::F32);
     expect_streams_like(ir::WeightRef::concat({src.cast(DType::F32), v}, 0).transposed({1, 0}), side);
+    // A half-precision export: the transpose with no conversion (the 8 x 8 SSE2 tiles and their edges).
+    const std::vector<uint8_t> stored(base, base + R * C * 2);
+    expect_streams_like(src.transposed({1, 0}), transposed(stored, R, C, 2));
+  }
+  // Cast back to the stored half type, the f32 widening is undone rather than computed: the weight
+  // streams the stored bytes (transposed), and a packed q|k|v keeps its parts' stored bytes.
+  for (DType half : {DType::BF16, DType::F16}) {
+    auto src = ir::WeightRef::source(ck.file, "w", half, {R, C}, off);
+    auto v = ir::WeightRef::source(ck.file, "v", half, {R, C}, off + size_t(R * C) * 2);
+    const std::vector<uint8_t> stored(base, base + R * C * 2);
+    EXPECT_TRUE(src.cast(DType::F32).cast(half).raw_bytes()) << "widened and narrowed back: the stored bytes";
+    const auto back = src.cast(DType::F32).transposed({1, 0}).cast(half);
+    EXPECT_EQ(back.describe(), src.transposed({1, 0}).describe());
+    expect_streams_like(back, transposed(stored, R, C, 2));
+    const auto packed = ir::WeightRef::concat({src.cast(DType::F32), v.cast(DType::F32)}, 0).transposed({1, 0}).cast(half);
+    EXPECT_EQ(packed.describe(), ir::WeightRef::concat({src, v}, 0).transposed({1, 0}).describe());
+    // f16 widened is not bf16: that cast converts, still streamed block by block (an f16 export of a
+    // bf16 checkpoint), each element rounded as a whole-tensor conversion rounds it.
+    const DType other = half == DType::BF16 ? DType::F16 : DType::BF16;
+    EXPECT_FALSE(src.cast(DType::F32).cast(other).raw_bytes());
+    const auto f32t = transposed(as_f32(half, base, size_t(R * C)), R, C, 4);
+    std::vector<uint8_t> narrowed(size_t(R * C) * 2);
+    convert_elements(DType::F32, f32t.data(), other, narrowed.data(), size_t(R * C));
+    expect_streams_like(src.cast(DType::F32).transposed({1, 0}).cast(other), narrowed);
+    std::vector<uint8_t> direct(size_t(R * C) * 2);
+    convert_elements(half, base, other, direct.data(), size_t(R * C));
+    expect_streams_like(src.cast(other), direct);
   }
   // An f32 checkpoint: the transpose alone, and a reshape of the stored bytes.
   auto f = ir::WeightRef::source(ck.file, "f", DType::F32, {R, C}, off);
@@ -256,4 +284,24 @@ TEST(WrittenWeights, PartsOfAPackedWeightAreFoundWhereItWasWritten) {
   }
   fs::remove(out);
   fs::remove(ck.path);
+}
+
+// The scan counts every NaN and Inf and the first one's index, wherever they fall among the blocks
+// it counts without a branch (one at the very end, two in one block, none in most).
+TEST(WeightScan, CountsNanAndInfAndFindsTheFirst) {
+  struct Case { DType dtype; uint32_t nan, inf; };
+  for (const Case c : {Case{DType::F32, 0x7fc00000u, 0x7f800000u}, Case{DType::F16, 0x7e00u, 0x7c00u},
+                       Case{DType::BF16, 0x7fc0u, 0xff80u}}) {
+    const size_t es = dtype_size(c.dtype), n = 1000;
+    std::vector<uint8_t> bytes(n * es, 0x11);
+    auto put = [&](size_t i, uint32_t v) { std::memcpy(&bytes[i * es], &v, es); };
+    put(300, c.inf);
+    put(301, c.nan);
+    put(n - 1, c.nan);
+    ir::NonFiniteCount count;
+    ir::count_non_finite(bytes, c.dtype, 5000, count);
+    EXPECT_EQ(count.nan, 2) << dtype_name(c.dtype);
+    EXPECT_EQ(count.inf, 1) << dtype_name(c.dtype);
+    EXPECT_EQ(count.first, 5300) << dtype_name(c.dtype);
+  }
 }
