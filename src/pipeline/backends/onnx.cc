@@ -119,8 +119,11 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
 }
 
 // onnxruntime-genai loads the folder with either lowering (a decoder asked for with the ort profile).
+// Not for a hybrid: its genai_config.json would name its convolution states too (onnxruntime-genai's
+// LFM2 model), which genai_config() does not write yet.
 bool writes_genai_config(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
-  return requested == "ort" && c.role == "decoder" && m.task->generative();
+  return requested == "ort" && c.role == "decoder" && m.task->generative() &&
+         m.model.decoder().state_names() == "decoder";
 }
 
 // The task's inputs that graph `g` (the component as lowered) still takes.
