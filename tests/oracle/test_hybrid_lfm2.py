@@ -22,7 +22,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 import decode_inputs as D
-from conftest import export_once, record_coverage, run_hfx
+from conftest import export_once, hfx_has_openvino, record_coverage, run_hfx
 from tiny_models import HYBRID_CASES, load_reference
 from test_decoder_parity import assert_close, decode_feeds
 
@@ -228,3 +228,30 @@ def test_greedy_tokens_match_transformers(case, tiny_checkpoint, lfm2_export):
     eos = set(eos if isinstance(eos, list) else [eos])
     assert ort_greedy(folder / "onnx" / "model.onnx", eos, model.generation_config.pad_token_id or 0) == want
     record_coverage(case, "reference+onnxruntime", f"greedy {NEW_TOKENS} batch2", "identical")
+
+
+@pytest.fixture(scope="session")
+def lfm2_openvino(tiny_checkpoint, tmp_path_factory):
+    if not hfx_has_openvino():
+        pytest.skip("hfx built without OpenVINO")
+    return export_once(tmp_path_factory.mktemp("lfm2-ov"), lambda case, layout: (
+        "--model", tiny_checkpoint(case), "--format", "openvino", "--quiet",
+        *(["--stateless"] if layout == "stateless" else [])))
+
+
+@pytest.mark.parametrize("layout", ["stateful", "stateless"])
+@pytest.mark.parametrize("case", CASES)
+def test_openvino_greedy_and_verify(case, layout, tiny_checkpoint, lfm2_openvino):
+    """OpenVINO: the stateful IR keeps every state as a variable (the conv states start at zeros and
+    are replaced each step); 64 greedy tokens equal Transformers', and `hfx verify` passes its numbers
+    (stateful cases fill the state by running the past, as the runtime holds it)."""
+    model = load_reference(tiny_checkpoint(case))
+    want = transformers_greedy(model)
+    folder = lfm2_openvino(case, layout)
+    args = []
+    for p in PROMPTS:
+        args += ["--prompt-ids", ",".join(map(str, p))]
+    proc = run_hfx("generate", folder, *args, "-n", NEW_TOKENS, "--print-ids", "--runtime", "openvino")
+    assert [[int(t) for t in line.split(",")] for line in proc.stdout.strip().splitlines()] == want
+    run_hfx("verify", folder, "--runtime", "openvino")
+    record_coverage(case, f"openvino-{layout}", f"greedy {NEW_TOKENS} batch2 + verify", "identical")
