@@ -255,3 +255,32 @@ def test_openvino_greedy_and_verify(case, layout, tiny_checkpoint, lfm2_openvino
     assert [[int(t) for t in line.split(",")] for line in proc.stdout.strip().splitlines()] == want
     run_hfx("verify", folder, "--runtime", "openvino")
     record_coverage(case, f"openvino-{layout}", f"greedy {NEW_TOKENS} batch2 + verify", "identical")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_onnxruntime_genai_generates_transformers_tokens(case, tiny_checkpoint, tmp_path):
+    """onnxruntime-genai (its LFM2 model: past_conv_names / present_conv_names, layer_types and
+    conv_cache_size from genai_config.json) loads the default (ort-requested) export, which falls
+    back to portable for a hybrid, and generates Transformers' greedy tokens, one prompt at a time
+    up to the context length (64 positions in these checkpoints)."""
+    og = pytest.importorskip("onnxruntime_genai")
+    folder = tmp_path / "out"
+    run_hfx("export", "--model", tiny_checkpoint(case), "--format", "onnx", "--quiet", folder)
+    config = json.loads((folder / "onnx" / "genai_config.json").read_text())["model"]
+    assert config["type"] == "lfm2" and config["decoder"]["inputs"]["past_conv_names"] == "past_conv.%d"
+    model = load_reference(tiny_checkpoint(case))
+    context = config["context_length"]
+    genai = og.Model(str(folder / "onnx"))
+    for prompt in PROMPTS:
+        params = og.GeneratorParams(genai)
+        params.set_search_options(max_length=context, do_sample=False)
+        gen = og.Generator(genai, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        while not gen.is_done():
+            gen.generate_next_token()
+        got = [int(t) for t in gen.get_sequence(0)][len(prompt):]
+        with torch.no_grad():
+            out = model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                 max_new_tokens=context - len(prompt), do_sample=False)
+        assert got == out[0, len(prompt):].tolist()
+    record_coverage(case, "onnxruntime-genai", "greedy to the context length", "identical")

@@ -129,11 +129,8 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
 }
 
 // onnxruntime-genai loads the folder with either lowering (a decoder asked for with the ort profile).
-// Not for a hybrid: its genai_config.json would name its convolution states too (onnxruntime-genai's
-// LFM2 model), which genai_config() does not write yet.
 bool writes_genai_config(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
-  return requested == "ort" && c.role == "decoder" && m.task->generative() &&
-         m.model.decoder().state_names() == "decoder";
+  return requested == "ort" && c.role == "decoder" && m.task->generative();
 }
 
 // The task's inputs that graph `g` (the component as lowered) still takes.
@@ -282,6 +279,8 @@ class OnnxBackend final : public Backend {
       gi.model_file = wo.model_file;
       gi.graph = &g;
       gi.past_present_share_buffer = profile == "ort";
+      gi.state = c.state;
+      gi.names = &tasks::state_names_named(m.model.decoder().state_names());
       write_text_file(dir / "genai_config.json", onnx_backend::genai_config(gi).dump(4) + "\n");
     }
   }
