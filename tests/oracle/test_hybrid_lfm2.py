@@ -284,3 +284,23 @@ def test_onnxruntime_genai_generates_transformers_tokens(case, tiny_checkpoint, 
                                  max_new_tokens=context - len(prompt), do_sample=False)
         assert got == out[0, len(prompt):].tolist()
     record_coverage(case, "onnxruntime-genai", "greedy to the context length", "identical")
+
+
+@pytest.mark.parametrize("edit, pointer", [
+    (lambda st: st[0].update(kind="convolution"), "/model/states/0/kind"),
+    (lambda st: st[0]["shape"].__setitem__(1, 1 << 30), "/model/states/0/shape"),
+    (lambda st: st[0].update(layer=99), "/model/states/0/layer"),
+    (lambda st: st[0].update(axis=2), "/model/states/0/axis"),
+])
+def test_hostile_manifest_states_are_refused(edit, pointer, lfm2_export, tmp_path):
+    """A hybrid's manifest lists its StateSpecs, which size what generate and verify allocate: an
+    edited entry is refused naming its place, before anything runs."""
+    import shutil
+    folder = tmp_path / "edited"
+    shutil.copytree(lfm2_export("lfm2", "growing"), folder)
+    manifest = json.loads((folder / "hfx.json").read_text())
+    assert manifest["model"]["state_names"] == "js-hybrid"
+    edit(manifest["model"]["states"])
+    (folder / "hfx.json").write_text(json.dumps(manifest))
+    proc = run_hfx("generate", folder, "--prompt-ids", "5,6,7", "-n", "2", "--print-ids", check=False)
+    assert proc.returncode != 0 and pointer in proc.stderr, proc.stderr
