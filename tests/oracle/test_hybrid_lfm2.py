@@ -304,3 +304,23 @@ def test_hostile_manifest_states_are_refused(edit, pointer, lfm2_export, tmp_pat
     (folder / "hfx.json").write_text(json.dumps(manifest))
     proc = run_hfx("generate", folder, "--prompt-ids", "5,6,7", "-n", "2", "--print-ids", check=False)
     assert proc.returncode != 0 and pointer in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("layout, flags", [("static", ["--static-cache", "--max-cache-len", "80"]),
+                                           ("split", ["--split-prefill"])])
+@pytest.mark.parametrize("case", CASES)
+def test_greedy_tokens_other_layouts(case, layout, flags, tiny_checkpoint, tmp_path):
+    """64 greedy tokens from a static-cache export (the conv states are the same in every layout) and
+    from prefill + decode graphs (the prefill starts its conv states from zeros, the decode graph,
+    one token by its shape, has no padding mask), identical to Transformers'."""
+    model = load_reference(tiny_checkpoint(case))
+    want = transformers_greedy(model)
+    folder = tmp_path / layout
+    run_hfx("export", "--model", tiny_checkpoint(case), "--format", "onnx", "--onnx-profile", "portable", "--quiet",
+            *flags, folder)
+    args = []
+    for p in PROMPTS:
+        args += ["--prompt-ids", ",".join(map(str, p))]
+    proc = run_hfx("generate", folder, *args, "-n", NEW_TOKENS, "--print-ids")
+    assert [[int(t) for t in line.split(",")] for line in proc.stdout.strip().splitlines()] == want
+    record_coverage(case, f"reference-{layout}", f"greedy {NEW_TOKENS} batch2", "identical")
