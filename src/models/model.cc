@@ -5,6 +5,11 @@
 
 namespace hfx::models {
 
+std::vector<ir::StateSpec> CausalLm::states(const StateLayout& l) const {
+  const CacheGeometry g = cache();
+  return ir::kv_cache_states({g.num_layers, g.num_kv_heads, g.head_dim, l.static_cache, l.max_cache_len}, l.length);
+}
+
 std::string_view module_name(ModuleKind kind) {
   switch (kind) {
     case ModuleKind::Decoder: return "a decoder";

@@ -13,6 +13,7 @@
 #include "io/checkpoint.h"
 #include "ir/builder.h"
 #include "ir/model_summary.h"
+#include "ir/state.h"
 
 namespace hfx::models {
 
@@ -24,13 +25,24 @@ struct CausalLmInputs {
   // Per layer [batch, kv_heads, past, head_dim]; empty for a graph that always starts from an empty
   // cache (prefill). With a static cache they are [batch, kv_heads, max_cache_len, head_dim] buffers
   // and cache_position (i64 [seq]) says which slots this step writes.
-  std::vector<ir::ValueId> past_key, past_value;
+  // Indexed by layer: a hybrid's layers without attention hold kNone (and those without a
+  // convolution kNone in past_conv, [batch, channels, kernel - 1] where there is one).
+  std::vector<ir::ValueId> past_key, past_value, past_conv;
   ir::ValueId cache_position = ir::kNone;
 };
 
 struct CausalLmOutputs {
   ir::ValueId logits = ir::kNone;  // f32 [batch, seq, vocab]
-  std::vector<ir::ValueId> present_key, present_value;
+  // Indexed by layer, as the inputs (kNone where the layer carries no such state).
+  std::vector<ir::ValueId> present_key, present_value, present_conv;
+};
+
+// How the task lays out the state a step carries: the key/value cache growing (its length the
+// symbol `length`) or in fixed buffers of max_cache_len.
+struct StateLayout {
+  bool static_cache = false;
+  int64_t max_cache_len = 0;
+  std::string length = "past_sequence_length";
 };
 
 // Declared in ir/ (model_summary.h) so that formats can read them without models/; named here too,
@@ -60,6 +72,11 @@ class CausalLm {
   virtual ~CausalLm() = default;
   virtual const ModelSummary& summary() const = 0;
   virtual CacheGeometry cache() const = 0;
+  // The state one step carries, per layer (tasks turn it into ports). By default every layer's
+  // key/value cache from cache(); a hybrid declares its own (LFM2: convolution states beside it).
+  virtual std::vector<ir::StateSpec> states(const StateLayout& layout) const;
+  // The client name set its state ports are named by (tasks/state_names.h: "decoder", "js-hybrid").
+  virtual std::string_view state_names() const { return "decoder"; }
   // Emits the graph for one step. Weights are bound lazily from the checkpoint (no copies).
   virtual CausalLmOutputs build(ir::Builder& b, const CausalLmInputs& in) const = 0;
 };

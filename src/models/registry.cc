@@ -7,6 +7,7 @@
 #include "models/decoder.h"
 #include "models/gpt2.h"
 #include "models/gpt_neox.h"
+#include "models/lfm2.h"
 
 namespace hfx::models {
 
@@ -171,6 +172,10 @@ const std::vector<ModelEntry>& model_registry() {
                         make_gpt_bigcode),
       own_decoder_entry("gpt_neox", "GPTNeoXForCausalLM",
                         "LayerNorm; per-head fused query_key_value; partial rotary; parallel residual", make_gpt_neox),
+      own_decoder_entry("lfm2", "Lfm2ForCausalLM",
+                        "hybrid: short-convolution layers (a causal depthwise conv whose last conv_L_cache - 1 inputs "
+                        "are carried as past_conv.{i}) and GQA attention layers with q/k RMSNorm, per layer_types",
+                        make_lfm2),
       encoder_entry("bert", "BertModel",
                     "post-norm encoder; token_type_ids input; BertForSequenceClassification head (pooler + classifier)",
                     make_bert),

@@ -30,7 +30,7 @@ namespace {
 // dim, so a manifest cannot claim a cache far larger (or of other layers) than the graph it ships takes.
 void check_cache_inputs(const ArtifactComponent& c, const runtime::CacheSpec& cache, int64_t num_layers,
                         const std::string& where) {
-  const tasks::StateNameSet& names = tasks::state_names(tasks::StateNames::Decoder);
+  const tasks::StateNameSet& names = *cache.names;
   for (auto id : c.graph.inputs()) {
     const auto& v = c.graph.value(id);
     const tasks::StatePort* port = tasks::find_past(cache.states, v.name);
@@ -42,18 +42,36 @@ void check_cache_inputs(const ArtifactComponent& c, const runtime::CacheSpec& ca
     }
     const Shape& want = port->spec.shape;
     if (v.shape.size() != want.size())
-      bad_input("{}: component {}: graph input {} has shape {}, expected [batch, kv_heads, length, head_dim]", where,
-                c.role, v.name, shape_str(v.shape));
+      bad_input("{}: component {}: graph input {} has shape {}, expected {}", where, c.role, v.name, shape_str(v.shape),
+                shape_str(want));
     // Dims the contract fixes from the manifest: kv heads and head_dim (and a static cache's length).
+    const bool kv = port->spec.update != tasks::StateUpdate::Replace;
     auto field = [&](size_t d) {
-      return d == size_t(port->spec.axis) ? "/recipe/max_cache_len" : d == 1 ? "/model/num_kv_heads" : "/model/head_dim";
+      return !kv ? "/model/states" : d == size_t(port->spec.axis) ? "/recipe/max_cache_len" : d == 1 ? "/model/num_kv_heads" : "/model/head_dim";
     };
-    auto what = [&](size_t d) { return d == size_t(port->spec.axis) ? "cache length" : d == 1 ? "kv heads" : "head_dim"; };
+    auto what = [&](size_t d) {
+      return !kv ? fmt::format("dim {}", d) : d == size_t(port->spec.axis) ? "cache length" : d == 1 ? "kv heads" : "head_dim";
+    };
     for (size_t d = 1; d < want.size(); ++d)
       if (want[d].is_fixed() && v.shape[d].is_fixed() && v.shape[d].value != want[d].value)
         bad_input("{}: component {}: graph input {} has {} {} where {} says {}", where, c.role, v.name, what(d),
                   v.shape[d].value, field(d), want[d].value);
   }
+}
+
+// A hybrid's state as its manifest lists it (validated by read_manifest: known kinds, bounded dims).
+std::vector<tasks::StatePort> read_states(const nlohmann::json& model) {
+  std::vector<tasks::StateSpec> specs;
+  for (const auto& st : model["states"]) {
+    tasks::StateSpec spec;
+    spec.layer = st["layer"].get<int64_t>();
+    spec.kind = *tasks::parse_state_kind(st["kind"].get<std::string>());
+    spec.update = *tasks::parse_state_update(st["update"].get<std::string>());
+    spec.axis = st["axis"].get<int64_t>();
+    for (const auto& d : st["shape"]) spec.shape.push_back(d.is_string() ? Dim::sym(d.get<std::string>()) : Dim::fixed(d.get<int64_t>()));
+    specs.push_back(std::move(spec));
+  }
+  return tasks::name_states(specs, *tasks::find_state_names(model["state_names"].get<std::string>()));
 }
 
 }  // namespace
@@ -73,12 +91,16 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
   const auto& recipe = a.manifest["recipe"];
   a.cache.static_cache = recipe["static_cache"].get<bool>();
   a.cache.max_cache_len = recipe["max_cache_len"].get<int64_t>();
-  // An encoder (feature-extraction) carries no state.
-  if (model.value("task", std::string("causal-lm")) == "causal-lm")
+  // An encoder (feature-extraction) carries no state; a hybrid's manifest lists its StateSpecs.
+  if (model.value("task", std::string("causal-lm")) == "causal-lm" && model.contains("states"))
+    a.cache.states = read_states(model);
+  else if (model.value("task", std::string("causal-lm")) == "causal-lm")
     a.cache.states = tasks::name_states(
         tasks::kv_cache_states({a.num_layers, model["num_kv_heads"].get<int64_t>(), model["head_dim"].get<int64_t>(),
                                 a.cache.static_cache, a.cache.max_cache_len}),
         tasks::state_names(tasks::StateNames::Decoder));
+  a.cache.names = &tasks::state_names(tasks::StateNames::Decoder);
+  if (model.contains("state_names")) a.cache.names = tasks::find_state_names(model["state_names"].get<std::string>());
   for (const auto& c : a.manifest["components"]) {
     // A hand-edited manifest may hold anything: report it, never throw a JSON or filesystem error.
     if (!c.is_object()) bad_input("{}: inconsistent manifest: a component is {}, not an object", where, c.type_name());

@@ -20,6 +20,37 @@ namespace hfx::pipeline {
 
 namespace {
 
+// A hybrid's state, layer by layer, for the preflight: what one row holds (a key/value layer's per
+// cached position). Empty for a model whose state is a plain key/value cache on every layer (its
+// size is the geometry the features line gives), so a decoder's inspect reads as before.
+struct StateRow {
+  int64_t layer = 0;
+  std::string kind, ports;
+  int64_t bytes = 0;
+  bool per_position = false;
+};
+std::vector<StateRow> state_rows(const std::vector<tasks::StatePort>& ports) {
+  bool hybrid = false;
+  for (const auto& p : ports) hybrid = hybrid || p.spec.update == tasks::StateUpdate::Replace;
+  std::vector<StateRow> rows;
+  if (!hybrid) return rows;
+  for (const auto& p : ports) {
+    int64_t bytes = int64_t(dtype_size(p.spec.dtype));
+    for (int64_t d : tasks::state_dims(p.spec, 1, 1)) bytes *= d;
+    const bool value_of_key = p.spec.kind == tasks::StateKind::SelfAttentionValue && !rows.empty() &&
+                              rows.back().layer == p.spec.layer;
+    if (value_of_key) {  // a layer's key and value on one row
+      rows.back().kind = "self-attention key + value";
+      rows.back().ports += " + value";
+      rows.back().bytes += bytes;
+      continue;
+    }
+    rows.push_back({p.spec.layer, std::string(tasks::state_kind_name(p.spec.kind)), p.past, bytes,
+                    p.spec.update != tasks::StateUpdate::Replace});
+  }
+  return rows;
+}
+
 // What an ONNX export writes and holds in memory, measured against real exports by
 // tests/oracle/test_resources.py (within 15 % + 8 MiB on f32 and bf16
 // checkpoints of 25-300 MB; the 8 MiB is the shared libraries' resident pages, which move with the page
@@ -188,6 +219,13 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
     j["contract_of"] = {{"format", backend.info().name}, {"layout", plan.layout}, {"notes", plan.notes}};
     j["inputs"] = io(inputs);
     j["outputs"] = io(outputs);
+    if (const auto rows = state_rows(m.components.at(0).state); !rows.empty()) {
+      auto arr = nlohmann::ordered_json::array();
+      for (const auto& r : rows)
+        arr.push_back({{"layer", r.layer}, {"kind", r.kind}, {"ports", r.ports}, {"bytes_per_row", r.bytes},
+                       {"per_position", r.per_position}});
+      j["state_per_layer"] = arr;
+    }
     j["preflight"] = {{"disk_bytes", p.disk_bytes},
                       {"peak_memory_bytes", p.peak_memory_bytes},
                       {"peak_memory_no_verify_bytes", p.peak_memory_no_verify_bytes},
@@ -228,6 +266,12 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
     line("out", outputs[i]);
   }
   if (m.task->generative()) out += "  total_sequence_length = past_sequence_length + sequence_length\n";
+  if (const auto rows = state_rows(m.components.at(0).state); !rows.empty()) {
+    out += "\nstate per layer (one row; a growing cache per cached position):\n";
+    for (const auto& r : rows)
+      out += fmt::format("  layer {:<3} {:<34} {:<32} {}{}\n", r.layer, r.kind, r.ports, human_bytes(r.bytes),
+                         r.per_position ? " per position" : "");
+  }
   out += fmt::format("\npreflight (onnx, f32): disk {}, peak memory {} ({}; {} with --no-verify), largest tensor {}: {}\n",
                      human_bytes(p.disk_bytes), human_bytes(p.peak_memory_bytes),
                      p.verify_runs ? "with the built-in verification" : "too large for the built-in verification",

@@ -59,6 +59,25 @@ std::vector<fs::path> list_files(const fs::path& root) {
   return files;
 }
 
+namespace {
+
+// Each state as {layer, kind, shape (symbols by name, fixed dims as numbers), update, axis}.
+nlohmann::ordered_json states_json(const std::vector<tasks::StatePort>& ports) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const auto& p : ports) {
+    nlohmann::ordered_json shape = nlohmann::ordered_json::array();
+    for (const auto& d : p.spec.shape) shape.push_back(d.is_fixed() ? nlohmann::ordered_json(d.value) : nlohmann::ordered_json(d.symbol));
+    list.push_back({{"layer", p.spec.layer},
+                    {"kind", tasks::state_kind_name(p.spec.kind)},
+                    {"shape", shape},
+                    {"update", tasks::state_update_name(p.spec.update)},
+                    {"axis", p.spec.axis}});
+  }
+  return list;
+}
+
+}  // namespace
+
 ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& loaded, const Recipe& recipe) {
   json_["schema_version"] = kManifestSchemaVersion;
   json_["tool"] = {{"name", "hfx"}, {"version", HFX_VERSION}};
@@ -99,6 +118,13 @@ ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& 
                               {"eos_token_ids", s.eos_token_ids}};
   m["bos_token_id"] = s.bos_token_id ? nlohmann::ordered_json(*s.bos_token_id) : nlohmann::ordered_json();
   m["pad_token_id"] = s.pad_token_id ? nlohmann::ordered_json(*s.pad_token_id) : nlohmann::ordered_json();
+  // A hybrid's state is more than the key/value geometry above: its StateSpecs and the client name
+  // set they are named by, which the read-back rebuilds the state from (a decoder's manifest keeps
+  // the geometry alone, as before).
+  if (decoder && loaded.model.decoder().state_names() != "decoder" && !loaded.components.empty()) {
+    m["state_names"] = std::string(loaded.model.decoder().state_names());
+    m["states"] = states_json(loaded.components.front().state);
+  }
   json_["model"] = m;
   json_["components"] = nlohmann::ordered_json::array();
   json_["passes"] = nlohmann::ordered_json::array();

@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "tasks/causal_lm.h"
+#include "tasks/state_names.h"
 #include "tasks/task.h"
 
 namespace hfx::pipeline {
@@ -165,6 +167,51 @@ void validate_recipe(const Schema& s, const json& m) {
   s.dims(recipe, "/recipe", "dims");
 }
 
+// A hybrid's StateSpecs (pipeline/manifest.cc, states_json): each sizes a buffer generate and verify
+// allocate, so every dim is a contract symbol or a bounded number, and one layer's state is bounded
+// as a key/value layer's is.
+void validate_states(const Schema& s, const json& model) {
+  s.string(model, "/model", "state_names", true);
+  if (!tasks::find_state_names(model["state_names"].get<std::string>()))
+    s.bad("/model/state_names", fmt::format("unknown name set `{}`", model["state_names"].get<std::string>()));
+  const int64_t layers = model["num_layers"].get<int64_t>();
+  const json& list = s.array(model, "/model", "states");
+  if (list.empty()) s.bad("/model/states", "is empty (a causal LM carries state)");
+  if (list.size() > size_t(4 * layers)) s.bad("/model/states", fmt::format("has {} entries for {} layers", list.size(), layers));
+  const auto& dims = tasks::causal_lm_dim_names();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string p = child("/model/states", i);
+    const json& st = list[i];
+    s.type(st, p, json::value_t::object, "an object");
+    s.integer(st, p, "layer", 0, layers - 1, " (a layer of /model/num_layers)");
+    s.string(st, p, "kind");
+    if (!tasks::parse_state_kind(st["kind"].get<std::string>())) s.bad(child(p, "kind"), "is not a state kind");
+    s.string(st, p, "update");
+    const auto update = tasks::parse_state_update(st["update"].get<std::string>());
+    if (!update) s.bad(child(p, "update"), "is not a state update");
+    const json& shape = s.array(st, p, "shape");
+    if (shape.size() < 2 || shape.size() > 6) s.bad(child(p, "shape"), fmt::format("has rank {} (2 to 6)", shape.size()));
+    int64_t width = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const std::string dp = child(child(p, "shape"), d);
+      if (shape[d].is_string()) {
+        if (std::find(dims.begin(), dims.end(), shape[d].get<std::string>()) == dims.end())
+          s.bad(dp, fmt::format("`{}` is not a contract dim ({})", shape[d].get<std::string>(), fmt::join(dims, ", ")));
+        continue;
+      }
+      width *= s.integer(shape[d], dp, 1, ManifestLimits::kMaxCacheLen, "");
+      if (width > ManifestLimits::kMaxKvWidth * ManifestLimits::kMaxHeadsOrDim)
+        s.bad(child(p, "shape"), "holds more elements per row than any layer's state");
+    }
+    if (!shape[0].is_string() || shape[0].get<std::string>() != "batch_size")
+      s.bad(child(p, "shape") + "/0", "must be batch_size");
+    const int64_t axis = s.integer(st, p, "axis", -1, int64_t(shape.size()) - 1);
+    if ((*update == tasks::StateUpdate::Replace) != (axis == -1))
+      s.bad(child(p, "axis"), "is -1 exactly for a replaced state (a cache's length axis otherwise)");
+    if (axis == 0) s.bad(child(p, "axis"), "is the batch axis");
+  }
+}
+
 void validate_model(const Schema& s, const json& m) {
   const json& model = s.object(m, "", "model");
   s.optional_string(model, "/model", "task");
@@ -184,6 +231,7 @@ void validate_model(const Schema& s, const json& m) {
   for (size_t i = 0; i < eos.size(); ++i) s.integer(eos[i], child("/model/eos_token_ids", i), 0, kMaxId, "");
   s.nullable_integer(model, "/model", "pad_token_id", 0, kMaxId, true);
   s.nullable_integer(model, "/model", "bos_token_id", 0, kMaxId, false);
+  if (model.contains("states")) validate_states(s, model);
 }
 
 void validate_components(const Schema& s, const json& m) {

@@ -202,8 +202,12 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
     if (!port) continue;
     Tensor t(port->spec.dtype, tasks::state_dims(port->spec, B, cache.static_cache ? cache.max_cache_len : P));
     HFX_CHECK(t.dtype() == DType::F32, "state {} is {}: verify's random states are f32", name, dtype_name(t.dtype()));
-    float* p = t.as<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = normal(rng);
+    // A replaced state (a convolution's) before any token is zeros, as a runtime that keeps it (the
+    // OpenVINO stateful decoder) starts it; after a past it is random like a cache.
+    if (P > 0 || port->spec.update != tasks::StateUpdate::Replace) {
+      float* p = t.as<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = normal(rng);
+    }
     in[name] = std::move(t);
   }
   if (cache.static_cache) {

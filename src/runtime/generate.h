@@ -33,6 +33,8 @@ struct CacheSpec {
   std::vector<tasks::StatePort> states;
   bool static_cache = false;
   int64_t max_cache_len = 0;
+  // The client name set the ports are named by (a port-like name outside `states` is refused by it).
+  const tasks::StateNameSet* names = &tasks::state_names(tasks::StateNames::Decoder);
 };
 
 struct SamplingOptions {

@@ -36,11 +36,27 @@ Dim present_len(const Layout& l) {
 }
 bool has_past(const Layout& l) { return l.static_cache || l.step != Step::Prefill; }
 
-// The model's key/value cache as the contract's state, named as decoder clients load it.
+// The state the model declares for this layout, named by the client set it names.
 std::vector<StatePort> cache_ports(const models::CausalLm& model, const Layout& l) {
-  const auto g = model.cache();
-  return name_states(kv_cache_states({g.num_layers, g.num_kv_heads, g.head_dim, l.static_cache, l.max_cache_len}, kPast),
-                     state_names(StateNames::Decoder));
+  return name_states(model.states({l.static_cache, l.max_cache_len, kPast}), state_names_named(model.state_names()));
+}
+
+// Where a model's build() reads (writes) the state of `kind`: its per-layer slot.
+std::vector<ir::ValueId>& past_slot(models::CausalLmInputs& in, StateKind kind) {
+  switch (kind) {
+    case StateKind::SelfAttentionKey: return in.past_key;
+    case StateKind::SelfAttentionValue: return in.past_value;
+    case StateKind::Convolution: return in.past_conv;
+    default: unsupported("the causal-LM task carries no {} yet", state_kind_name(kind));
+  }
+}
+const std::vector<ir::ValueId>& present_slot(const models::CausalLmOutputs& out, StateKind kind) {
+  switch (kind) {
+    case StateKind::SelfAttentionKey: return out.present_key;
+    case StateKind::SelfAttentionValue: return out.present_value;
+    case StateKind::Convolution: return out.present_conv;
+    default: unsupported("the causal-LM task carries no {} yet", state_kind_name(kind));
+  }
 }
 
 std::vector<IoSpec> inputs_of(const std::vector<StatePort>& state, const Layout& l) {
@@ -102,8 +118,12 @@ Component build_component(const models::CausalLm& model, const CausalLmOptions& 
   in.attention_mask = ids.at("attention_mask");
   in.position_ids = ids.at("position_ids");
   if (has_past(l))
-    for (const auto& p : state)
-      (p.spec.kind == StateKind::SelfAttentionKey ? in.past_key : in.past_value).push_back(ids.at(p.past));
+    for (const auto& p : state) {
+      // Per layer, kNone where a layer has no state of this kind (a hybrid's other layers).
+      auto& slot = past_slot(in, p.spec.kind);
+      if (slot.size() <= size_t(p.spec.layer)) slot.resize(size_t(p.spec.layer) + 1, ir::kNone);
+      slot[size_t(p.spec.layer)] = ids.at(p.past);
+    }
   if (l.static_cache) in.cache_position = ids.at("cache_position");
   ir::Builder b(graph);
   models::CausalLmOutputs out = model.build(b, in);
@@ -111,9 +131,9 @@ Component build_component(const models::CausalLm& model, const CausalLmOptions& 
   // Name the outputs by the contract and declare their shapes: the contract is what runtimes bind to.
   std::vector<ir::ValueId> values = {out.logits};
   for (const auto& p : state) {
-    const auto& presents = p.spec.kind == StateKind::SelfAttentionKey ? out.present_key : out.present_value;
-    HFX_CHECK(size_t(p.spec.layer) < presents.size(), "the model returned no {} for layer {}", state_kind_name(p.spec.kind),
-              p.spec.layer);
+    const auto& presents = present_slot(out, p.spec.kind);
+    HFX_CHECK(size_t(p.spec.layer) < presents.size() && presents[size_t(p.spec.layer)] != ir::kNone,
+              "the model returned no {} for layer {}", state_kind_name(p.spec.kind), p.spec.layer);
     values.push_back(presents[size_t(p.spec.layer)]);
   }
   for (size_t i = 0; i < c.outputs.size(); ++i) {

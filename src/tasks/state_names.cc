@@ -27,7 +27,8 @@ const StateNameSet kSeq2Seq = {"seq2seq",
                                 {K::CrossAttentionValue, "past_key_values.{}.encoder.value", "present.{}.encoder.value"}}};
 
 const StateNameSet kTransformersJsHybrid = {"js-hybrid",
-                                            "transformers.js SSM and short-convolution hybrids (granitemoehybrid, lfm2, ...)",
+                                            "transformers.js SSM and short-convolution hybrids (granitemoehybrid, lfm2, ...); "
+                                            "onnxruntime-genai's LFM2 (past_conv_names in genai_config.json)",
                                             {HFX_DECODER_KV,
                                              {K::Convolution, "past_conv.{}", "present_conv.{}"},
                                              {K::Recurrent, "past_ssm.{}", "present_ssm.{}"}}};
@@ -67,6 +68,29 @@ const StateNameSet& state_names(StateNames which) {
     case StateNames::GenaiHybrid: return kGenaiHybrid;
   }
   fail(ErrorKind::Internal, "unknown state name set {}", int(which));
+}
+
+const StateNameSet* find_state_names(std::string_view name) {
+  for (StateNames which : {StateNames::Decoder, StateNames::Seq2Seq, StateNames::TransformersJsHybrid, StateNames::GenaiHybrid})
+    if (state_names(which).name == name) return &state_names(which);
+  return nullptr;
+}
+
+const StateNameSet& state_names_named(std::string_view name) {
+  if (const StateNameSet* names = find_state_names(name)) return *names;
+  fail(ErrorKind::Internal, "unknown state name set `{}`", name);
+}
+
+std::optional<StateKind> parse_state_kind(std::string_view name) {
+  for (StateKind k : kStateKinds)
+    if (state_kind_name(k) == name) return k;
+  return std::nullopt;
+}
+
+std::optional<StateUpdate> parse_state_update(std::string_view name) {
+  for (StateUpdate u : {StateUpdate::Append, StateUpdate::WriteAtPosition, StateUpdate::Replace})
+    if (state_update_name(u) == name) return u;
+  return std::nullopt;
 }
 
 const StatePortPattern& state_pattern(const StateNameSet& names, StateKind kind) {

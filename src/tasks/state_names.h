@@ -8,11 +8,14 @@
 //   seq2seq        Optimum / transformers.js encoder-decoders: past_key_values.{i}.decoder.* (self) and
 //                  past_key_values.{i}.encoder.* (cross) -> present.{i}.decoder|encoder.*
 //   js-hybrid      transformers.js SSM / short-conv hybrids: past_conv.{i}, past_ssm.{i} ->
-//                  present_conv.{i}, present_ssm.{i}, attention layers as decoder
+//                  present_conv.{i}, present_ssm.{i}, attention layers as decoder; LFM2's names in
+//                  transformers.js and in onnxruntime-genai's LFM2 model (reference/peer-contracts.md
+//                  3.1; genai reads them from genai_config.json's past_conv_names)
 //   genai-hybrid   onnxruntime-genai's RecurrentState: past_key_values.{i}.conv_state|recurrent_state ->
 //                  present.{i}.*, attention layers as decoder
 //
-// Only `decoder` is wired today; the others are declared for encoder-decoder and SSM models.
+// `decoder` names every decoder, `js-hybrid` LFM2 (models/lfm2.cc); the others are declared for
+// encoder-decoder and SSM models. A model names its set (models::CausalLm::state_names).
 #pragma once
 
 #include <optional>
@@ -38,6 +41,14 @@ struct StateNameSet {
 
 enum class StateNames { Decoder, Seq2Seq, TransformersJsHybrid, GenaiHybrid };
 const StateNameSet& state_names(StateNames which);
+// The set whose `name` is `name` ("decoder", "js-hybrid", ...); Internal error for another name (a
+// model's state_names() is code, not input).
+const StateNameSet& state_names_named(std::string_view name);
+// The same, nullptr for an unknown name (a manifest's, which is input).
+const StateNameSet* find_state_names(std::string_view name);
+// The kind (update) whose state_kind_name (state_update_name) is `name`; nullopt for another.
+std::optional<StateKind> parse_state_kind(std::string_view name);
+std::optional<StateUpdate> parse_state_update(std::string_view name);
 
 // A state as one component's ports: read as `past`, returned as `present`.
 struct StatePort {

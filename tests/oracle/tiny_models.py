@@ -169,13 +169,26 @@ PARITY_CASES: dict[str, tuple[str, dict]] = {
                                                rope_parameters=dict(LONGROPE_FULL))),
 }
 
+# Hybrids: per-layer state beyond the key/value cache, with their own parity test
+# (test_hybrid_lfm2.py); kept out of CASES, whose tests thread a key/value cache only.
+HYBRID_CASES: dict[str, tuple[str, dict]] = {
+    # conv layer first (the state ports do not start with a key), attention in the middle, kernel 3;
+    # Lfm2MLP's auto-adjusted feed-forward size (int(2 * 96 / 3) = 64, rounded up to block_multiple_of)
+    "lfm2": ("lfm2", dict(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "full_attention"],
+                          conv_L_cache=3, norm_eps=1e-5, block_multiple_of=32)),
+    # conv biases, a longer kernel than the decode steps, untied head, the feed-forward size as given
+    "lfm2-bias-k4": ("lfm2", dict(num_hidden_layers=3, layer_types=["full_attention", "conv", "conv"],
+                                  conv_L_cache=4, conv_bias=True, block_auto_adjust_ff_dim=False,
+                                  tie_word_embeddings=False, norm_eps=1e-5)),
+}
+
 
 def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int = 0) -> Path:
     """Saves the tiny checkpoint for `case` into `folder` (created) and returns it."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    model_type, overrides = CASES[case] if case in CASES else PARITY_CASES[case]
+    model_type, overrides = {**CASES, **PARITY_CASES, **HYBRID_CASES}[case]
     cfg = dict(BASE)
     cfg.update(overrides)
     config = AutoConfig.for_model(model_type, **cfg)
@@ -209,7 +222,7 @@ if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("case", choices=sorted({**CASES, **PARITY_CASES}))
+    ap.add_argument("case", choices=sorted({**CASES, **PARITY_CASES, **HYBRID_CASES}))
     ap.add_argument("folder")
     ap.add_argument("--dtype", default="float32")
     args = ap.parse_args()

@@ -32,7 +32,7 @@ namespace {
 
 // Model types onnxruntime-genai dispatches as plain decoder LLMs; others load as "decoder".
 bool genai_knows(const std::string& type) {
-  for (const char* t : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "granite", "phi3"})
+  for (const char* t : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "granite", "phi3", "lfm2"})
     if (type == t) return true;
   return false;
 }
@@ -58,6 +58,16 @@ nlohmann::ordered_json genai_config(const GenaiConfigInput& in) {
   nlohmann::ordered_json outputs = {{"logits", "logits"},
                                     {"present_key_names", tasks::genai_name_pattern(key.present)},
                                     {"present_value_names", tasks::genai_name_pattern(value.present)}};
+  // Convolution states (LFM2): genai binds them by the same `%d` patterns and sizes them from
+  // conv_cache_size; layer_types says which layers hold them.
+  const tasks::StatePort* conv = nullptr;
+  for (const auto& p : in.state)
+    if (p.spec.kind == tasks::StateKind::Convolution && !conv) conv = &p;
+  if (conv) {
+    const auto& pattern = tasks::state_pattern(*in.names, tasks::StateKind::Convolution);
+    inputs["past_conv_names"] = tasks::genai_name_pattern(pattern.past);
+    outputs["present_conv_names"] = tasks::genai_name_pattern(pattern.present);
+  }
   const auto& s = in.summary;
   nlohmann::ordered_json eos = nlohmann::ordered_json::array();
   for (auto e : s.eos_token_ids) eos.push_back(e);
@@ -106,6 +116,16 @@ nlohmann::ordered_json genai_config(const GenaiConfigInput& in) {
       {"pad_token_id", pad},
       {"type", genai_knows(s.model_type) ? s.model_type : std::string("decoder")},
       {"vocab_size", s.vocab_size}};
+  if (conv) {
+    nlohmann::ordered_json types = nlohmann::ordered_json::array();
+    for (int64_t i = 0; i < in.cache.num_layers; ++i) {
+      bool is_conv = false;
+      for (const auto& p : in.state) is_conv = is_conv || (p.spec.layer == i && p.spec.kind == tasks::StateKind::Convolution);
+      types.push_back(is_conv ? "conv" : "full_attention");
+    }
+    model["decoder"]["layer_types"] = types;
+    model["decoder"]["conv_cache_size"] = conv->spec.shape.back().value;
+  }
   return {{"model", model}, {"search", search}};
 }
 

@@ -11,6 +11,7 @@
 #include "io/checkpoint.h"
 #include "ir/graph.h"
 #include "ir/model_summary.h"
+#include "tasks/state_names.h"
 
 namespace hfx::onnx_backend {
 
@@ -29,6 +30,11 @@ struct GenaiConfigInput {
   // GroupQueryAttention's cache buffers are max-length and updated in place; a portable graph's grow
   // by concatenation.
   bool past_present_share_buffer = true;
+  // The component's state and the name set it is named by: a hybrid's convolution states add
+  // onnxruntime-genai's past_conv_names / present_conv_names, layer_types and conv_cache_size (its
+  // LFM2 model, builders/lfm2.py).
+  std::vector<tasks::StatePort> state;
+  const tasks::StateNameSet* names = &tasks::state_names(tasks::StateNames::Decoder);
 };
 
 // genai_config.json for a decoder written with the ort profile (onnxruntime-genai's

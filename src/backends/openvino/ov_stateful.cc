@@ -49,11 +49,12 @@ void make_stateful(const std::shared_ptr<ov::Model>& model, const std::vector<ta
     auto result = find_result(*model, present);
     if (!result) bad_input("openvino: cache input `{}` has no `{}` output to pair it with", past, present);
     // The state starts empty along the axis a step appends to ([batch, kv_heads, 0, head_dim] for a
-    // KV cache); every other dim but the batch is the one the input fixes.
+    // KV cache), or as zeros of its whole shape when each step replaces it (a convolution state:
+    // what Transformers' prefill starts from); every other dim but the batch is the one the input fixes.
     const tasks::StateSpec& spec = port->spec;
-    if (spec.update != tasks::StateUpdate::Append)
-      unsupported("openvino: the stateful layout keeps appended state only; `{}` is updated by {} (use --stateless)", past,
-                  tasks::state_update_name(spec.update));
+    if (spec.update == tasks::StateUpdate::WriteAtPosition)
+      unsupported("openvino: the stateful layout keeps appended or replaced state only; `{}` is updated by {} (use "
+                  "--stateless)", past, tasks::state_update_name(spec.update));
     const ov::PartialShape shape = param->get_partial_shape();
     std::vector<int64_t> init_dims;  // after the batch
     bool fixed = shape.rank().is_static() && shape.size() == spec.shape.size();

@@ -76,6 +76,10 @@ std::string runtime_version(const std::string& python) {
 // The one shape of a component this format writes, or BadInput saying what to ask for.
 void check_component(const tasks::Component& c) {
   if (is_encoder(c)) return;
+  for (const auto& p : c.state)
+    if (p.spec.update == tasks::StateUpdate::Replace)
+      unsupported("format executorch keeps a key/value cache only; `{}` is a {} (a hybrid's, replaced each step): export "
+                  "it as onnx or openvino", p.past, tasks::state_kind_name(p.spec.kind));
   if (c.role != "decoder" && c.role != "prefill" && c.role != "decode")
     unsupported("format executorch writes decoders and encoders, not a {} component: export it as onnx, openvino or pt2", c.role);
   if (c.role != "decoder")

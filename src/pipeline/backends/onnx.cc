@@ -112,6 +112,16 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
   if (c.role == "encoder")  // bidirectional attention over padding: the fused ops are causal
     return {"portable", fmt::format("onnx profile ort: {} is an encoder, written with the portable profile (the fused "
                                     "lowering is for causal attention)", m.summary().model_type)};
+  // A hybrid's convolution (or recurrent) state reads the step's positions in order: the ort profile
+  // rolls a left-padded row's tokens to the front for GroupQueryAttention, which would carry pads
+  // into the state.
+  for (const auto& p : c.state)
+    if (p.spec.update == tasks::StateUpdate::Replace)
+      return {"portable", fmt::format("onnx profile ort: {} {} falls back to the portable profile: its {} ({}) reads the "
+                                      "step's positions in order, which GroupQueryAttention's left-padding roll would "
+                                      "reorder", m.summary().model_type, c.role, tasks::state_kind_name(p.spec.kind),
+                                      tasks::name_glob(tasks::state_pattern(tasks::state_names_named(
+                                          m.model.decoder().state_names()), p.spec.kind).past))};
   const auto blockers = passes::ort_profile_blockers(c.graph);
   if (blockers.empty()) return {"ort", ""};
   return {"portable", fmt::format("onnx profile ort: {} {} falls back to the portable profile: {}", m.summary().model_type,
@@ -269,6 +279,8 @@ class OnnxBackend final : public Backend {
       gi.model_file = wo.model_file;
       gi.graph = &g;
       gi.past_present_share_buffer = profile == "ort";
+      gi.state = c.state;
+      gi.names = &tasks::state_names_named(m.model.decoder().state_names());
       write_text_file(dir / "genai_config.json", onnx_backend::genai_config(gi).dump(4) + "\n");
     }
   }

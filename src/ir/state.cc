@@ -1,10 +1,10 @@
-#include "tasks/state.h"
+#include "ir/state.h"
 
 #include <string>
 
 #include "core/error.h"
 
-namespace hfx::tasks {
+namespace hfx::ir {
 
 std::string_view state_kind_name(StateKind kind) {
   switch (kind) {
@@ -61,4 +61,9 @@ std::vector<StateSpec> kv_cache_states(const KvCacheGeometry& g, const std::stri
   return states;
 }
 
-}  // namespace hfx::tasks
+StateSpec conv_state(int64_t layer, int64_t channels, int64_t width) {
+  return {layer, StateKind::Convolution, DType::F32, {Dim::sym("batch_size"), Dim::fixed(channels), Dim::fixed(width)},
+          StateUpdate::Replace, -1};
+}
+
+}  // namespace hfx::ir

@@ -1,0 +1,46 @@
+#include "models/short_conv.h"
+
+#include <cstdint>
+
+#include "core/error.h"
+
+namespace hfx::models {
+
+ConvOut causal_depthwise_conv(ir::Builder& b, ir::ValueId x, ir::ValueId past, ir::ValueId weight, ir::ValueId bias,
+                              int64_t channels, int64_t kernel) {
+  HFX_CHECK(kernel >= 2, "a causal conv of kernel {} carries no state", kernel);
+  const int64_t width = kernel - 1;
+  if (past == ir::kNone) {
+    // Zeros [b, channels, kernel - 1]: the batch from x, the rest fixed.
+    const Tensor zeros = Tensor::from_vector<float>(DType::F32, {1, channels, width}, std::vector<float>(size_t(channels * width), 0.0f));
+    ir::ValueId dims = b.concat({b.shape_of(x, 0, 1), b.i64s({channels, width})}, 0);
+    past = b.add1("Expand", {b.constant(zeros, "conv_zero_state"), dims});
+  }
+  ir::ValueId full = b.concat({past, x}, 2);  // [b, channels, kernel - 1 + s]
+  ConvOut r;
+  r.present = b.slice(full, -width, INT64_MAX, 2);
+  // Tap k reads full[:, :, k : k + s], i.e. up to kernel - 1 - k columns before full's end.
+  for (int64_t k = 0; k < kernel; ++k) {
+    ir::ValueId tap = b.slice(full, k, k == width ? INT64_MAX : k - width, 2);
+    ir::ValueId w = b.slice(weight, k, k + 1, 1);  // [channels, 1]
+    ir::ValueId term = b.times(tap, w);
+    r.out = r.out == ir::kNone ? term : b.plus(r.out, term);
+  }
+  if (bias != ir::kNone) r.out = b.plus(r.out, b.reshape(bias, {channels, 1}));
+  return r;
+}
+
+std::optional<ir::ValueId> padding_states_mask(ir::Builder& b, const CausalLmInputs& in) {
+  const Shape ids = b.graph().value(in.input_ids).shape;  // a copy: adding nodes may reallocate
+  if (ids.size() == 2 && ids[1].is_fixed() && ids[1].value == 1) return std::nullopt;
+  ir::ValueId seq = b.shape_of(in.input_ids, 1, 2);  // [1]
+  ir::ValueId cols = in.cache_position != ir::kNone
+                         ? b.add1("Gather", {in.attention_mask, in.cache_position}, {{"axis", int64_t(1)}})
+                         : b.add1("Slice", {in.attention_mask, b.add1("Neg", {seq}), b.i64s({INT64_MAX}), b.i64s({1})});
+  ir::ValueId mask = b.cast(cols, DType::F32);  // [b, s]
+  ir::ValueId one_token = b.add1("Equal", {seq, b.i64s({1})});
+  mask = b.add1("Where", {one_token, b.f32(1.0f), mask});
+  return b.unsqueeze(mask, {2});  // [b, s, 1]
+}
+
+}  // namespace hfx::models
