@@ -42,14 +42,8 @@ def test_cpp_driver_generates_transformers_tokens(case, backend, et_export, refe
     assert got[:len(expected)] == expected, proc.stderr
 
 
-# The driver is one Module API loop whatever the program holds, and test_executorch.py compares both
-# backends' programs with Transformers through executorch.runtime: the C++ driver against Transformers
-# runs every family on the default backend and a few families on portable kernels.
-PORTABLE_CASES = ["llama", "gemma2", "qwen3"]
-
-
-@pytest.mark.parametrize("backend,case", [("xnnpack", c) for c in sorted(CASES)] +
-                         [("portable", c) for c in PORTABLE_CASES])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_cpp_driver_logits_match_transformers(case, backend, et_export):
     """This build's `--runtime executorch` is the C++ driver (test_the_build_has_the_cpp_driver)."""
     out = et_export(case, backend)
