@@ -36,7 +36,10 @@ std::optional<ir::ValueId> padding_states_mask(ir::Builder& b, const CausalLmInp
   ir::ValueId seq = b.shape_of(in.input_ids, 1, 2);  // [1]
   ir::ValueId cols = in.cache_position != ir::kNone
                          ? b.add1("Gather", {in.attention_mask, in.cache_position}, {{"axis", int64_t(1)}})
-                         : b.add1("Slice", {in.attention_mask, b.add1("Neg", {seq}), b.i64s({INT64_MAX}), b.i64s({1})});
+                         // from total - s, not -s: a start that is never negative stays a plain size
+                         // (torch.export's symbolic slice bounds, for the pt2 and executorch formats)
+                         : b.add1("Slice", {in.attention_mask, b.minus(b.shape_of(in.attention_mask, 1, 2), seq),
+                                            b.i64s({INT64_MAX}), b.i64s({1})});
   ir::ValueId mask = b.cast(cols, DType::F32);  // [b, s]
   ir::ValueId one_token = b.add1("Equal", {seq, b.i64s({1})});
   mask = b.add1("Where", {one_token, b.f32(1.0f), mask});

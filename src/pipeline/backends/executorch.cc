@@ -76,10 +76,6 @@ std::string runtime_version(const std::string& python) {
 // The one shape of a component this format writes, or BadInput saying what to ask for.
 void check_component(const tasks::Component& c) {
   if (is_encoder(c)) return;
-  for (const auto& p : c.state)
-    if (p.spec.update == tasks::StateUpdate::Replace)
-      unsupported("format executorch keeps a key/value cache only; `{}` is a {} (a hybrid's, replaced each step): export "
-                  "it as onnx or openvino", p.past, tasks::state_kind_name(p.spec.kind));
   if (c.role != "decoder" && c.role != "prefill" && c.role != "decode")
     unsupported("format executorch writes decoders and encoders, not a {} component: export it as onnx, openvino or pt2", c.role);
   if (c.role != "decoder")
@@ -87,6 +83,16 @@ void check_component(const tasks::Component& c) {
   if (c.shared_buffers.empty())
     bad_input("format executorch holds the KV cache as mutable buffers in the program: add --static-cache --max-cache-len N "
               "(the longest sequence the program runs)");
+}
+
+// The program's mutable buffers, (past input, present output) pairs: the key/value cache, written at
+// cache_position in place, and a hybrid's replaced state (a conv layer's last columns), copied back
+// whole at the end of each step. The LLM runner's forward(input_ids, cache_position) sees neither.
+std::vector<std::pair<std::string, std::string>> program_buffers(const tasks::Component& c) {
+  auto pairs = c.shared_buffers;
+  for (const auto& p : c.state)
+    if (p.spec.update == tasks::StateUpdate::Replace) pairs.emplace_back(p.past, p.present);
+  return pairs;
 }
 
 // f32, f16 and bf16 weights; weight-only int8 per channel (symmetric) in XNNPACK delegates, which
@@ -131,6 +137,18 @@ ir::Graph executorch_graph(const tasks::Component& c) {
   auto& b = r.builder();
   r.remap(*positions, b.unsqueeze(r.map(*cache_position), {0}));
   r.remap(*mask, b.add1("Expand", {b.i64(1), b.i64s({1, slots})}));
+  // A replaced state (a conv layer's columns) is a buffer the runtime keeps from the last sequence; a
+  // step at cache_position 0 starts a new one, which reads zeros, as Transformers' fresh cache does
+  // (a stale key/value slot needs no such care: the causal mask hides every slot not yet rewritten).
+  ir::ValueId continues = ir::kNone;  // f32 [1]: 0 on a sequence's first step, else 1
+  for (const auto& p : c.state) {
+    if (p.spec.update != tasks::StateUpdate::Replace) continue;
+    const auto past = g.find(p.past);
+    HFX_CHECK(past, "executorch: the decoder graph lacks the state input {}", p.past);
+    if (continues == ir::kNone)
+      continues = b.cast(b.add1("Greater", {b.slice(r.map(*cache_position), 0, 1, 0), b.i64s({0})}), DType::F32);
+    r.remap(*past, b.times(r.map(*past), continues));
+  }
   for (const auto& n : g.nodes()) r.copy(n, r.mapped(n));
   return r.finish();
 }
@@ -182,7 +200,7 @@ tasks::Component executorch_contract(const tasks::Component& c, const ir::Graph&
 // An encoder's program has none (the LLM runner does not run it).
 executorch_backend::EtLowerOptions lower_options(const LoadedModel& m, const Recipe& r, const tasks::Component& c, const ir::Graph& g) {
   executorch_backend::EtLowerOptions o;
-  o.shared_buffers = c.shared_buffers;
+  o.shared_buffers = program_buffers(c);
   o.xnnpack = r.executorch_backend == "xnnpack";
   if (is_encoder(c)) return o;
   int64_t slots = 0, query = 1;
@@ -278,7 +296,7 @@ class ExecuTorchBackend final : public Backend {
       passes_run.push_back("apply-precision");
     }
     pt2_backend::Pt2LowerOptions po;
-    po.shared_buffers = c.shared_buffers;
+    po.shared_buffers = program_buffers(c);
     const auto program = with_context("executorch " + c.role, [&] {
       return executorch_backend::lower_to_executorch(pt2_backend::lower_to_pt2(g, po), lower_options(job.model, job.recipe, c, g));
     });
@@ -297,7 +315,7 @@ class ExecuTorchBackend final : public Backend {
                                              program.kernels.size(), arena_mib, eg.symbols().bounds(kBatch).str(),
                                              eg.symbols().bounds(kSequence).str()));
     else
-      job.result.notes.push_back(fmt::format("executorch {}: {} kernels, planned arena {:.1f} MiB ({:.1f} MiB of it the KV cache)", c.role,
+      job.result.notes.push_back(fmt::format("executorch {}: {} kernels, planned arena {:.1f} MiB ({:.1f} MiB of it the cache buffers)", c.role,
                                              program.kernels.size(), arena_mib, double(program.buffer_bytes) / (1 << 20)));
     if (program.xnnpack_calls > 0)
       job.result.notes.push_back(fmt::format("executorch {}: {} XNNPACK delegate calls of {} nodes in all", c.role, program.xnnpack_calls,

@@ -102,12 +102,6 @@ class Pt2Backend final : public Backend {
   std::vector<std::string> passes() const override { return {"decompose-composites-keep-linear-embedding"}; }
 
   void write_component(const tasks::Component& c, ExportJob& job) const override {
-    // A hybrid's conv layers slice the attention mask by the step's length, which torch.export's
-    // symbolic shapes do not take from tensor data: said up front, not at the first such node.
-    for (const auto& p : c.state)
-      if (p.spec.update == tasks::StateUpdate::Replace)
-        unsupported("format pt2 keeps a key/value cache only; `{}` is a {} (a hybrid's, replaced each step): export it "
-                    "as onnx or openvino", p.past, tasks::state_kind_name(p.spec.kind));
     const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
     if (!precision.is_default())
       unsupported("format pt2 writes f32 programs; --dtype/--quantize ({}) are not implemented for it yet: export pt2 "
