@@ -251,3 +251,55 @@ TEST(ExecuTorchProgram, ARunOfXnnpackOpsIsOneDelegateCallOfOneGraph) {
   EXPECT_EQ(p.delegate_blobs[0].substr(4, 4), "XH00");
   for (const auto& [name, overload] : m.operators) EXPECT_NE(name, "aten::add");  // the table keeps only what is called
 }
+
+// A program op no ExecuTorch kernel implements (a target the out-variant table lacks) is refused in
+// one line naming the node and the op, before anything is written.
+TEST(ExecuTorchProgram, AnOpWithoutAKernelIsRefusedNamingIt) {
+  auto pt2 = pt2_backend::lower_to_pt2(cache_step(), {{{"past_key_values.0.key", "present.0.key"}}});
+  bool renamed = false;
+  for (auto& node : pt2.model.at("graph_module").at("graph").at("nodes"))
+    if (!renamed && node.at("target") == "torch.ops.aten.add.Tensor") {
+      node["target"] = "torch.ops.aten.fancy_op.default";
+      renamed = true;
+    }
+  ASSERT_TRUE(renamed);
+  EtLowerOptions o;
+  o.shared_buffers = {{"past_key_values.0.key", "present.0.key"}};
+  try {
+    lower_to_executorch(pt2, o);
+    FAIL() << "expected Unsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no ExecuTorch kernel for torch.ops.aten.fancy_op.default"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+// The task's static cache update, scatter(buffer, expand(reshape(cache_position)), new), is one
+// index_put_ at cache_position: the broadcast index it no longer reads is not computed at all, and
+// nothing copies the buffer back.
+TEST(ExecuTorchProgram, TheCacheIsWrittenInPlaceWithoutItsBroadcastIndex) {
+  Graph g;
+  Builder b{g};
+  g.symbols().declare("sequence_length", SymbolBounds{1, 8});
+  const Dim s = Dim::sym("sequence_length");
+  auto buf = g.add_input("past_key_values.0.key", DType::F32, {n(1), n(2), n(8), n(4)});
+  auto upd = g.add_input("new", DType::F32, {n(1), n(2), s, n(4)});
+  auto slots = g.add_input("cache_position", DType::I64, {s});
+  auto index = b.add1("Expand", {b.reshape(slots, {1, 1, -1, 1}), b.i64s({1, 2, 1, 4})});
+  auto written = b.add1("ScatterElements", {buf, index, upd}, {{"axis", int64_t(2)}});
+  g.rename(written, "present.0.key");
+  auto logits = b.plus(written, written);
+  g.rename(logits, "logits");
+  g.add_output(logits);
+  g.add_output(written);
+  const EtMethod m = lower(g).methods.at(0);
+  std::map<std::string, int> calls;
+  for (const auto& call : m.calls) ++calls[m.operators.at(size_t(call.op)).first];
+  EXPECT_EQ(calls["aten::index_put_"], 1);
+  EXPECT_EQ(calls["aten::scatter"], 0);
+  EXPECT_EQ(calls["aten::expand_copy"], 0);
+  EXPECT_EQ(calls["aten::view_copy"], 0);
+  EXPECT_EQ(calls["aten::copy_"], 0);
+}

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -85,6 +86,8 @@ class Converter {
   bool xnn_float(const std::vector<int>& tensors) const;
   void partition();
   bool update_in_place(const json& node, const std::string& where);
+  std::string cache_slots(const json& scatter) const;
+  void skip_dead_cache_indices(const json& nodes, const json& output_specs);
   void drop_unused_constants();
   int view_sizes(int src, const std::vector<SymExpr>& src_shape, const std::vector<SymExpr>& shape, const std::string& where);
   void view_into(int src, const std::vector<SymExpr>& src_shape, int out, const std::vector<SymExpr>& shape, const std::string& where);
@@ -107,6 +110,7 @@ class Converter {
   std::map<std::string, std::pair<int, int>> dequantized_;
   std::map<std::string, const json*> producer_;    // pt2 tensor name -> the node that computes it
   std::map<std::string, std::string> mutation_of_;  // pt2 tensor name -> the buffer input it becomes
+  std::set<std::string> skipped_;  // pt2 tensors nothing reads once the cache is updated in place: not computed
   // --executorch-backend xnnpack: the calls an XNNPACK node computes (call index -> op), made into
   // partitions once the method is lowered.
   std::map<size_t, XnnOp> xnn_ops_;
@@ -358,8 +362,9 @@ void Converter::lower_node(const json& node) {
     syms_[node["outputs"][0]["as_sym_int"]["as_name"].get<std::string>()] = out;
     return call("executorch_prim::" + op, "Scalar", {a, b, out});
   }
-  for (const auto& out : node["outputs"])
-    if (out.contains("as_tensor")) producer_[out["as_tensor"]["name"].get<std::string>()] = &node;
+  if (node["outputs"].size() == 1 && node["outputs"][0].contains("as_tensor") &&
+      skipped_.count(node["outputs"][0]["as_tensor"]["name"].get<std::string>()))
+    return;
   if (target == "torch.ops.aten.matmul.default") return lower_matmul(node, where);
   if (target == "torch.ops.aten.scatter.src" && update_in_place(node, where)) return;
   if (target == "torch.ops.quantized_decomposed.dequantize_per_channel.default") {
@@ -403,36 +408,85 @@ void Converter::lower_node(const json& node) {
   if (opt_.xnnpack) tag_for_xnnpack(node, target, args, out);
 }
 
-// The static cache written in place: scatter.src(buffer, 2, expand_copy(view_copy(P)), new), whose
-// result is the buffer's next value (the task's cache update: slots P [T] broadcast over batch, heads
-// and head dim), becomes index_put_(buffer, [None, None, P], new). The readers of the result read the
-// buffer, updated before them; nothing copies the cache.
-bool Converter::update_in_place(const json& node, const std::string& where) {
-  auto arg = [&](const json& n, const char* name) -> const json* {
-    for (const auto& in : n["inputs"])
-      if (in["name"] == name) return &in["arg"];
-    return nullptr;
-  };
-  auto tensor_name = [](const json* a) { return a && a->contains("as_tensor") ? (*a)["as_tensor"]["name"].get<std::string>() : ""; };
+namespace {
+
+const json* named_arg(const json& node, const char* name) {
+  for (const auto& in : node["inputs"])
+    if (in["name"] == name) return &in["arg"];
+  return nullptr;
+}
+
+std::string tensor_name(const json* a) { return a && a->contains("as_tensor") ? (*a)["as_tensor"]["name"].get<std::string>() : ""; }
+
+}  // namespace
+
+// The cache slots P of scatter.src(buffer, 2, expand_copy(view_copy(P)), new) when its result is the
+// buffer's next value (the task's static cache update: P [T] broadcast over batch, heads and head
+// dim), else "".
+std::string Converter::cache_slots(const json& node) const {
+  if (node["target"] != "torch.ops.aten.scatter.src") return "";
   auto made_by = [&](const std::string& name, const char* target) -> const json* {
     auto it = producer_.find(name);
     return it != producer_.end() && (*it->second)["target"] == target ? it->second : nullptr;
   };
-  const std::string self = tensor_name(arg(node, "self")), out = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
-  const json* dim = arg(node, "dim");
+  const std::string self = tensor_name(named_arg(node, "self")), out = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
+  const json* dim = named_arg(node, "dim");
   auto mutated = mutation_of_.find(out);
-  if (mutated == mutation_of_.end() || mutated->second != self || !dim || dim->value("as_int", -1) != 2) return false;
-  const json* expand = made_by(tensor_name(arg(node, "index")), "torch.ops.aten.expand_copy.default");
-  const json* view = expand ? made_by(tensor_name(arg(*expand, "self")), "torch.ops.aten.view_copy.default") : nullptr;
-  const std::string slots = view ? tensor_name(arg(*view, "self")) : "";
-  if (slots.empty() || p_.tensors.at(slots).shape.size() != 1) return false;
+  if (mutated == mutation_of_.end() || mutated->second != self || !dim || dim->value("as_int", -1) != 2) return "";
+  const json* expand = made_by(tensor_name(named_arg(node, "index")), "torch.ops.aten.expand_copy.default");
+  const json* view = expand ? made_by(tensor_name(named_arg(*expand, "self")), "torch.ops.aten.view_copy.default") : nullptr;
+  const std::string slots = view ? tensor_name(named_arg(*view, "self")) : "";
+  return !slots.empty() && p_.tensors.at(slots).shape.size() == 1 ? slots : "";
+}
+
+// Once a scatter becomes index_put_ (update_in_place), its broadcast index (expand_copy of a
+// view_copy of the slots) has no reader left: those nodes are not lowered, where nothing else reads
+// them, so a decode step does not compute two int64 tensors per cache buffer for nothing.
+void Converter::skip_dead_cache_indices(const json& nodes, const json& output_specs) {
+  std::map<std::string, int> readers;
+  std::function<void(const json&)> count = [&](const json& j) {
+    if (j.is_array()) {
+      for (const auto& e : j) count(e);
+    } else if (j.is_object()) {  // {"as_tensor": {"name"}}, {"as_tensors": [{"name"}]}, or arguments holding them
+      for (const auto& [key, value] : j.items()) {
+        if (key == "as_tensor" && value.is_object()) ++readers[value.value("name", "")];
+        else if (key == "as_tensors" && value.is_array())
+          for (const auto& t : value) ++readers[t.value("name", "")];
+        else count(value);
+      }
+    }
+  };
+  for (const auto& node : nodes) count(node["inputs"]);
+  for (const auto& spec : output_specs)
+    for (const auto& [kind, body] : spec.items()) {
+      count(body);
+      if (body.contains("arg") && body["arg"].contains("name")) ++readers[body["arg"]["name"].get<std::string>()];
+    }
+  for (const auto& node : nodes) {
+    if (cache_slots(node).empty()) continue;
+    // index -> expand_copy -> view_copy: each dropped when its last reader was the one dropped after it
+    std::string name = tensor_name(named_arg(node, "index"));
+    for (int depth = 0; depth < 2 && !name.empty() && --readers[name] == 0; ++depth) {
+      skipped_.insert(name);
+      name = tensor_name(named_arg(*producer_.at(name), "self"));
+    }
+  }
+}
+
+// The static cache written in place: scatter.src(buffer, 2, expand_copy(view_copy(P)), new), whose
+// result is the buffer's next value, becomes index_put_(buffer, [None, None, P], new). The readers of
+// the result read the buffer, updated before them; nothing copies the cache.
+bool Converter::update_in_place(const json& node, const std::string& where) {
+  const std::string slots = cache_slots(node);
+  if (slots.empty()) return false;
+  const std::string self = tensor_name(named_arg(node, "self")), out = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
   const int buf = tensor_of(self);
   EtValue indices;
   indices.kind = Kind::OptionalTensorList;
   indices.items = {-1, -1, tensor_of(slots)};  // -1: None
   EtValue no;
   no.kind = Kind::Bool;
-  call("aten::index_put_", "", {buf, add(std::move(indices)), convert_arg(*arg(node, "src"), where), add(std::move(no)), buf});
+  call("aten::index_put_", "", {buf, add(std::move(indices)), convert_arg(*named_arg(node, "src"), where), add(std::move(no)), buf});
   tensors_[out] = buf;
   return true;
 }
@@ -787,6 +841,10 @@ EtProgram Converter::run() {
     if (spec.contains("user_input_mutation"))
       mutation_of_[spec["user_input_mutation"]["arg"]["name"].get<std::string>()] =
           spec["user_input_mutation"]["user_input_name"].get<std::string>();
+  for (const auto& node : graph.at("nodes"))
+    for (const auto& out : node["outputs"])
+      if (out.contains("as_tensor")) producer_[out["as_tensor"]["name"].get<std::string>()] = &node;
+  skip_dead_cache_indices(graph.at("nodes"), signature.at("output_specs"));
   for (const auto& node : graph.at("nodes")) lower_node(node);
   for (const auto& spec : signature.at("output_specs")) {
     if (spec.contains("user_input_mutation")) {
