@@ -3,7 +3,8 @@ backends; `--quantize int8:channel`, XNNPACK).
 
 The forms (passes/precision.h, target ExecuTorch): Linear layers stay Linear, so XNNPACK's
 FullyConnected delegate takes the weight as stored. f16: Cast(Linear(Cast(x, f16), W f16), f32), computed
-in f16 by XNNPACK's f16 FullyConnected (`xnnpack`) or the portable linear kernel (`portable`); bf16: the
+by XNNPACK as one FullyConnected of the f32 activations and the f16 weight (in f32, whatever the CPU's f16
+arithmetic; `xnnpack`) or in f16 by the portable linear kernel (`portable`); bf16: the
 weight stored in bf16 and cast to f32 at use (XNNPACK has no bf16 FullyConnected, so those layers stay
 in portable kernels). int8:channel (symmetric, one scale per output row): Linear(x, dequantize_per_channel(
 W.q int8, scales)), taken whole by an XNNPACK FullyConnected delegate with a qcint8 weight (XNNPACK's f32 x

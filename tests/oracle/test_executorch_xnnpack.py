@@ -91,9 +91,21 @@ def test_a_decoder_step_runs_in_multi_node_xnnpack_graphs(et_export):
         assert flags == sorted(flags) and set(flags) == {1, 2}, flags
 
 
+def fully_connected_dtypes(graph: dict) -> list[tuple[str, str]]:
+    """(input datatype, filter datatype) of each FullyConnected node of an XNNGraph."""
+    types = {}
+    for v in graph["xvalues"]:
+        u = v["xvalue_union"]
+        t = u.get("tensor_value", u)
+        types[t["id_out"]] = t.get("datatype", "")
+    return [(types[n["xnode_union"]["input1_id"]], types[n["xnode_union"]["filter_id"]])
+            for n in graph["xnodes"] if n["xnode_union_type"] == "XNNFullyConnected"]
+
+
 def test_f16_and_int8_linears_run_inside_the_partitions(tiny_checkpoint, tmp_path):
-    """f16 (Convert nodes around f16 FullyConnected) and weight-only int8 (qcint8 filters) linears are
-    nodes of the same multi-node graphs as the f32 arithmetic around them."""
+    """f16 linears (f32 activations times f16 filters: XNNPACK computes them in f32, not in f16 with
+    f16 sums where the CPU has f16 arithmetic) and weight-only int8 (qcint8 filters) are nodes of the
+    same multi-node graphs as the f32 arithmetic around them, with no Convert around them."""
     for extra in (["--dtype", "f16"], ["--quantize", "int8:channel"]):
         out = tmp_path / extra[1].replace(":", "-")
         run_hfx("export", "--model", tiny_checkpoint("llama"), "--format", "executorch", "--static-cache", "--max-cache-len", "32",
@@ -102,8 +114,13 @@ def test_f16_and_int8_linears_run_inside_the_partitions(tiny_checkpoint, tmp_pat
         nodes = node_counts(graphs)
         assert nodes["XNNFullyConnected"] == 15 and nodes["XNNBatchMatrixMultiply"] == 4, (extra, nodes)
         assert len(graphs) < 15, (extra, len(graphs))
-        if extra[0] == "--dtype":
-            assert nodes["XNNConvert"] >= 2 * 15, nodes  # into f16 before each f16 linear, back to f32 after
+        pairs = [p for g in graphs for p in fully_connected_dtypes(g)]
+        f32, f16, q8 = "xnn_datatype_fp32", "xnn_datatype_fp16", "xnn_datatype_qcint8"
+        # f16: every linear, lm_head included; int8: all but lm_head (--quantize-lm-head quantizes it)
+        want = {(f32, f16): 15} if extra[0] == "--dtype" else {(f32, q8): 14, (f32, f32): 1}
+        assert collections.Counter(pairs) == want, pairs
+        # none around a linear; an f16 program's one Convert is its f16 embedding rows widened to f32
+        assert nodes["XNNConvert"] == (1 if extra[0] == "--dtype" else 0), nodes
 
 
 def test_op_placement_names_the_xnnpack_nodes(et_export):

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <limits>
 #include <map>
@@ -87,7 +88,11 @@ class Converter {
   void partition();
   bool update_in_place(const json& node, const std::string& where);
   std::string cache_slots(const json& scatter) const;
-  void skip_dead_cache_indices(const json& nodes, const json& output_specs);
+  std::map<std::string, int> count_readers(const json& nodes, const json& output_specs) const;
+  void skip_dead_cache_indices(const json& nodes, const std::map<std::string, int>& readers);
+  void fold_f16_linears(const json& nodes, const std::map<std::string, int>& readers);
+  bool delegate_fc(const std::string& input, const std::string& weight, const std::string& bias, const std::string& out_name,
+                   const std::string& where);
   void drop_unused_constants();
   int view_sizes(int src, const std::vector<SymExpr>& src_shape, const std::vector<SymExpr>& shape, const std::string& where);
   void view_into(int src, const std::vector<SymExpr>& src_shape, int out, const std::vector<SymExpr>& shape, const std::string& where);
@@ -110,7 +115,10 @@ class Converter {
   std::map<std::string, std::pair<int, int>> dequantized_;
   std::map<std::string, const json*> producer_;    // pt2 tensor name -> the node that computes it
   std::map<std::string, std::string> mutation_of_;  // pt2 tensor name -> the buffer input it becomes
-  std::set<std::string> skipped_;  // pt2 tensors nothing reads once the cache is updated in place: not computed
+  std::set<std::string> skipped_;  // pt2 tensors nothing reads once rewritten (in-place cache, f16 linears): not computed
+  // XNNPACK f16 linears, to_copy(linear(to_copy(x, f16), W16, b16), f32): the outer cast's output ->
+  // (x, W16, b16), one FullyConnected of f32 activations and f16 weights.
+  std::map<std::string, std::array<std::string, 3>> f16_linear_;
   // --executorch-backend xnnpack: the calls an XNNPACK node computes (call index -> op), made into
   // partitions once the method is lowered.
   std::map<size_t, XnnOp> xnn_ops_;
@@ -376,6 +384,12 @@ void Converter::lower_node(const json& node) {
     return;
   }
   if (opt_.xnnpack && target == "torch.ops.aten.linear.default" && delegate_linear(node, where)) return;
+  if (auto f = f16_linear_.find(node["outputs"][0].contains("as_tensor") ? node["outputs"][0]["as_tensor"]["name"].get<std::string>() : "");
+      f != f16_linear_.end()) {
+    if (!delegate_fc(f->second[0], f->second[1], f->second[2], f->first, where))
+      internal("executorch: {}: an f16 linear layer XNNPACK does not take", where);
+    return;
+  }
   const auto& table = et_op_table();
   auto spec = table.find(target);
   if (spec == table.end()) unsupported("executorch: {}: no ExecuTorch kernel for {}", where, target);
@@ -442,7 +456,8 @@ std::string Converter::cache_slots(const json& node) const {
 // Once a scatter becomes index_put_ (update_in_place), its broadcast index (expand_copy of a
 // view_copy of the slots) has no reader left: those nodes are not lowered, where nothing else reads
 // them, so a decode step does not compute two int64 tensors per cache buffer for nothing.
-void Converter::skip_dead_cache_indices(const json& nodes, const json& output_specs) {
+// How many times each pt2 tensor is read: by nodes' arguments and by the program's outputs.
+std::map<std::string, int> Converter::count_readers(const json& nodes, const json& output_specs) const {
   std::map<std::string, int> readers;
   std::function<void(const json&)> count = [&](const json& j) {
     if (j.is_array()) {
@@ -462,6 +477,11 @@ void Converter::skip_dead_cache_indices(const json& nodes, const json& output_sp
       count(body);
       if (body.contains("arg") && body["arg"].contains("name")) ++readers[body["arg"]["name"].get<std::string>()];
     }
+  return readers;
+}
+
+void Converter::skip_dead_cache_indices(const json& nodes, const std::map<std::string, int>& counted) {
+  std::map<std::string, int> readers = counted;
   for (const auto& node : nodes) {
     if (cache_slots(node).empty()) continue;
     // index -> expand_copy -> view_copy: each dropped when its last reader was the one dropped after it
@@ -470,6 +490,42 @@ void Converter::skip_dead_cache_indices(const json& nodes, const json& output_sp
       skipped_.insert(name);
       name = tensor_name(named_arg(*producer_.at(name), "self"));
     }
+  }
+}
+
+// XNNPACK's f16 FullyConnected accumulates in f16 where the CPU computes in f16 natively (AVX512-FP16,
+// ARM's FP16 arithmetic): its error then grows with the layer's depth, past the f16 budget (4.5e-5
+// NMSE on a tiny Llama, 3x the weight rounding's). The f16 precision form, to_copy(linear(to_copy(x,
+// f16), W16, b16), f32), becomes one FullyConnected of the f32 activations and the f16 weights, which
+// XNNPACK computes in f32 (its f32 x f16-weight kernels), and the two casts go.
+void Converter::fold_f16_linears(const json& nodes, const std::map<std::string, int>& readers) {
+  auto made_by = [&](const std::string& name, const char* target) -> const json* {
+    auto it = producer_.find(name);
+    return it != producer_.end() && (*it->second)["target"] == target ? it->second : nullptr;
+  };
+  auto read_once = [&](const std::string& name) {
+    auto it = readers.find(name);
+    return it != readers.end() && it->second == 1;
+  };
+  auto f16_constant = [&](const std::string& name) {
+    auto t = tensors_.find(name);
+    return t != tensors_.end() && constant_of_.count(t->second) && m_.values[size_t(t->second)].tensor.scalar_type == 5;
+  };
+  for (const auto& node : nodes) {
+    if (node["target"] != "torch.ops.aten._to_copy.default" || !node["outputs"][0].contains("as_tensor")) continue;
+    const std::string out = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
+    const std::string y = tensor_name(named_arg(node, "self"));
+    const json* linear = made_by(y, "torch.ops.aten.linear.default");
+    if (!linear || !read_once(y) || p_.tensors.at(out).dtype != DType::F32) continue;
+    const std::string xh = tensor_name(named_arg(*linear, "input")), w = tensor_name(named_arg(*linear, "weight")),
+                      b = tensor_name(named_arg(*linear, "bias"));
+    const json* cast = made_by(xh, "torch.ops.aten._to_copy.default");
+    if (!cast || !read_once(xh) || !f16_constant(w) || (!b.empty() && !f16_constant(b))) continue;
+    const std::string x = tensor_name(named_arg(*cast, "self"));
+    if (x.empty() || p_.tensors.at(x).dtype != DType::F32) continue;
+    f16_linear_[out] = {x, w, b};
+    skipped_.insert(xh);
+    skipped_.insert(y);
   }
 }
 
@@ -502,18 +558,27 @@ bool Converter::delegate_linear(const json& node, const std::string& where) {
     if (in["name"] == "weight") weight = name;
     if (in["name"] == "bias") bias = name;
   }
+  return delegate_fc(input, weight, bias, node["outputs"][0]["as_tensor"]["name"].get<std::string>(), where);
+}
+
+// The FullyConnected of `input` by the constant `weight` [N, K] (and `bias`) into the pt2 tensor
+// `out_name`: f32 or f16 activations with weights of their dtype, f32 activations with f16 weights
+// (fold_f16_linears), or f32 activations with int8 per-channel weights (a dequantize_per_channel).
+bool Converter::delegate_fc(const std::string& input, const std::string& weight, const std::string& bias,
+                            const std::string& out_name, const std::string& where) {
   const auto q8 = dequantized_.find(weight);
   const int x = tensor_of(input), w = q8 != dequantized_.end() ? q8->second.first : tensor_of(weight),
             b = bias.empty() ? -1 : tensor_of(bias);
   // ScalarType Half 5, Float 6: the input's dtype, which the weight (unless int8) and bias share.
   const int dtype = m_.values[size_t(x)].tensor.scalar_type;
-  auto constant_in = [&](int v) { return constant_of_.count(v) && m_.values[size_t(v)].tensor.scalar_type == dtype; };
+  const bool f16_weights = dtype == 6 && q8 == dequantized_.end() && m_.values[size_t(w)].tensor.scalar_type == 5;
+  const int weight_dtype = f16_weights ? 5 : dtype;
+  auto constant_in = [&](int v) { return constant_of_.count(v) && m_.values[size_t(v)].tensor.scalar_type == weight_dtype; };
   if ((dtype != 5 && dtype != 6) || (q8 == dequantized_.end() && !constant_in(w)) || (b >= 0 && !constant_in(b))) {
     if (q8 != dequantized_.end()) unsupported("executorch: {}: an int8 linear layer on a {} input or bias", where, dtype == 5 ? "f16" : "non-f32");
     return false;
   }
   if (q8 != dequantized_.end() && dtype != 6) unsupported("executorch: {}: an int8 linear layer on an f16 input", where);
-  const std::string out_name = node["outputs"][0]["as_tensor"]["name"].get<std::string>();
   const auto& info = p_.tensors.at(out_name);
   const int out = add_tensor(info.dtype, info.shape, where);
   tensors_[out_name] = out;
@@ -844,7 +909,9 @@ EtProgram Converter::run() {
   for (const auto& node : graph.at("nodes"))
     for (const auto& out : node["outputs"])
       if (out.contains("as_tensor")) producer_[out["as_tensor"]["name"].get<std::string>()] = &node;
-  skip_dead_cache_indices(graph.at("nodes"), signature.at("output_specs"));
+  const auto readers = count_readers(graph.at("nodes"), signature.at("output_specs"));
+  skip_dead_cache_indices(graph.at("nodes"), readers);
+  if (opt_.xnnpack) fold_f16_linears(graph.at("nodes"), readers);
   for (const auto& node : graph.at("nodes")) lower_node(node);
   for (const auto& spec : signature.at("output_specs")) {
     if (spec.contains("user_input_mutation")) {
