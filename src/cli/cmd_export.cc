@@ -207,7 +207,8 @@ void register_export(CLI::App& app, Action& action) {
   add_export_habits(*cmd, s->habits);
   cmd->footer(
       "Output layout:\n"
-      "  OUT/onnx/model.onnx + model.onnx_data   one decoder graph (or prefill.onnx + decode.onnx)\n"
+      "  OUT/onnx/model.onnx + model.onnx_data   one decoder graph (or prefill.onnx + decode.onnx, both reading\n"
+      "                                          prefill.onnx_data: each weight stored once)\n"
       "  OUT/openvino/openvino_model.xml + .bin  OpenVINO IR (--format openvino; stateful KV cache unless --stateless)\n"
       "  OUT/config.json, generation_config.json, tokenizer files (also in OUT/onnx/)\n"
       "  OUT/hfx.json                            manifest: recipe, components, contract, checksums\n"

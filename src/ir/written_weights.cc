@@ -56,6 +56,12 @@ std::optional<WrittenWeights::Location> WrittenWeights::find(const WeightRef& w)
   return it->second;
 }
 
+std::optional<WrittenWeights::Location> WrittenWeights::whole(const WeightRef& w) const {
+  auto loc = find(w);
+  if (!loc || !closed_.count(loc->file) || !loc->contiguous() || loc->nbytes != w.nbytes()) return std::nullopt;
+  return loc;
+}
+
 std::optional<WrittenWeights::Bytes> WrittenWeights::bytes(const WeightRef& w) {
   if (auto b = stored(w)) return b;
   // A [N, K] weight whose [K, N] transpose an earlier format wrote (OpenVINO's f16 weights, ONNX's).

@@ -42,6 +42,9 @@ class WrittenWeights {
   // writer never reads its own unfinished file).
   void close(const std::filesystem::path& file) { closed_.insert(file); }
   std::optional<Location> find(const WeightRef& w) const;
+  // Where `w` lies whole and contiguous in a finished file: a writer of the same folder points at
+  // those bytes (ONNX external data of prefill.onnx read by decode.onnx) instead of writing them again.
+  std::optional<Location> whole(const WeightRef& w) const;
   // The bytes of an earlier-written weight, mapped read-only (each file mapped once), with the map
   // that keeps them valid; a part stored in runs is gathered into a copy (`map` is then nullptr), and
   // a quantized part whose numbers an earlier writer stored in another layout is relaid into one

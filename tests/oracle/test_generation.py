@@ -80,3 +80,24 @@ def test_static_buffers_are_shared_in_place(layout_export):
         assert data.shape[2] == 96
         assert (abs(data[:, :, :written]).sum(axis=-1) > 0).all(), f"{name}: slots not written in place"
         assert (data[:, :, written:] == 0).all(), f"{name}: slots past the sequence were touched"
+
+
+@pytest.mark.parametrize("case", ["llama", "qwen2-tied", "phi3"])
+def test_split_graphs_share_one_data_file(case, layout_export):
+    """decode.onnx reads its weights in prefill.onnx_data: the split export stores each weight once (it
+    wrote them twice before: F#21), and the greedy tests above run both graphs from that one file."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+    folder = layout_export(case, "split") / "onnx"
+    assert (folder / "prefill.onnx_data").is_file() and not (folder / "decode.onnx_data").exists()
+    prefill = {t.name: t for t in onnx.load(str(folder / "prefill.onnx"), load_external_data=False).graph.initializer}
+    decode = onnx.load(str(folder / "decode.onnx"), load_external_data=False)
+    external = [t for t in decode.graph.initializer if uses_external_data(t)]
+    assert external, "no external weights in decode.onnx"
+    for t in external:
+        info = ExternalDataInfo(t)
+        assert info.location == "prefill.onnx_data", (t.name, info.location)
+        mine = ExternalDataInfo(prefill[t.name])
+        assert (info.offset, info.length) == (mine.offset, mine.length), t.name
+    onnx.load_external_data_for_model(decode, str(folder))  # the bytes are there
+    record_coverage(case, "onnx", "split graphs share one data file", f"{len(external)} tensors")

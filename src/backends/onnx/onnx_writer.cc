@@ -377,7 +377,18 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
       for (int64_t d : w->shape()) t->add_dims(d);
       const size_t nbytes = w->nbytes();
       const bool inline_data = w->is_constant() || nbytes <= kInlineLimit;
-
+      // Already in a data file of this folder (prefill.onnx_data, when decode.onnx is written): the
+      // graph reads it there, and its bytes are neither read nor written again.
+      if (auto shared = !inline_data && opts.written ? opts.written->whole(*w) : std::nullopt;
+          shared && shared->file.parent_path().lexically_normal() == out_dir.lexically_normal()) {
+        reused = true;
+        t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
+        add_external_entry(*t, "location", shared->file.filename().string());
+        add_external_entry(*t, "offset", std::to_string(shared->offset));
+        add_external_entry(*t, "length", std::to_string(nbytes));
+        result.shared_bytes += int64_t(nbytes);
+        return;
+      }
       if (!inline_data && !data) {
         result.data_path = out_dir / opts.data_file;
         data = std::make_unique<PipelinedFile>(result.data_path, kOnnxInFlightBytes);
@@ -398,8 +409,9 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
         if (!reused) ir::count_non_finite(bytes, w->dtype(), 0, non_finite);
         if (opts.written) opts.written->add_inline(*w, bytes);
       } else if (auto earlier = opts.written ? opts.written->bytes(*w) : std::nullopt) {
-        // Written by an earlier graph of this export (prefill before decode): copied from that file,
-        // whose pages leave our resident set once written, not read from the checkpoint again.
+        // Written by an earlier graph of this export, but not whole in this folder's files (a part of
+        // a packed weight, a transposed twin): copied from that file, whose pages leave our resident
+        // set once written, not read from the checkpoint again.
         reused = true;
         const size_t at = earlier->map ? size_t(earlier->bytes.data() - earlier->map->data()) : 0;
         data->write(earlier->bytes, [e = *earlier, at] {

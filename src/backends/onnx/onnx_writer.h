@@ -43,6 +43,7 @@ struct OnnxWriteResult {
   int64_t num_weights = 0;          // initializers written (inline + external)
   int64_t data_bytes = 0;           // size of the external data file, padding included
   int64_t source_bytes_read = 0;    // checkpoint bytes read to write the weights
+  int64_t shared_bytes = 0;         // weight bytes read from another graph's data file in this folder, not written
   // sha256 (hex) of the files as written, hashed on the way out so the manifest need not re-read them.
   std::string model_sha256, data_sha256;
   // One line per weight holding NaN or Inf (ir::describe_non_finite), in write order.

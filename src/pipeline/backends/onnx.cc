@@ -246,7 +246,7 @@ class OnnxBackend final : public Backend {
     wo.on_weight_written = [&](int64_t n, int64_t bytes) { progress->advance(n, bytes); };
     auto written = with_context("onnx " + c.role, [&] { return onnx_backend::write_onnx(g, dir, wo); });
     progress->finish();
-    job.result.add_weight_bytes("onnx", graph_weight_bytes(g));
+    job.result.add_weight_bytes("onnx", graph_weight_bytes(g) - written.shared_bytes);  // stored once when graphs share them
     // Hashed as they were written: the manifest does not read them back.
     job.manifest.add_file_digest(fs::path("onnx") / wo.model_file, written.model_sha256, fs::file_size(written.model_path));
     if (!written.data_path.empty())
