@@ -274,7 +274,11 @@ class ExecuTorchBackend final : public Backend {
     check_component(c);  // refused before the work starts
     check_precision(recipe.precision_for(c.role), recipe.executorch_backend);
     const std::string kernels = recipe.executorch_backend == "xnnpack" ? "XNNPACK partitions" : "portable kernels";
-    Plan p{is_encoder(c) ? kernels + ", every dim bounded" : kernels + ", static KV cache as mutable buffers", {}, {}, {}};
+    const bool replaced = program_buffers(c).size() > c.shared_buffers.size();  // a hybrid's conv states too
+    Plan p{is_encoder(c)  ? kernels + ", every dim bounded"
+           : replaced     ? kernels + ", static KV cache and convolution states as mutable buffers"
+                          : kernels + ", static KV cache as mutable buffers",
+           {}, {}, {}};
     if (!contract) {
       if (is_encoder(c)) executorch_graph(c, m);  // its bounds are refused before the work starts too
       return p;
