@@ -41,21 +41,43 @@ def load_model(job):
     return model.eval()
 
 
-def cache_of(feeds, layers):
-    """The past_key_values.* inputs as a Transformers cache (None when the step has none). Every layer
-    keeps its whole past, as hfx's present.* does, sliding layers too (their window is in the mask)."""
-    if "past_key_values.0.key" not in feeds:
-        return None
+def is_hybrid(model):
+    """A model with convolution layers beside attention (LFM2): its cache has a layer of each kind."""
+    return "conv" in (getattr(model.config, "layer_types", None) or [])
+
+
+def empty_cache(model):
+    """A decoder's cache: a plain DynamicCache, so that every layer keeps its whole past as hfx's present.*
+    does, sliding layers too (their window is in the mask); a hybrid's, from its config, which gives its
+    conv layers their own kind."""
     from transformers import DynamicCache
-    cache = DynamicCache()
+    return DynamicCache(config=model.config) if is_hybrid(model) else DynamicCache()
+
+
+def cache_of(model, feeds, layers):
+    """The past_* inputs as a Transformers cache (None when the step has none). A conv layer's state
+    (hfx's last conv_L_cache - 1 columns) enters with a zero column before it: Transformers keeps
+    conv_L_cache columns, the first of which no step reads. A step with no tokens before it leaves the
+    conv states unset, so Transformers pads its prompt with zeros as in a generation's first step."""
+    if not any(name.startswith("past_") for name in feeds):
+        return None
+    cache = empty_cache(model)
+    started = feeds["attention_mask"].shape[1] > feeds["input_ids"].shape[1]
     for layer in range(layers):
-        cache.update(feeds[f"past_key_values.{layer}.key"], feeds[f"past_key_values.{layer}.value"], layer)
+        if f"past_key_values.{layer}.key" in feeds:
+            cache.update(feeds[f"past_key_values.{layer}.key"], feeds[f"past_key_values.{layer}.value"], layer)
+        elif f"past_conv.{layer}" in feeds and started:
+            state = feeds[f"past_conv.{layer}"].to(torch.float32)
+            cache.update_conv_state(torch.nn.functional.pad(state, (1, 0)), layer, conv_kernel_size=state.shape[-1] + 1)
     return cache
 
 
-def cache_tensors(cache, layers):
+def cache_tensors(model, cache, layers):
     out = {}
     for layer in range(layers):
+        if is_hybrid(model) and model.config.layer_types[layer] == "conv":
+            out[f"present_conv.{layer}"] = cache.get_conv_state(layer)[:, :, 1:]
+            continue
         if hasattr(cache, "layers"):
             k, v = cache.layers[layer].keys, cache.layers[layer].values
         else:  # older Transformers
@@ -81,7 +103,8 @@ def static_step(model, feeds, layers):
     grown = dict(feeds)
     del grown["cache_position"]
     grown["attention_mask"] = mask[:, :start + seq].contiguous()
-    for layer in range(layers):
+    kv_layers = [layer for layer in range(layers) if f"past_key_values.{layer}.key" in feeds]  # a hybrid's conv states
+    for layer in kv_layers:                                                                    # are the same in every layout
         for part in ("key", "value"):
             name = f"past_key_values.{layer}.{part}"
             if start == 0:
@@ -89,7 +112,7 @@ def static_step(model, feeds, layers):
             else:
                 grown[name] = feeds[name][:, :, :start].contiguous()
     result = run_step(model, grown, layers)
-    for layer in range(layers):
+    for layer in kv_layers:
         for part in ("key", "value"):
             buffer = feeds[f"past_key_values.{layer}.{part}"].to(torch.float32).clone()
             buffer[:, :, start:start + seq] = result[f"present.{layer}.{part}"][:, :, start:start + seq]
@@ -104,11 +127,10 @@ def run_step(model, feeds, layers):
     causal = "position_ids" in feeds
     if causal:
         args["position_ids"] = feeds["position_ids"]
-        args["past_key_values"] = cache_of(feeds, layers)
+        args["past_key_values"] = cache_of(model, feeds, layers)
         args["use_cache"] = True
         if args["past_key_values"] is None:
-            from transformers import DynamicCache
-            args["past_key_values"] = DynamicCache()
+            args["past_key_values"] = empty_cache(model)
     elif "token_type_ids" in feeds:
         args["token_type_ids"] = feeds["token_type_ids"]
     if not causal:
@@ -118,7 +140,7 @@ def run_step(model, feeds, layers):
     if getattr(out, "logits", None) is not None:
         result["logits"] = out.logits
     if causal:
-        result.update(cache_tensors(out.past_key_values, layers))
+        result.update(cache_tensors(model, out.past_key_values, layers))
     else:
         hidden = getattr(out, "last_hidden_state", None)
         result["last_hidden_state"] = hidden if hidden is not None else out.hidden_states[-1]
@@ -173,11 +195,6 @@ class RotaryState:
 def run(job, result):
     model = load_model(job)
     layers = int(job.get("layers", 0))
-    # A hybrid's convolution states (LFM2's past_conv.*) are not threaded into a Transformers cache
-    # here yet: tests/oracle/test_hybrid_lfm2.py compares them with Transformers instead.
-    if "conv" in (getattr(model.config, "layer_types", None) or []):
-        raise NotImplementedError(f"the Transformers oracle threads key/value caches only; {model.config.model_type}'s "
-                                  "convolution states are not supported yet (use the reference oracle)")
     rotary = RotaryState(model)
     with torch.no_grad():
         for case in job.get("runs", []):

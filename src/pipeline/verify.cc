@@ -463,7 +463,11 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
       if (stateful)
         r.prefix = stateful_case(rc->graph, sc, art.cache, vocab, seed++, r.inputs);
       else
-        r.inputs = make_inputs(step_runtime ? rc->graph : c.graph, sc, art.cache, vocab, seed++);
+        // Against Transformers, a static cache's step keeps its padding in the past: a padded query
+        // attends over every empty slot of the buffer (all masked), where Transformers' growing cache
+        // has the prompt's few; no real position reads it (the greedy check runs padded prompts).
+        r.inputs = make_inputs(step_runtime ? rc->graph : c.graph, sc, art.cache, vocab, seed++,
+                               on_transformers && art.cache.static_cache);
       if (!on_transformers) r.expected = expected.run(r.inputs);
       runs.push_back(std::move(r));
       progress.advance(1, 0);

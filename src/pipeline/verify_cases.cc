@@ -158,7 +158,7 @@ std::map<std::string, Tensor> own_inputs(const ir::Graph& g, std::map<std::strin
 }
 
 std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c, const runtime::CacheSpec& cache,
-                                          int64_t vocab, uint64_t seed) {
+                                          int64_t vocab, uint64_t seed, bool padding_in_past_only) {
   std::mt19937_64 rng(seed);
   std::map<std::string, Tensor> in;
   const int64_t B = c.batch, S = c.seq, P = c.past, T = P + S;
@@ -175,7 +175,7 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
   const bool left_pad = wanted.count("position_ids") || !decoder;
   std::vector<int64_t> ids(size_t(B * S)), pos(size_t(B * S)), mask(size_t(B * mask_len), 0);
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t pad = left_pad ? std::min<int64_t>(2 * b, T - 1) : 0;
+    const int64_t pad = left_pad ? std::min<int64_t>(2 * b, padding_in_past_only ? P : T - 1) : 0;
     int64_t count = 0;
     for (int64_t j = 0; j < T; ++j) {
       const bool real = j >= pad;

@@ -54,9 +54,10 @@ std::vector<std::vector<int64_t>> greedy_prompts(const StepBounds& b, const runt
 // `in` restricted to the graph's inputs.
 std::map<std::string, Tensor> own_inputs(const ir::Graph& g, std::map<std::string, Tensor> in);
 
-// Step inputs for a component at one shape: row 0 unpadded, later rows left-padded by 2 per row.
+// Step inputs for a component at one shape: row 0 unpadded, later rows left-padded by 2 per row;
+// with `padding_in_past_only`, by no more than the past holds, so every query of the step is real.
 std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c, const runtime::CacheSpec& cache,
-                                          int64_t vocab, uint64_t seed);
+                                          int64_t vocab, uint64_t seed, bool padding_in_past_only = false);
 
 // A case for an artifact that keeps its cache as state: the cache is filled by really running the
 // first `past` tokens. Returns the inputs of that first step (nullopt when past is 0) and sets `step`
