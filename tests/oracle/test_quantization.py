@@ -121,9 +121,7 @@ def ort_logits(out, session_config=None):
     wanted = {i.name for i in sess.get_inputs()}
     feed = {"input_ids": np.array([PROMPT], np.int64), "attention_mask": np.ones((1, len(PROMPT)), np.int64),
             "position_ids": np.arange(len(PROMPT), dtype=np.int64)[None]}
-    for name, _ in gen._cache_names():
-        if name in wanted:
-            feed[name] = np.zeros((1, gen.kv_heads, 0, gen.head_dim), np.float32)
+    feed.update(gen._empty_states(1))  # every carried state before the first token
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(None, {k: v for k, v in feed.items() if k in wanted})))["logits"], gen
 
