@@ -8,6 +8,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/format_flags.h"
 #include "cli/habits.h"
 #include "cli/model_source.h"
 #include "cli/usage.h"
@@ -55,17 +56,12 @@ struct State {
   std::vector<std::string> dims;
   fs::path recipe;
   bool quiet = false, verbose = false;
-  bool split = false, static_cache = false, dynamic = false, stateless = false;
+  bool split = false, static_cache = false, dynamic = false;
   int64_t max_cache_len = 0;
   std::string dtype = "f32", quantize;
   bool quantize_lm_head = false, quantize_embeddings = false;
-  std::string onnx_profile;  // empty: pipeline::default_onnx_profile
-  int64_t onnx_opset = 21;
-  std::string executorch_backend = "xnnpack";
+  FormatFlags format_flags;  // each format's own options (--onnx-profile, --stateless, ...)
 };
-
-// "past_key_values.*/present.*": the decoder's cache ports, as the contract names them.
-std::string decoder_state_ports() { return tasks::state_ports_glob(tasks::state_names(tasks::StateNames::Decoder)); }
 
 std::string lowercase(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return char(std::tolower(c)); });
@@ -86,7 +82,6 @@ pipeline::Recipe recipe_from_flags(const State& s, const CLI::App& cmd) {
   r.precision.quantize_embeddings = s.quantize_embeddings;
   if (s.quantize_lm_head && !r.precision.quant.enabled()) usage_error("--quantize-lm-head needs --quantize");
   if (s.quantize_embeddings && !r.precision.quant.enabled()) usage_error("--quantize-embeddings needs --quantize");
-  r.openvino_stateful = !s.stateless;
   // F#11: a number that means nothing is refused, not read as "unset".
   if (cmd.count("--max-cache-len") && s.max_cache_len < 1)
     usage_error("--max-cache-len {}: expected a positive number of tokens (the static cache's length)", s.max_cache_len);
@@ -103,29 +98,18 @@ pipeline::Recipe recipe_from_flags(const State& s, const CLI::App& cmd) {
   }
   as_usage([&] {
     tasks::validate(r.task);  // unknown dims, contradictory bounds, --max-cache-len without --static-cache
-    pipeline::check_onnx_opset(s.onnx_opset, "--onnx-opset");
-    r.onnx_opset = s.onnx_opset;
-    r.onnx_profile = s.onnx_profile.empty() ? pipeline::default_onnx_profile(s.onnx_opset) : s.onnx_profile;
-    pipeline::check_onnx_profile(r.onnx_profile, "--onnx-profile");
-    pipeline::check_executorch_backend(s.executorch_backend, "--executorch-backend");
-    r.executorch_backend = s.executorch_backend;
   });
+  r.options = format_settings(cmd, s.format_flags);
   return r;
 }
 
 // F#13: an option of a format that is not written changes nothing; say so rather than ignore it.
 void note_options_that_do_not_apply(const State& s, const CLI::App& cmd, const std::vector<std::string>& formats) {
-  auto writes = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
-  struct FormatOption {
-    const char* flag;
-    const char* format;
-  };
-  for (const auto& [flag, format] : {FormatOption{"--stateless", "openvino"}, FormatOption{"--onnx-profile", "onnx"},
-                                     FormatOption{"--onnx-opset", "onnx"}, FormatOption{"--verify-runtime", "onnx"},
-                                     FormatOption{"--executorch-backend", "executorch"},
-                                     FormatOption{"--verify-oracle", "onnx"}})
-    if (cmd.count(flag) && !writes(format))
-      fmt::print(stderr, "hfx: note: {} only applies to --format {}; ignored\n", flag, format);
+  note_format_flags_not_applying(cmd, formats);
+  // The built-in check's ONNX Runtime and Transformers runs read the ONNX files.
+  const bool onnx = std::find(formats.begin(), formats.end(), "onnx") != formats.end();
+  for (const char* flag : {"--verify-runtime", "--verify-oracle"})
+    if (cmd.count(flag) && !onnx) fmt::print(stderr, "hfx: note: {} only applies to --format onnx; ignored\n", flag);
   if (cmd.count("--verify-runtime") && !s.opt.verify)
     fmt::print(stderr, "hfx: note: --verify-runtime chooses the built-in check's runtime, which --no-verify skips; ignored\n");
   if (cmd.count("--verify-oracle") && !s.opt.verify)
@@ -147,12 +131,7 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_option("--format,-f", s->formats,
                   "Formats to write, comma separated, any case (onnx, openvino; `hfx formats` lists them)")
       ->capture_default_str();
-  cmd->add_flag("--stateless", s->stateless,
-                fmt::format("openvino: explicit {} I/O instead of the stateful KV cache (ReadValue/Assign)", decoder_state_ports()));
-  cmd->add_option("--executorch-backend", s->executorch_backend,
-                  "executorch: xnnpack (default: the linear layers run in an XNNPACK delegate inside the program) or "
-                  "portable (ExecuTorch's portable kernels only)")
-      ->capture_default_str();
+  add_format_flags(*cmd, s->format_flags);
   cmd->add_option("--dtype", s->dtype,
                   "Weight dtype: f32, f16 (Linear layers compute in f16), bf16 (stored bf16, cast to f32 at use)")
       ->capture_default_str();
@@ -167,15 +146,6 @@ void register_export(CLI::App& app, Action& action) {
                 "Quantize the embedding tables too (blockwise schemes; onnx ort profile: GatherBlockQuantized; openvino: "
                 "a Gather over compressed weights; with --quantize-lm-head a tied lm_head reads the same bytes; default: "
                 "kept in --dtype)");
-  cmd->add_option("--onnx-profile", s->onnx_profile,
-                  "onnx: `ort` (default: ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, packed "
-                  "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache; its "
-                  "com.microsoft ops fail onnx.checker's full check) or "
-                  "`portable` (standard ops only, for other ONNX runtimes; the default with --onnx-opset 23)");
-  cmd->add_option("--onnx-opset", s->onnx_opset,
-                  "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are exact; "
-                  "the rest decomposed)")
-      ->capture_default_str();
   cmd->add_flag("--split-prefill", s->split, "Write a prefill graph and a decode graph (query length 1) instead of one");
   cmd->add_flag("--static-cache", s->static_cache, "Fixed-length KV buffers written in place (needs --max-cache-len)");
   cmd->add_option("--max-cache-len", s->max_cache_len, "Length N of the static cache buffers");
@@ -229,10 +199,11 @@ void register_export(CLI::App& app, Action& action) {
       if (revision && !model_given) usage_error("--revision {} needs -m ORG/NAME, a Hub id in the Hugging Face cache", *revision);
       if (!s->recipe.empty()) {
         // A recipe fixes every option that shapes the output; flags on top would make it lie.
-        for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic", "--stateless",
-                                 "--dtype", "--quantize", "--quantize-lm-head", "--quantize-embeddings", "--onnx-opset",
-                                 "--onnx-profile", "--executorch-backend"})
+        for (const char* flag : {"--format", "--split-prefill", "--static-cache", "--max-cache-len", "--dim", "--dynamic",
+                                 "--dtype", "--quantize", "--quantize-lm-head", "--quantize-embeddings"})
           if (cmd->count(flag)) usage_error("{} cannot be combined with --recipe (the recipe fixes it)", flag);
+        for (const auto* o : format_flags_given(*cmd))
+          usage_error("{} cannot be combined with --recipe (the recipe fixes it)", o->flag);
         const std::string text = read_text_file(s->recipe, kMaxManifestBytes);  // a recipe may be an hfx.json
         io::check_json_depth(text, s->recipe.string());  // printing a 100000-deep value would overflow the stack
         const auto j = nlohmann::json::parse(text, nullptr, false);
@@ -299,8 +270,9 @@ void register_export(CLI::App& app, Action& action) {
 void register_inspect(CLI::App& app, Action& action) {
   struct InspectState {
     fs::path dir;
-    bool json = false, stateless = false;
+    bool json = false;
     std::string format = "onnx";
+    FormatFlags format_flags;
     pipeline::InspectOptions options;
   };
   auto s = std::make_shared<InspectState>();
@@ -309,10 +281,7 @@ void register_inspect(CLI::App& app, Action& action) {
   cmd->add_flag("--json", s->json, "Machine-readable output");
   cmd->add_option("--format,-f", s->format, "The format whose I/O contract is shown (onnx, openvino, pt2; as `hfx export`)")
       ->capture_default_str();
-  cmd->add_option("--onnx-profile", s->options.onnx_profile, "onnx: the profile whose contract is shown (ort, the default, or portable)");
-  cmd->add_option("--onnx-opset", s->options.onnx_opset, "onnx: 21 (default) or 23 (portable by default)")->capture_default_str();
-  cmd->add_flag("--stateless", s->stateless,
-                fmt::format("openvino: explicit {} I/O instead of the stateful cache", decoder_state_ports()));
+  add_format_flags(*cmd, s->format_flags, /*contract_only=*/true);
   cmd->add_flag("--static-cache", s->options.task.static_cache,
                 "The static-cache contract, as `hfx export --static-cache` writes it (executorch needs it)");
   cmd->add_option("--max-cache-len", s->options.task.max_cache_len, "With --static-cache: the cache length N");
@@ -322,12 +291,8 @@ void register_inspect(CLI::App& app, Action& action) {
       if (formats.size() != 1) usage_error("--format {}: inspect shows the contract of one format at a time", s->format);
       s->options.format = lowercase(formats[0]);
       // F#13's habit: an option of another format changes nothing here either.
-      using FlagFormat = std::pair<const char*, const char*>;
-      for (const auto& [flag, format] :
-           std::initializer_list<FlagFormat>{{"--onnx-profile", "onnx"}, {"--onnx-opset", "onnx"}, {"--stateless", "openvino"}})
-        if (cmd->count(flag) && s->options.format != format)
-          fmt::print(stderr, "hfx: note: {} only applies to --format {}; ignored\n", flag, format);
-      s->options.openvino_stateful = !s->stateless;
+      note_format_flags_not_applying(*cmd, {s->options.format});
+      s->options.options = format_settings(*cmd, s->format_flags);
       std::cout << pipeline::inspect_report(s->dir, s->json, s->options);
       return 0;
     };

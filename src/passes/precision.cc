@@ -277,12 +277,6 @@ class Precision {
 
 }  // namespace
 
-PrecisionTarget precision_target(const std::string& format, const std::string& onnx_profile) {
-  if (format == "openvino") return PrecisionTarget::OpenVino;
-  if (format == "executorch") return PrecisionTarget::ExecuTorch;
-  return onnx_profile == "ort" ? PrecisionTarget::OrtContrib : PrecisionTarget::Portable;
-}
-
 ir::Graph apply_precision(const ir::Graph& graph, const quant::PrecisionSpec& spec, PrecisionTarget target) {
   if (spec.is_default()) return graph;
   return Precision(graph, spec, target).run();

@@ -42,9 +42,6 @@ namespace hfx::passes {
 //     [+ bias], in f32, XNNPACK's f32 x qc8w FullyConnected; other quantizations are refused.
 enum class PrecisionTarget { OrtContrib, Portable, OpenVino, ExecuTorch };
 
-// The target for a backend format ("onnx", "openvino", "executorch") and ONNX profile ("portable", "ort").
-PrecisionTarget precision_target(const std::string& format, const std::string& onnx_profile);
-
 ir::Graph apply_precision(const ir::Graph& graph, const quant::PrecisionSpec& spec,
                           PrecisionTarget target = PrecisionTarget::OrtContrib);
 

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 
-#include "backends/onnx/onnx_reader.h"
 #include "core/error.h"
 #include "core/safe_path.h"
+#include "pipeline/backend.h"
 #include "pipeline/manifest.h"
 
 namespace fs = std::filesystem;
@@ -101,6 +101,11 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
         tasks::state_names(tasks::StateNames::Decoder));
   a.cache.names = &tasks::state_names(tasks::StateNames::Decoder);
   if (model.contains("state_names")) a.cache.names = tasks::find_state_names(model["state_names"].get<std::string>());
+  // The format's reader of its graphs (read_graph): ONNX's are read back into IR for the reference
+  // executor; other formats are run by their own runtime from `file`.
+  const Backend* reader = nullptr;
+  for (const Backend* b : all_backends())
+    if (b->info().name == format) reader = b;
   for (const auto& c : a.manifest["components"]) {
     // A hand-edited manifest may hold anything: report it, never throw a JSON or filesystem error.
     if (!c.is_object()) bad_input("{}: inconsistent manifest: a component is {}, not an object", where, c.type_name());
@@ -114,8 +119,8 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
     const std::string file = text("file");
     // Inside the export after every symlink, and a regular file (a FIFO would block its reader).
     ac.file = file_inside(dir, file, fmt::format("component {} file", ac.role));
-    // Only ONNX graphs are read back into IR; other formats are run by their own runtime from `file`.
-    if (format == "onnx") ac.graph = with_context(ac.file.string(), [&] { return onnx_backend::read_onnx(ac.file); });
+    if (reader)
+      if (auto g = with_context(ac.file.string(), [&] { return reader->read_graph(ac.file); })) ac.graph = std::move(*g);
     // The contract's bounds travel in the manifest (and the ONNX metadata); the executor enforces them.
     if (c.contains("dims"))
       for (const auto& [name, d] : c["dims"].items()) {

@@ -86,6 +86,8 @@ class MissingOpenVino final : public Backend {
     i.tested = fmt::format("openvino {}", runtime::kTestedOpenVino);
     return i;
   }
+  std::vector<FormatOption> options() const override { return openvino_options(); }
+  passes::PrecisionTarget precision_target(const Recipe&, const std::string&) const override { missing(); }
   std::vector<std::string> passes() const override { missing(); }
   void write_component(const tasks::Component&, ExportJob&) const override { missing(); }
   std::string check(ExportJob&, const ExportOptions&) const override { missing(); }

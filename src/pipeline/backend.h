@@ -8,12 +8,15 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ir/written_weights.h"
+#include "passes/precision.h"
 #include "pipeline/artifact.h"
 #include "pipeline/export.h"
+#include "pipeline/inspect.h"
 #include "runtime/generate.h"
 
 namespace hfx::pipeline {
@@ -51,6 +54,14 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual BackendInfo info() const = 0;
+  // The options this format takes (recipe fields and `hfx export` flags, pipeline/format_options.h).
+  virtual std::vector<FormatOption> options() const { return {}; }
+  // Fills in the defaults of this format's options that follow other options (ONNX's profile follows
+  // its opset), after a recipe or the command line set what it names.
+  virtual void complete_options(FormatSettings&) const {}
+  // The precision forms (passes/precision.h) this format writes component `role` in under `recipe`:
+  // what `hfx verify` rounds its reference to.
+  virtual passes::PrecisionTarget precision_target(const Recipe&, const std::string& role) const = 0;
   // The passes (names from passes::all_passes()) run on each component before precision and writing.
   virtual std::vector<std::string> passes() const = 0;
   // What this format makes of component `c` under `recipe`, without writing anything: the profile or
@@ -66,6 +77,12 @@ class Backend {
   virtual Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const;
   // Writes one component into job.staging/<name>/ and records it in the manifest.
   virtual void write_component(const tasks::Component& c, ExportJob& job) const = 0;
+  // What an export in this format writes and holds in memory (`hfx inspect`'s preflight), or nothing
+  // when the format has no measured model of it.
+  virtual std::optional<Preflight> preflight(const LoadedModel&) const { return std::nullopt; }
+  // A written component's graph read back into IR for the reference executor (`hfx verify --runtime
+  // reference`), or nothing when the format is run only by its own runtime.
+  virtual std::optional<ir::Graph> read_graph(const std::filesystem::path&) const { return std::nullopt; }
   // The quick check of the staged files against the reference executor before the export is
   // published: returns a one-line summary, fails with ErrorKind::Mismatch.
   virtual std::string check(ExportJob& job, const ExportOptions& options) const = 0;

@@ -133,7 +133,6 @@ ExportResult run_export(const ExportOptions& opt) {
   std::vector<const Backend*> ordered;
   for (const Backend* b : all_backends())
     if (std::find(backends.begin(), backends.end(), b) != backends.end()) ordered.push_back(b);
-  check_onnx_profile(opt.recipe.onnx_profile, "--onnx-profile");
   tasks::validate(opt.recipe.task);
   check_output_target(opt.model_dir, opt.out_dir, opt.overwrite);
   Recipe recipe = opt.recipe;  // with the bounds actually used

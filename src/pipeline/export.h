@@ -16,6 +16,7 @@
 #include "io/checkpoint.h"
 #include "io/hub_cache.h"
 #include "models/model.h"
+#include "pipeline/format_options.h"
 #include "quant/quantize.h"
 #include "tasks/causal_lm.h"
 #include "tasks/task.h"
@@ -31,21 +32,9 @@ struct Recipe {
   // Weight dtype and weight-only quantization (`--dtype`, `--quantize`, `--quantize-lm-head`); recorded
   // only when not the default f32, so f32 recipes keep their bytes.
   quant::PrecisionSpec precision;
-  // openvino: the KV cache as model state (ReadValue/Assign + beam_idx, OpenVINO GenAI's layout) for a
-  // decoder with a growing cache; false writes the same explicit past/present I/O as the ONNX graph.
-  bool openvino_stateful = true;
-  // onnx: `ort` (the default, default_onnx_profile) lowers decoder attention and norms to ONNX
-  // Runtime's fused ops (GroupQueryAttention, SkipSimplifiedLayerNormalization; docs/onnx_profiles.md),
-  // falling back to `portable` (standard ops only) per model when the fused ops cannot express it.
-  std::string onnx_profile = "ort";
-  // onnx: the ai.onnx opset written (`--onnx-opset 21|23`). 23 writes RMSNormalization, RotaryEmbedding
-  // and Attention where they compute the model exactly (portable profile and its fallbacks). Recorded
-  // only when not 21, so older recipes keep their bytes.
-  int64_t onnx_opset = 21;
-  // executorch: `xnnpack` (the default, as in the reference system) delegates the linear layers to
-  // XNNPACK inside the program; `portable` runs every op on ExecuTorch's portable kernels. Recorded
-  // only when the export writes executorch.
-  std::string executorch_backend = "xnnpack";
+  // Each format's own options (`onnx_profile`, `openvino_stateful`, ...), registered by the format
+  // (Backend::options, pipeline/format_options.h) and recorded as it says.
+  FormatSettings options = FormatSettings::defaults();
   // Verification tolerances by dtype (max abs diff of outputs against the reference executor, which
   // runs the same precision: see tolerance()).
   std::map<std::string, double> tolerances = {{"f32", 1e-4}};
@@ -56,11 +45,15 @@ struct Recipe {
   // its own precision or onnx profile, e.g. a prefill graph in f16 beside an int4 decode graph.
   struct ComponentOverride {
     std::optional<quant::PrecisionSpec> precision;
-    std::optional<std::string> onnx_profile;
+    std::map<std::string, nlohmann::json> options;  // format options registered as per_component
   };
   std::map<std::string, ComponentOverride> components;
   const quant::PrecisionSpec& precision_for(const std::string& role) const;
-  const std::string& onnx_profile_for(const std::string& role) const;
+  // A format option's value for the component `role` (its override, else the recipe's).
+  const nlohmann::json& option(const std::string& field, const std::string& role = "") const;
+  std::string text_option(const std::string& field, const std::string& role = "") const {
+    return option(field, role).get<std::string>();
+  }
   double tolerance_for(const std::string& role) const;
   // BadInput when an override names a role this export does not have (`roles`: the components built).
   void check_component_roles(const std::vector<std::string>& roles, const std::string& where) const;
@@ -125,16 +118,6 @@ struct LoadedModel {
 // `task`: a task's name, or empty for the model's default task.
 LoadedModel load_model(const std::filesystem::path& model_dir, const tasks::CausalLmOptions& options = {},
                        const std::string& task = "");
-
-// The ONNX lowering when none is named: `ort` (ONNX Runtime is the ONNX target hfx verifies against),
-// `portable` when opset 23 is asked for, whose point is the standard fused ops.
-std::string default_onnx_profile(int64_t opset);
-// BadInput unless `profile` is ort or portable (`where` names the flag or file).
-void check_onnx_profile(const std::string& profile, const std::string& where);
-// BadInput unless `backend` is xnnpack or portable.
-void check_executorch_backend(const std::string& backend, const std::string& where);
-// BadInput unless `opset` is 21 or 23.
-void check_onnx_opset(int64_t opset, const std::string& where);
 
 // Where run_export may write, checked before the model is loaded (nothing is read or written
 // before): BadInput when `out_dir` exists and `overwrite` is false; with `overwrite`, when `out_dir`

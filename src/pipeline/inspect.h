@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "pipeline/format_options.h"
 #include "tasks/causal_lm.h"
 
 namespace hfx::pipeline {
@@ -21,9 +22,7 @@ struct Preflight {
 // (F#7: the contract of what will be written, e.g. the default ort profile has no position_ids).
 struct InspectOptions {
   std::string format = "onnx";
-  std::string onnx_profile;  // empty: default_onnx_profile(onnx_opset)
-  int64_t onnx_opset = 21;
-  bool openvino_stateful = true;
+  FormatSettings options = FormatSettings::defaults();  // the formats' own options (--onnx-profile, --stateless)
   // The task options the export would run with (--static-cache --max-cache-len N: the static
   // contract, which the executorch format requires).
   tasks::CausalLmOptions task;

@@ -175,10 +175,8 @@ void ManifestBuilder::set_hub_source(const io::HubSnapshot& hub) {
   json_["source"]["hub"] = {{"id", hub.repo_id}, {"revision", hub.revision}, {"commit", hub.commit}};
 }
 
-void ManifestBuilder::add_onnx_profile(const std::string& role, const std::string& profile, const std::string& note) {
-  nlohmann::ordered_json entry = {{"role", role}, {"profile", profile}};
-  if (!note.empty()) entry["note"] = note;
-  json_["onnx_profiles"].push_back(entry);
+void ManifestBuilder::add_format_entry(const std::string& section, nlohmann::ordered_json entry) {
+  json_[section].push_back(std::move(entry));
 }
 
 ManifestBuilder::~ManifestBuilder() {

@@ -40,8 +40,8 @@ class ManifestBuilder {
   // Records source.path relative to `out_dir`, the export's final folder (until called it is the
   // checkpoint folder as given).
   void set_source_path(const std::filesystem::path& out_dir);
-  // Records the onnx profile a component was written with, and why when it is not the requested one.
-  void add_onnx_profile(const std::string& role, const std::string& profile, const std::string& note);
+  // Appends `entry` to a format's own list in the manifest (`section`, e.g. onnx's "onnx_profiles").
+  void add_format_entry(const std::string& section, nlohmann::ordered_json entry);
   // The sha256 of a file a writer hashed as it wrote it (`rel` under the root given to write(), `size`
   // its length then): write() takes it instead of reading the file again, unless the size changed.
   void add_file_digest(const std::filesystem::path& rel, std::string sha256, uintmax_t size);

@@ -13,17 +13,6 @@ namespace {
 void write_precision(nlohmann::ordered_json& j, const quant::PrecisionSpec& p);
 }  // namespace
 
-std::string default_onnx_profile(int64_t opset) { return opset == 23 ? "portable" : "ort"; }
-
-void check_onnx_profile(const std::string& profile, const std::string& where) {
-  if (profile != "ort" && profile != "portable")
-    bad_input("{}: onnx profile `{}` (supported: ort, portable)", where, profile);
-}
-
-void check_onnx_opset(int64_t opset, const std::string& where) {
-  if (opset != 21 && opset != 23) bad_input("{}: onnx opset {} (supported: 21, 23)", where, opset);
-}
-
 nlohmann::ordered_json Recipe::to_json() const {
   nlohmann::ordered_json dims = nlohmann::ordered_json::object();
   for (const auto& [name, b] : task.dims) {
@@ -40,14 +29,8 @@ nlohmann::ordered_json Recipe::to_json() const {
                               {"dynamic", task.dynamic},
                               {"dims", dims},
                               {"tolerances", tolerances}};
-  // Only recipes that write OpenVINO carry its option (ONNX-only recipes stay as they were).
-  if (std::find(formats.begin(), formats.end(), "openvino") != formats.end()) j["openvino_stateful"] = openvino_stateful;
-  // The ONNX lowering profile: recipes that write ONNX always record it (see from_json for older ones).
-  if (std::find(formats.begin(), formats.end(), "onnx") != formats.end()) j["onnx_profile"] = onnx_profile;
-  // ExecuTorch's in-program backend: recipes that write executorch record it.
-  if (std::find(formats.begin(), formats.end(), "executorch") != formats.end()) j["executorch_backend"] = executorch_backend;
-  // The opset only when not 21 (recipes from before `--onnx-opset` stay as they were).
-  if (onnx_opset != 21) j["onnx_opset"] = onnx_opset;
+  // Each format's options where the format says (FormatOption::recorded_when_written).
+  options.record(j, formats);
   // Precision only when not the default f32 (f32 recipes stay as they were).
   write_precision(j, precision);
   // Overrides only when there are any (recipes without them stay as they were).
@@ -59,7 +42,7 @@ nlohmann::ordered_json Recipe::to_json() const {
         one["dtype"] = std::string(dtype_name(o.precision->dtype));
         write_precision(one, *o.precision);
       }
-      if (o.onnx_profile) one["onnx_profile"] = *o.onnx_profile;
+      for (const auto& [field, value] : o.options) one[field] = value;
       c[role] = one;
     }
     j["components"] = c;
@@ -72,9 +55,10 @@ const quant::PrecisionSpec& Recipe::precision_for(const std::string& role) const
   return it != components.end() && it->second.precision ? *it->second.precision : precision;
 }
 
-const std::string& Recipe::onnx_profile_for(const std::string& role) const {
-  auto it = components.find(role);
-  return it != components.end() && it->second.onnx_profile ? *it->second.onnx_profile : onnx_profile;
+const nlohmann::json& Recipe::option(const std::string& field, const std::string& role) const {
+  if (auto it = components.find(role); it != components.end())
+    if (auto o = it->second.options.find(field); o != it->second.options.end()) return o->second;
+  return options.at(field);
 }
 
 void Recipe::check_component_roles(const std::vector<std::string>& roles, const std::string& where) const {
@@ -124,10 +108,12 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   // A misspelt field ("quantise") must not silently give the default (F#12). A bare recipe may also
   // carry `source` (the model folder `hfx export --recipe` falls back to); an hfx.json's other
   // sections sit beside its "recipe" object, not in it.
-  static const std::vector<std::string> known = {
-      "formats", "task", "split_prefill", "static_cache", "max_cache_len", "dynamic", "dims", "tolerances",
-      "openvino_stateful", "onnx_profile", "onnx_opset", "dtype", "quantize", "quantize_lm_head",
-      "quantize_embeddings", "components", "executorch_backend"};
+  static const std::vector<std::string> known = [] {
+    std::vector<std::string> k = {"formats", "task", "split_prefill", "static_cache", "max_cache_len", "dynamic", "dims",
+                                  "tolerances", "dtype", "quantize", "quantize_lm_head", "quantize_embeddings", "components"};
+    for (const auto& o : format_options()) k.push_back(o.field);
+    return k;
+  }();
   for (const auto& [key, value] : j.items())
     if (std::find(known.begin(), known.end(), key) == known.end() && !(&j == &in && key == "source"))
       bad_input("{}: unknown recipe field \"{}\" (known: {})", where, key, fmt::join(known, ", "));
@@ -153,25 +139,11 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   get_bool("split_prefill", r.task.split_prefill);
   get_bool("static_cache", r.task.static_cache);
   get_bool("dynamic", r.task.dynamic);
-  get_bool("openvino_stateful", r.openvino_stateful);
-  if (j.contains("executorch_backend")) {
-    if (!j["executorch_backend"].is_string()) bad_input("{}: recipe field \"executorch_backend\" must be a string", where);
-    r.executorch_backend = j["executorch_backend"].get<std::string>();
-    check_executorch_backend(r.executorch_backend, where);
-  }
-  if (j.contains("onnx_opset")) {
-    if (!j["onnx_opset"].is_number_integer()) bad_input("{}: recipe field \"onnx_opset\" must be an integer", where);
-    r.onnx_opset = j["onnx_opset"].get<int64_t>();
-    check_onnx_opset(r.onnx_opset, where);
-  }
-  // hfx writes the field whenever the formats include onnx; a hand-written recipe may leave it out
-  // and gets the command line's default.
-  r.onnx_profile = default_onnx_profile(r.onnx_opset);
-  if (j.contains("onnx_profile")) {
-    if (!j["onnx_profile"].is_string()) bad_input("{}: recipe field \"onnx_profile\" must be a string", where);
-    r.onnx_profile = j["onnx_profile"].get<std::string>();
-  }
-  check_onnx_profile(r.onnx_profile, where);
+  // A format option a hand-written recipe leaves out gets the command line's default.
+  r.options = FormatSettings::blank();
+  for (const auto& o : format_options())
+    if (j.contains(o.field)) r.options.set(o, j[o.field], where);
+  r.options.complete();
   if (j.contains("max_cache_len")) {
     if (!j["max_cache_len"].is_number_integer()) bad_input("{}: recipe field \"max_cache_len\" must be an integer", where);
     r.task.max_cache_len = j["max_cache_len"].get<int64_t>();
@@ -211,11 +183,17 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
       if (!is_known_role(role)) bad_input("{}: unknown role ({})", at, fmt::join(tasks::known_roles(), ", "));
       if (!o.is_object()) bad_input("{}: must be an object", at);
       ComponentOverride ov;
+      static const std::vector<std::string> known_here = [] {
+        std::vector<std::string> k = {"dtype", "quantize", "quantize_lm_head", "quantize_embeddings"};
+        for (const auto& opt : format_options())
+          if (opt.per_component) k.push_back(opt.field);
+        return k;
+      }();
       for (const auto& [key, v] : o.items()) {
         const bool flag = key == "quantize_lm_head" || key == "quantize_embeddings";
-        if (key != "dtype" && key != "quantize" && !flag && key != "onnx_profile")
-          bad_input("{}: unknown field \"{}\" (dtype, quantize, quantize_lm_head, quantize_embeddings, onnx_profile)", at, key);
-        if (!flag && !v.is_string()) bad_input("{}.{} must be a string", at, key);
+        if (std::find(known_here.begin(), known_here.end(), key) == known_here.end())
+          bad_input("{}: unknown field \"{}\" ({})", at, key, fmt::join(known_here, ", "));
+        if (!flag && !find_format_option(key) && !v.is_string()) bad_input("{}.{} must be a string", at, key);
         if (flag && !v.is_boolean()) bad_input("{}.{} must be true or false", at, key);
       }
       if (o.contains("dtype") || o.contains("quantize") || o.contains("quantize_lm_head") || o.contains("quantize_embeddings")) {
@@ -231,10 +209,12 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
           bad_input("{}: {} needs quantize", at, p.quantize_lm_head ? "quantize_lm_head" : "quantize_embeddings");
         ov.precision = p;
       }
-      if (o.contains("onnx_profile")) {
-        ov.onnx_profile = o["onnx_profile"].get<std::string>();
-        check_onnx_profile(*ov.onnx_profile, at);
-      }
+      for (const auto& opt : format_options())
+        if (opt.per_component && o.contains(opt.field)) {
+          FormatSettings one = FormatSettings::blank();  // checks the value as the recipe-wide field's
+          one.set(opt, o[opt.field], at);
+          ov.options[opt.field] = one.at(opt.field);
+        }
       r.components[role] = ov;
     }
   }
@@ -249,11 +229,6 @@ Recipe Recipe::from_json(const nlohmann::json& in, const std::string& where) {
   }
   tasks::validate(r.task);
   return r;
-}
-
-void check_executorch_backend(const std::string& backend, const std::string& where) {
-  if (backend != "xnnpack" && backend != "portable")
-    bad_input("{}: executorch backend `{}` (supported: xnnpack, portable)", where, backend);
 }
 
 }  // namespace hfx::pipeline

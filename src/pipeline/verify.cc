@@ -397,7 +397,7 @@ VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {
   // export, and docs/quantization.md measures the precision itself against fp32.
   for (auto& c : ref.components)
     c.graph = passes::apply_precision(c.graph, recipe.precision_for(c.role),
-                                      passes::precision_target(format, recipe.onnx_profile_for(c.role)));
+                                      backend.precision_target(recipe, c.role));
   if (opt.runtime != "onnxruntime") {
     for (auto& c : ref.components) c.graph = with_f32_activations(c.graph);
     for (auto& c : art.components) c.graph = with_f32_activations(c.graph);

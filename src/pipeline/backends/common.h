@@ -6,6 +6,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "core/progress.h"
 #include "ir/graph.h"
@@ -35,6 +38,12 @@ struct GreedyCheck {
 GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format, const std::string& runtime,
                                 const std::function<ir::Graph(const tasks::Component&)>& reference_graph,
                                 const std::function<std::unique_ptr<runtime::StepRunner>(const tasks::Component&)>& runner_for);
+
+// ONNX's preflight (onnx_preflight.cc): what an f32 ONNX export of `m` writes and holds.
+struct Preflight onnx_preflight(const LoadedModel& m);
+
+// OpenVINO's options (openvino_options.cc), also taken by a build without the OpenVINO SDK.
+std::vector<FormatOption> openvino_options();
 
 // The backends this file set builds (backend.cc lists them).
 const class Backend& onnx_format();

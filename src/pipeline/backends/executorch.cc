@@ -201,7 +201,7 @@ tasks::Component executorch_contract(const tasks::Component& c, const ir::Graph&
 executorch_backend::EtLowerOptions lower_options(const LoadedModel& m, const Recipe& r, const tasks::Component& c, const ir::Graph& g) {
   executorch_backend::EtLowerOptions o;
   o.shared_buffers = program_buffers(c);
-  o.xnnpack = r.executorch_backend == "xnnpack";
+  o.xnnpack = r.text_option("executorch_backend") == "xnnpack";
   if (is_encoder(c)) return o;
   int64_t slots = 0, query = 1;
   for (const auto& in : c.inputs)
@@ -268,12 +268,29 @@ class ExecuTorchBackend final : public Backend {
     return i;
   }
 
+  std::vector<FormatOption> options() const override {
+    FormatOption backend;
+    backend.field = "executorch_backend";
+    backend.flag = "--executorch-backend";
+    backend.noun = "executorch backend";
+    backend.values = {"xnnpack", "portable"};
+    backend.default_value = "xnnpack";
+    backend.recipe_position = 3;
+    backend.help =
+        "executorch: xnnpack (default: the linear layers run in an XNNPACK delegate inside the program) or "
+        "portable (ExecuTorch's portable kernels only)";
+    return {backend};
+  }
+  passes::PrecisionTarget precision_target(const Recipe&, const std::string&) const override {
+    return passes::PrecisionTarget::ExecuTorch;
+  }
+
   std::vector<std::string> passes() const override { return {"decompose-composites-keep-linear-embedding"}; }
 
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
     check_component(c);  // refused before the work starts
-    check_precision(recipe.precision_for(c.role), recipe.executorch_backend);
-    const std::string kernels = recipe.executorch_backend == "xnnpack" ? "XNNPACK partitions" : "portable kernels";
+    check_precision(recipe.precision_for(c.role), recipe.text_option("executorch_backend"));
+    const std::string kernels = recipe.text_option("executorch_backend") == "xnnpack" ? "XNNPACK partitions" : "portable kernels";
     const bool replaced = program_buffers(c).size() > c.shared_buffers.size();  // a hybrid's conv states too
     Plan p{is_encoder(c)  ? kernels + ", every dim bounded"
            : replaced     ? kernels + ", static KV cache and convolution states as mutable buffers"
@@ -342,7 +359,7 @@ class ExecuTorchBackend final : public Backend {
       return fmt::format("executorch: programs read back; not run ({} has no executorch: `hfx verify --runtime executorch` "
                          "with a Python that has executorch {} checks them)",
                          python, runtime::kTestedExecuTorch);
-    const std::string kernels = job.recipe.executorch_backend == "xnnpack" ? "XNNPACK" : "portable kernels";
+    const std::string kernels = job.recipe.text_option("executorch_backend") == "xnnpack" ? "XNNPACK" : "portable kernels";
     if (!job.model.task->generative()) return check_encoder(job, version, kernels);
     // One row: the program's batch is 1.
     Recipe one = job.recipe;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/onnx/onnx_reader.h"
 #include "backends/onnx/onnx_writer.h"
 #include "backends/onnx/ort_profile.h"
 #include "core/error.h"
@@ -175,10 +176,56 @@ class OnnxBackend final : public Backend {
     return i;
   }
 
+  std::vector<FormatOption> options() const override {
+    FormatOption profile;
+    profile.field = "onnx_profile";
+    profile.flag = "--onnx-profile";
+    profile.noun = "onnx profile";
+    profile.values = {"ort", "portable"};
+    profile.default_value = "";  // complete_options: follows the opset
+    profile.recipe_position = 2;
+    profile.per_component = true;
+    profile.shapes_contract = true;
+    profile.help =
+        "onnx: `ort` (default: ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, packed "
+        "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache; its "
+        "com.microsoft ops fail onnx.checker's full check) or "
+        "`portable` (standard ops only, for other ONNX runtimes; the default with --onnx-opset 23)";
+    FormatOption opset;
+    opset.field = "onnx_opset";
+    opset.flag = "--onnx-opset";
+    opset.noun = "onnx opset";
+    opset.kind = FormatOption::Kind::Integer;
+    opset.values = {"21", "23"};
+    opset.default_value = 21;
+    opset.recorded_when_written = false;  // recipes from before --onnx-opset keep their bytes
+    opset.recipe_position = 4;
+    opset.shapes_contract = true;
+    opset.help =
+        "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are exact; "
+        "the rest decomposed)";
+    return {profile, opset};
+  }
+
+  // The profile when none is named: `ort` (ONNX Runtime is the ONNX target hfx verifies against),
+  // `portable` with opset 23, whose point is the standard fused ops.
+  void complete_options(FormatSettings& s) const override {
+    if (s.text("onnx_profile").empty())
+      s.set_text(*find_format_option("onnx_profile"), s.integer("onnx_opset") == 23 ? "portable" : "ort", "--onnx-profile");
+  }
+
+  passes::PrecisionTarget precision_target(const Recipe& recipe, const std::string& role) const override {
+    return recipe.text_option("onnx_profile", role) == "ort" ? passes::PrecisionTarget::OrtContrib : passes::PrecisionTarget::Portable;
+  }
+
   std::vector<std::string> passes() const override { return {"decompose-composites", "fold-weight-transforms"}; }
 
+  std::optional<Preflight> preflight(const LoadedModel& m) const override { return onnx_preflight(m); }
+
+  std::optional<ir::Graph> read_graph(const std::filesystem::path& file) const override { return onnx_backend::read_onnx(file); }
+
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
-    const std::string requested = recipe.onnx_profile_for(c.role);
+    const std::string requested = recipe.text_option("onnx_profile", c.role);
     const ProfileChoice choice = choose_profile(m, c, requested);
     Plan p{"profile " + choice.profile, {}, c.inputs, c.outputs};
     if (!choice.fallback.empty()) p.notes.push_back(choice.fallback);
@@ -201,7 +248,7 @@ class OnnxBackend final : public Backend {
     // Quantized Linear layers follow the requested profile even where attention falls back: ONNX
     // Runtime runs MatMulNBits for the ort profile whatever the attention is (and `hfx verify` builds
     // its reference from the recipe's profile).
-    const std::string requested = job.recipe.onnx_profile_for(c.role);
+    const std::string requested = job.recipe.text_option("onnx_profile", c.role);
     // The fallback note was printed before the work (plan); it is recorded in the manifest below.
     const ProfileChoice choice = choose_profile(m, c, requested);
     const std::string& profile = choice.profile;
@@ -214,7 +261,7 @@ class OnnxBackend final : public Backend {
     // Standard fused ops: LayerNormalization and Gelu at every opset; with --onnx-opset 23 the portable
     // lowering (also where ort fell back) writes the opset-23 fused ops where they are exact. An
     // ort-fused graph stays at opset 21 (its contrib ops were measured there).
-    const int64_t opset = fused ? 21 : job.recipe.onnx_opset;
+    const int64_t opset = fused ? 21 : job.recipe.options.integer("onnx_opset");
     std::string kept_note;
     {
       std::vector<std::string> kept;
@@ -231,7 +278,7 @@ class OnnxBackend final : public Backend {
     });
     const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
     if (!precision.is_default()) {
-      g = with_context(c.role, [&] { return passes::apply_precision(g, precision, passes::precision_target("onnx", requested)); });
+      g = with_context(c.role, [&] { return passes::apply_precision(g, precision, precision_target(job.recipe, c.role)); });
       passes_run.push_back("apply-precision");
     }
     const fs::path dir = job.staging / "onnx";
@@ -269,7 +316,13 @@ class OnnxBackend final : public Backend {
     std::vector<std::string> profile_notes;
     for (const std::string* n : std::initializer_list<const std::string*>{&fallback, &kept_note, &genai_note})
       if (!n->empty()) profile_notes.push_back(*n);
-    job.manifest.add_onnx_profile(c.role, profile, fmt::format("{}", fmt::join(profile_notes, "; ")));
+    {
+      // hfx.json's onnx_profiles: the profile each component was written with, and why when it is not
+      // the requested one.
+      nlohmann::ordered_json entry = {{"role", c.role}, {"profile", profile}};
+      if (!profile_notes.empty()) entry["note"] = fmt::format("{}", fmt::join(profile_notes, "; "));
+      job.manifest.add_format_entry("onnx_profiles", std::move(entry));
+    }
     if (genai && genai_note.empty()) {
       onnx_backend::GenaiConfigInput gi;
       gi.checkpoint = m.checkpoint.get();

@@ -32,7 +32,7 @@ std::string openvino_file(const tasks::Component& c) {
 bool stateful(const Recipe& r, const tasks::Component& c) {
   bool has_cache = false;
   for (const auto& in : c.inputs) has_cache = has_cache || tasks::find_past(c.state, in.name);
-  if (!r.openvino_stateful || !has_cache) return false;
+  if (!r.options.flag("openvino_stateful") || !has_cache) return false;
   if (c.role != "decoder" || !c.shared_buffers.empty())
     bad_input("openvino: the stateful layout needs one decoder graph with a growing cache, not the {} graph of "
               "--split-prefill/--static-cache; add --stateless", c.role);
@@ -79,6 +79,11 @@ class OpenVinoBackend final : public Backend {
   }
 
   // Attention stays whole: it lowers to OpenVINO's ScaledDotProductAttention.
+  std::vector<FormatOption> options() const override { return openvino_options(); }
+  passes::PrecisionTarget precision_target(const Recipe&, const std::string&) const override {
+    return passes::PrecisionTarget::OpenVino;
+  }
+
   std::vector<std::string> passes() const override { return {"decompose-composites-keep-attention", "fold-weight-transforms"}; }
 
   Plan plan(const tasks::Component& c, const LoadedModel&, const Recipe& recipe, bool) const override {

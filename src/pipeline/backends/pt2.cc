@@ -99,6 +99,11 @@ class Pt2Backend final : public Backend {
     return i;
   }
 
+  // pt2 writes f32 only (write_component refuses another precision), so the forms never apply.
+  passes::PrecisionTarget precision_target(const Recipe&, const std::string&) const override {
+    return passes::PrecisionTarget::Portable;
+  }
+
   std::vector<std::string> passes() const override { return {"decompose-composites-keep-linear-embedding"}; }
 
   void write_component(const tasks::Component& c, ExportJob& job) const override {

@@ -1,0 +1,143 @@
+// `hfx inspect`'s preflight of an ONNX export: the disk it takes and the memory `hfx export` holds,
+// from the checkpoint's tensors and the ONNX writer's streaming, before anything is written.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "backends/onnx/onnx_writer.h"
+#include "backends/onnx/ort_profile.h"
+#include "core/error.h"
+#include "passes/pass.h"
+#include "pipeline/backend.h"
+#include "pipeline/backends/common.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::pipeline {
+
+namespace {
+
+// What an ONNX export writes and holds in memory, measured against real exports by
+// tests/oracle/test_resources.py (within 15 % + 8 MiB on f32 and bf16
+// checkpoints of 25-300 MB; the 8 MiB is the shared libraries' resident pages, which move with the page
+// cache, not with hfx).
+//
+// Writing streams one weight at a time: the peak is the process baseline plus the costliest weight,
+// which is its mapped source pages (resident until released after the write) plus what the writer
+// holds besides. A weight it streams in blocks (WeightRef::streamable: casts and transposes of the
+// stored bytes) adds one block and the writer thread's queue; any other weight adds the tensors its
+// materialisation holds at once (WeightRef::materialize_peak_bytes). The queue (at most
+// kOnnxInFlightBytes) is full only while writing is the slower stage (bf16 -> f32 casts) and near
+// empty while converting is (f32 transposes): it counts at half. A weight written whole (straight
+// from the map, or materialised) may still be queued while the next one is computed, so it counts
+// against its successor instead.
+//
+// The built-in verification of `hfx export` (skipped above ExportOptions::verify_max_bytes of f32
+// weights) runs the reference executor over the checkpoint and over the artifact: each caches every
+// weight in f32 (2 W), and the pages read to fill them stay resident (the artifact's data file, W,
+// and the checkpoint, S): baseline + 3 W + S.
+//
+// The default (ort) profile of a decoder adds GroupQueryAttention's cos/sin caches: weights computed
+// whole before writing (held until the export ends) and written like the others; above
+// passes::kMaxRopeCacheRows rows they are computed in the graph and add nothing.
+int64_t ort_rope_cache_bytes(const LoadedModel& m) {
+  const ir::Graph& g = m.components.at(0).graph;
+  if (!m.task->generative() || !passes::ort_profile_blockers(g).empty()) return 0;
+  try {
+    return passes::ort_rope_cache_bytes(g, onnx_backend::ort_context_length(*m.checkpoint, g));
+  } catch (const Error&) {
+    return 0;  // no context length: the ort export itself says so; the preflight reports the rest
+  }
+}
+
+// A config.json is held parsed for the whole export (nlohmann::json over libstdc++ containers), and
+// the built-in verification parses it a second time while the first is held. Small for real configs;
+// a 12 MB one of 6 M numbers takes ~130 MB parsed and ~210 MB while parsing. Per node, in glibc
+// malloc chunks: an object's std::map (48 B) and per member a tree node (80 B: links, key, value) plus
+// a key past the 15-character small-string buffer; an array's std::vector (24 B) and its buffer of
+// 16-byte values, grown by doubling while parsing (capacity: the next power of two; the old buffer
+// is live during the last copy); a string's std::string (32 B) plus its characters past 15.
+struct JsonMemory {
+  int64_t held = 0;           // bytes the parsed document keeps
+  int64_t largest_array = 0;  // the largest array buffer, for the parse's transient
+};
+
+int64_t malloc_chunk(int64_t n) { return (n + 8 + 15) / 16 * 16; }
+
+void json_memory(const nlohmann::json& j, JsonMemory& m) {
+  if (j.is_object()) {
+    m.held += malloc_chunk(48);
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      m.held += malloc_chunk(80) + (it.key().size() > 15 ? malloc_chunk(int64_t(it.key().size()) + 1) : 0);
+      json_memory(*it, m);
+    }
+  } else if (j.is_array()) {
+    int64_t capacity = j.empty() ? 0 : 1;
+    while (capacity < int64_t(j.size())) capacity *= 2;
+    m.held += malloc_chunk(24) + (capacity ? malloc_chunk(capacity * 16) : 0);
+    m.largest_array = std::max(m.largest_array, capacity * 16);
+    for (const auto& v : j) json_memory(v, m);
+  } else if (j.is_string()) {
+    const auto n = int64_t(j.get_ref<const std::string&>().size());
+    m.held += malloc_chunk(32) + (n > 15 ? malloc_chunk(n + 1) : 0);
+  }
+}
+
+// (held, peak while parsing: the document, the old buffer of its last array doubling, the file's text)
+std::pair<int64_t, int64_t> config_memory(const LoadedModel& m) {
+  JsonMemory mem;
+  const auto& config = m.checkpoint->config();
+  json_memory(config.json, mem);
+  std::error_code ec;
+  const auto text = fs::file_size(config.path, ec);
+  return {mem.held, mem.held + mem.largest_array / 2 + (ec ? 0 : int64_t(text))};
+}
+
+}  // namespace
+
+Preflight onnx_preflight(const LoadedModel& m) {
+  Preflight p;
+  ir::Graph g = passes::run_pipeline(m.components.at(0).graph, onnx_format().passes());
+  constexpr int64_t kAlign = 65536;
+  int64_t worst_transient = 0, f32_weights = 0, source = 0;
+  int64_t queued_before = 0;  // the previous weight, when it may still be queued whole
+  for (auto id : g.weights()) {
+    const auto* w = g.weight(id);
+    const auto bytes = int64_t(w->nbytes());
+    f32_weights += bytes;
+    source += int64_t(w->source_bytes());
+    if (bytes > 1024) p.disk_bytes += (bytes + kAlign - 1) / kAlign * kAlign;
+    const bool raw = w->raw_bytes().has_value(), streamed = !raw && w->streamable();
+    const int64_t block = streamed ? onnx_backend::onnx_block_rows(w->rows(), w->row_bytes()) * int64_t(w->row_bytes()) : 0;
+    const int64_t held = streamed ? block : int64_t(w->materialize_peak_bytes());
+    const int64_t transient =
+        int64_t(w->source_bytes()) + held + std::max(int64_t(onnx_backend::kOnnxInFlightBytes / 2), queued_before);
+    queued_before = streamed ? 0 : bytes;
+    if (transient > worst_transient) worst_transient = transient;
+    if (bytes > p.largest_tensor_bytes) {
+      p.largest_tensor_bytes = bytes;
+      p.largest_tensor = g.value(id).name;
+    }
+  }
+  for (const auto& f : m.checkpoint->side_files()) p.disk_bytes += 2 * int64_t(fs::file_size(f));
+  p.disk_bytes += int64_t(g.nodes().size()) * 256;  // model.onnx: a few hundred bytes a node
+  constexpr int64_t kBaseline = 28ll << 20;         // binary, libraries, allocator, checkpoint index
+  const int64_t caches = ort_rope_cache_bytes(m);
+  p.disk_bytes += caches;
+  const int64_t baseline = kBaseline + int64_t(g.nodes().size()) * 1024 + caches;  // + IR and protobuf per node
+  const auto [config_held, config_parse] = config_memory(m);
+  p.peak_memory_no_verify_bytes = baseline + std::max(config_held + worst_transient, config_parse);
+  static const ExportOptions defaults;  // the limit `hfx export` applies without flags
+  p.verify_runs = f32_weights <= defaults.verify_max_bytes;
+  p.peak_memory_bytes = p.peak_memory_no_verify_bytes;
+  if (p.verify_runs)
+    // The check holds two f32 copies of the weights at once (the reference graphs' and the artifact
+    // runners' of the step being compared; the reference's greedy runners are dropped before the
+    // artifact's greedy run) beside the mapped source.
+    p.peak_memory_bytes = std::max({p.peak_memory_bytes, baseline + config_held + config_parse,
+                                    baseline + 2 * config_held + 2 * f32_weights + source});
+  return p;
+}
+
+}  // namespace hfx::pipeline
