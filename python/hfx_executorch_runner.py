@@ -1,4 +1,4 @@
-"""ExecuTorch side of hfx's `executorch` runtime (src/pipeline/backends/pt2_runner.cc): a step server
+"""ExecuTorch side of hfx's `executorch` runtime (src/backends/pt2/pt2_runner.cc): a step server
 over one `.pte` program, so the C++ decode loop (`hfx verify --runtime executorch`, `hfx generate
 --runtime executorch`, the built-in check of `hfx export --format executorch`) runs ExecuTorch's own
 runtime (`executorch.runtime`, portable kernels) without loading it per step.

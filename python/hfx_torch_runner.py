@@ -1,4 +1,4 @@
-"""PyTorch side of hfx's `torch` runtime (src/pipeline/backends/pt2_runner.cc): a step server over one
+"""PyTorch side of hfx's `torch` runtime (src/backends/pt2/pt2_runner.cc): a step server over one
 `.pt2` program, so the C++ decode loop (`hfx verify --runtime torch`, `hfx generate --runtime torch`,
 the built-in check of `hfx export --format pt2`) runs torch itself without loading it per step.
 

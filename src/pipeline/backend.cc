@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
-#include "pipeline/backends/common.h"
+#include "pipeline/backend_support.h"
 #include "pipeline/verify_cases.h"
 #include "runtime/tested_runtimes.h"
 
@@ -72,43 +74,25 @@ GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format,
 
 namespace {
 
-#ifndef HFX_HAVE_OPENVINO
-// This build has no OpenVINO SDK: the format is listed, and asking for it says how to get it.
-class MissingOpenVino final : public Backend {
- public:
-  BackendInfo info() const override {
-    BackendInfo i;
-    i.name = "openvino";
-    i.available = false;
-    i.status = fmt::format("not in this build ({})", kOpenVinoHint);
-    i.files = "openvino/openvino_model.xml + openvino_model.bin";
-    i.runtimes = {"openvino"};
-    i.tested = fmt::format("openvino {}", runtime::kTestedOpenVino);
-    return i;
-  }
-  std::vector<FormatOption> options() const override { return openvino_options(); }
-  passes::PrecisionTarget precision_target(const Recipe&, const std::string&) const override { missing(); }
-  std::vector<std::string> passes() const override { missing(); }
-  void write_component(const tasks::Component&, ExportJob&) const override { missing(); }
-  std::string check(ExportJob&, const ExportOptions&) const override { missing(); }
-  std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent&, const std::string&) const override { missing(); }
-  Signature signature(const ArtifactComponent&) const override { missing(); }
-  Placement placement(const ArtifactComponent&, const std::string&) const override { missing(); }
-
- private:
-  [[noreturn]] static void missing() { unsupported("format `openvino`: {}", kOpenVinoHint); }
-};
-#endif
+std::vector<std::pair<int, const Backend*>>& registrations() {
+  static std::vector<std::pair<int, const Backend*>> r;
+  return r;
+}
 
 }  // namespace
 
+BackendRegistration::BackendRegistration(int rank, const Backend& backend) { registrations().emplace_back(rank, &backend); }
+
 const std::vector<const Backend*>& all_backends() {
-#ifdef HFX_HAVE_OPENVINO
-  static const std::vector<const Backend*> backends = {&onnx_format(), &openvino_format(), &pt2_format(), &executorch_format()};
-#else
-  static const MissingOpenVino missing_openvino;
-  static const std::vector<const Backend*> backends = {&onnx_format(), &missing_openvino, &pt2_format(), &executorch_format()};
-#endif
+  // Built on first use, after every static registration has run.
+  static const std::vector<const Backend*> backends = [] {
+    auto r = registrations();
+    std::stable_sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<const Backend*> out;
+    for (const auto& [rank, b] : r) out.push_back(b);
+    HFX_CHECK(!out.empty(), "no format registered: the backends layer was not linked whole");
+    return out;
+  }();
   return backends;
 }
 

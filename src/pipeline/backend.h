@@ -99,8 +99,19 @@ class Backend {
   virtual Placement placement(const ArtifactComponent& c, const std::string& runtime) const = 0;
 };
 
-// Every backend of hfx, built or not (unavailable ones say why in info().status), in the order an
-// export writes them: ONNX first, so later formats reuse its written weights.
+// Formats register themselves from their own folder (src/backends/<format>/):
+//   HFX_REGISTER_BACKEND(OnnxBackend, 0);
+// `rank` orders them: an export writes them in this order (ONNX first, so later formats reuse the
+// weights it wrote) and `hfx formats` lists them so. The backends layer is linked whole
+// (CMakeLists.txt), so a registration is never dropped by the linker.
+struct BackendRegistration {
+  BackendRegistration(int rank, const Backend& backend);
+};
+#define HFX_REGISTER_BACKEND(TYPE, RANK)      \
+  static const TYPE hfx_registered_backend_; \
+  static const ::hfx::pipeline::BackendRegistration hfx_backend_registration_(RANK, hfx_registered_backend_)
+
+// Every registered backend, built or not (unavailable ones say why in info().status), by rank.
 const std::vector<const Backend*>& all_backends();
 // The backend named `format`: Unsupported listing the formats when unknown or not in this build.
 const Backend& find_backend(const std::string& format);

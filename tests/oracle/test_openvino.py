@@ -335,7 +335,7 @@ def test_encoder_ir_matches_transformers(case, padding, encoder_ov_export):
     print(f"{case} [{padding} padding]: openvino " + ", ".join(f"{k} max abs {d:.2e}" for k, d in diffs.items()))
 
 
-# hfx's own decode loop (runtime/generate.cc) on OpenVINO through the C++ API (runtime/openvino):
+# hfx's own decode loop (runtime/generate.cc) on OpenVINO through the C++ API (backends/openvino/ov_runner.cc):
 # every layout the openvino backend writes, the left-padded batch of 2, 64 tokens.
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("case", ["llama", "qwen3-gqa4"])

@@ -1,6 +1,6 @@
 """Tiny decoder-step programs made with torch.export itself, following the contract of hfx's `.pt2`
 exports, for testing the torch driver (python/hfx_torch.py, python/hfx_torch_runner.py and the C++
-runner src/pipeline/backends/pt2_runner.cc) without the hfx writer.
+runner src/backends/pt2/pt2_runner.cc) without the hfx writer.
 
 Each program is a one-file component: called positionally with the manifest's inputs, it returns a
 dict keyed by output name. Growing cache: {"logits", "present.{i}.key|value"} (the past concatenated

@@ -1,4 +1,4 @@
-// pipeline/backends/pt2_runner: the torch step server end to end on toy programs that
+// backends/pt2/pt2_runner: the torch step server end to end on toy programs that
 // tests/oracle/torch_toys.py exports with torch itself (skipped when the driver's Python has no torch),
 // and its failures with fake interpreters (shell scripts) standing in for Python.
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "io/safetensors_write.h"
-#include "pipeline/backends/pt2_runner.h"
+#include "backends/pt2/pt2_runner.h"
 #include "pipeline/runtime_probe.h"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "runtime/openvino/ov_runner.h"
+#include "backends/openvino/ov_runner.h"
 
 #include <fmt/format.h>
 

@@ -16,7 +16,8 @@
 #include "passes/pass.h"
 #include "passes/precision.h"
 #include "pipeline/backend.h"
-#include "pipeline/backends/common.h"
+#include "backends/onnx/onnx_preflight.h"
+#include "pipeline/backend_support.h"
 #include "pipeline/manifest.h"
 #include "pipeline/runtime_probe.h"
 #include "pipeline/verify.h"
@@ -220,7 +221,7 @@ class OnnxBackend final : public Backend {
 
   std::vector<std::string> passes() const override { return {"decompose-composites", "fold-weight-transforms"}; }
 
-  std::optional<Preflight> preflight(const LoadedModel& m) const override { return onnx_preflight(m); }
+  std::optional<Preflight> preflight(const LoadedModel& m) const override { return onnx_preflight(m, passes()); }
 
   std::optional<ir::Graph> read_graph(const std::filesystem::path& file) const override { return onnx_backend::read_onnx(file); }
 
@@ -431,9 +432,6 @@ class OnnxBackend final : public Backend {
 
 }  // namespace
 
-const Backend& onnx_format() {
-  static const OnnxBackend backend;
-  return backend;
-}
+HFX_REGISTER_BACKEND(OnnxBackend, 0);
 
 }  // namespace hfx::pipeline

@@ -12,8 +12,8 @@
 #include "core/safe_path.h"
 #include "passes/pass.h"
 #include "pipeline/backend.h"
-#include "pipeline/backends/common.h"
-#include "pipeline/backends/pt2_runner.h"
+#include "pipeline/backend_support.h"
+#include "backends/pt2/pt2_runner.h"
 #include "pipeline/manifest.h"
 #include "pipeline/runtime_probe.h"
 #include "runtime/tested_runtimes.h"
@@ -215,9 +215,6 @@ class Pt2Backend final : public Backend {
 
 }  // namespace
 
-const Backend& pt2_format() {
-  static const Pt2Backend backend;
-  return backend;
-}
+HFX_REGISTER_BACKEND(Pt2Backend, 2);
 
 }  // namespace hfx::pipeline

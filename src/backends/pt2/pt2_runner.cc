@@ -3,7 +3,7 @@
 // writing to a server that died is EPIPE, never a SIGPIPE that would end hfx), tensors passed through
 // safetensors files in a private scratch folder, its stderr (torch's warnings, a traceback) kept in a
 // file there for the error message.
-#include "pipeline/backends/pt2_runner.h"
+#include "backends/pt2/pt2_runner.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,7 +1,7 @@
 // The OpenVINO backend as a unit (compiled only with the OpenVINO SDK): the IR after
 // decompose-composites-keep-attention (SDPA stays) and fold-weight-transforms, stateful for decoders
 // with a growing cache unless --stateless, written by ov::serialize (backends/openvino); the built-in
-// check runs 8 greedy tokens on OpenVINO's CPU plugin (runtime/openvino) against the reference
+// check runs 8 greedy tokens on OpenVINO's CPU plugin (ov_runner.cc) against the reference
 // executor; the runtime driver is that same ov::Core runner.
 #include <fmt/format.h>
 
@@ -10,9 +10,10 @@
 #include "passes/pass.h"
 #include "passes/precision.h"
 #include "pipeline/backend.h"
-#include "pipeline/backends/common.h"
+#include "backends/openvino/openvino_options.h"
+#include "pipeline/backend_support.h"
 #include "pipeline/manifest.h"
-#include "runtime/openvino/ov_runner.h"
+#include "backends/openvino/ov_runner.h"
 #include "runtime/tested_runtimes.h"
 
 namespace fs = std::filesystem;
@@ -153,9 +154,6 @@ class OpenVinoBackend final : public Backend {
 
 }  // namespace
 
-const Backend& openvino_format() {
-  static const OpenVinoBackend backend;
-  return backend;
-}
+HFX_REGISTER_BACKEND(OpenVinoBackend, 1);
 
 }  // namespace hfx::pipeline

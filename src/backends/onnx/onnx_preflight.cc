@@ -1,5 +1,5 @@
-// `hfx inspect`'s preflight of an ONNX export: the disk it takes and the memory `hfx export` holds,
-// from the checkpoint's tensors and the ONNX writer's streaming, before anything is written.
+#include "backends/onnx/onnx_preflight.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -9,8 +9,6 @@
 #include "backends/onnx/ort_profile.h"
 #include "core/error.h"
 #include "passes/pass.h"
-#include "pipeline/backend.h"
-#include "pipeline/backends/common.h"
 
 namespace fs = std::filesystem;
 
@@ -96,9 +94,9 @@ std::pair<int64_t, int64_t> config_memory(const LoadedModel& m) {
 
 }  // namespace
 
-Preflight onnx_preflight(const LoadedModel& m) {
+Preflight onnx_preflight(const LoadedModel& m, const std::vector<std::string>& passes) {
   Preflight p;
-  ir::Graph g = passes::run_pipeline(m.components.at(0).graph, onnx_format().passes());
+  ir::Graph g = passes::run_pipeline(m.components.at(0).graph, passes);
   constexpr int64_t kAlign = 65536;
   int64_t worst_transient = 0, f32_weights = 0, source = 0;
   int64_t queued_before = 0;  // the previous weight, when it may still be queued whole

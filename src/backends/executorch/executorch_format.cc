@@ -26,8 +26,8 @@
 #include "passes/pass.h"
 #include "passes/precision.h"
 #include "pipeline/backend.h"
-#include "pipeline/backends/common.h"
-#include "pipeline/backends/pt2_runner.h"
+#include "pipeline/backend_support.h"
+#include "backends/pt2/pt2_runner.h"
 #include "pipeline/manifest.h"
 #include "pipeline/runtime_probe.h"
 #include "pipeline/verify.h"
@@ -415,9 +415,6 @@ class ExecuTorchBackend final : public Backend {
 
 }  // namespace
 
-const Backend& executorch_format() {
-  static const ExecuTorchBackend backend;
-  return backend;
-}
+HFX_REGISTER_BACKEND(ExecuTorchBackend, 3);
 
 }  // namespace hfx::pipeline

@@ -1,14 +1,12 @@
-// What the backends of src/pipeline/backends share: each component's metadata (the contract as
-// key/value pairs every format stores in its own way) and progress over a graph's weights.
+// What the formats (src/backends/<format>/) share: each component's metadata (the contract as
+// key/value pairs every format stores in its own way), progress over a graph's weights, and the
+// greedy check of a format run step by step.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <vector>
-
-#include <fmt/format.h>
 
 #include "core/progress.h"
 #include "ir/graph.h"
@@ -38,19 +36,5 @@ struct GreedyCheck {
 GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format, const std::string& runtime,
                                 const std::function<ir::Graph(const tasks::Component&)>& reference_graph,
                                 const std::function<std::unique_ptr<runtime::StepRunner>(const tasks::Component&)>& runner_for);
-
-// ONNX's preflight (onnx_preflight.cc): what an f32 ONNX export of `m` writes and holds.
-struct Preflight onnx_preflight(const LoadedModel& m);
-
-// OpenVINO's options (openvino_options.cc), also taken by a build without the OpenVINO SDK.
-std::vector<FormatOption> openvino_options();
-
-// The backends this file set builds (backend.cc lists them).
-const class Backend& onnx_format();
-const class Backend& pt2_format();
-const class Backend& executorch_format();
-#ifdef HFX_HAVE_OPENVINO
-const class Backend& openvino_format();
-#endif
 
 }  // namespace hfx::pipeline

@@ -1,6 +1,7 @@
-// OpenVINO's options, built into every hfx: a build without the OpenVINO SDK still takes (and
-// records) them, and says how to get the format when it is asked for.
-#include "pipeline/backends/common.h"
+#include "backends/openvino/openvino_options.h"
+
+#include <fmt/format.h>
+
 #include "tasks/state_names.h"
 
 namespace hfx::pipeline {
