@@ -269,17 +269,14 @@ class ExecuTorchBackend final : public Backend {
   }
 
   std::vector<FormatOption> options() const override {
-    FormatOption backend;
-    backend.field = "executorch_backend";
-    backend.flag = "--executorch-backend";
-    backend.noun = "executorch backend";
-    backend.values = {"xnnpack", "portable"};
-    backend.default_value = "xnnpack";
-    backend.recipe_position = 3;
-    backend.help =
-        "executorch: xnnpack (default: the linear layers run in an XNNPACK delegate inside the program) or "
-        "portable (ExecuTorch's portable kernels only)";
-    return {backend};
+    return {{.field = "executorch_backend",
+             .flag = "--executorch-backend",
+             .noun = "executorch backend",
+             .values = {"xnnpack", "portable"},
+             .default_value = "xnnpack",
+             .recipe_position = 3,
+             .help = "executorch: xnnpack (default: the linear layers run in an XNNPACK delegate inside the program) "
+                     "or portable (ExecuTorch's portable kernels only)"}};
   }
   passes::PrecisionTarget precision_target(const Recipe&, const std::string&) const override {
     return passes::PrecisionTarget::ExecuTorch;

@@ -178,34 +178,31 @@ class OnnxBackend final : public Backend {
   }
 
   std::vector<FormatOption> options() const override {
-    FormatOption profile;
-    profile.field = "onnx_profile";
-    profile.flag = "--onnx-profile";
-    profile.noun = "onnx profile";
-    profile.values = {"ort", "portable"};
-    profile.default_value = "";  // complete_options: follows the opset
-    profile.recipe_position = 2;
-    profile.per_component = true;
-    profile.shapes_contract = true;
-    profile.help =
-        "onnx: `ort` (default: ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, packed "
-        "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache; its "
-        "com.microsoft ops fail onnx.checker's full check) or "
-        "`portable` (standard ops only, for other ONNX runtimes; the default with --onnx-opset 23)";
-    FormatOption opset;
-    opset.field = "onnx_opset";
-    opset.flag = "--onnx-opset";
-    opset.noun = "onnx opset";
-    opset.kind = FormatOption::Kind::Integer;
-    opset.values = {"21", "23"};
-    opset.default_value = 21;
-    opset.recorded_when_written = false;  // recipes from before --onnx-opset keep their bytes
-    opset.recipe_position = 4;
-    opset.shapes_contract = true;
-    opset.help =
-        "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are exact; "
-        "the rest decomposed)";
-    return {profile, opset};
+    return {
+        {.field = "onnx_profile",
+         .flag = "--onnx-profile",
+         .noun = "onnx profile",
+         .values = {"ort", "portable"},
+         .default_value = "",  // complete_options: follows the opset
+         .recipe_position = 2,
+         .per_component = true,
+         .shapes_contract = true,
+         .help = "onnx: `ort` (default: ONNX Runtime's fused GroupQueryAttention / SimplifiedLayerNormalization, packed "
+                 "q|k|v, genai_config.json; falls back to portable per model, e.g. encoders and --static-cache; its "
+                 "com.microsoft ops fail onnx.checker's full check) or `portable` (standard ops only, for other ONNX "
+                 "runtimes; the default with --onnx-opset 23)"},
+        {.field = "onnx_opset",
+         .flag = "--onnx-opset",
+         .noun = "onnx opset",
+         .kind = FormatOption::Kind::Integer,
+         .values = {"21", "23"},
+         .default_value = 21,
+         .recorded_when_written = false,  // recipes from before --onnx-opset keep their bytes
+         .recipe_position = 4,
+         .shapes_contract = true,
+         .help = "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are "
+                 "exact; the rest decomposed)"},
+    };
   }
 
   // The profile when none is named: `ort` (ONNX Runtime is the ONNX target hfx verifies against),
