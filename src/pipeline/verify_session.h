@@ -3,8 +3,8 @@
 // (load time, where ops ran) and how it computes (the facts verify's gates follow). A backend hands
 // one out (Backend::verify_session); verify's checks (pipeline/verify_checks.h) only read what it
 // returns, so no check names a runtime. The implementations: hfx's reference executor over the graphs
-// read back and the format's own step runners (Backend::make_runner) here, the ONNX Runtime driver in
-// pipeline/backends/onnx_verify.cc.
+// read back and the format's own step runners (Backend::make_runner) here; a format with a runtime of
+// its own kind (the onnx format's python driver) implements one in its folder (pipeline/backends/).
 #pragma once
 
 #include <cstdint>
@@ -33,8 +33,8 @@ struct RuntimeFacts {
   bool graphs_read_back = false;
   // The files keep every dimension the manifest declares (else a dimension may read as dynamic, "?").
   bool exact_dims = false;
-  // Who rounds MatMulNBits accuracy_level 4 activations to int8 as the reference does, in the report's
-  // words (e.g. "ONNX Runtime"); empty: this runtime computes them in f32, and so does the reference.
+  // The runtime's name in the report's words when it rounds MatMulNBits accuracy_level 4 activations to
+  // int8 as the reference does; empty: it computes them in f32, and so does the reference.
   std::string int8_activations;
   // Said of an encoder's timing when it includes more than the runs (e.g. a driver process's start).
   std::string runs_timing_note;
