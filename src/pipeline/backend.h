@@ -1,8 +1,8 @@
 // A backend is one output format as one unit: the options it takes, how it writes a component
-// (passes + writer), the check an export runs on what it wrote before publishing it, and the
-// runtime drivers that load it back (`hfx verify --runtime`, `hfx generate --runtime`). The export
-// job, `hfx formats` and `hfx verify` only talk to this interface; a format this build cannot also
-// run is not offered.
+// (passes + writer), the check an export runs on what it wrote before publishing it, the runtime
+// drivers that load it back (`hfx verify --runtime`, `hfx generate --runtime`) and how verify runs
+// its work on each of them. The export job, `hfx formats` and `hfx verify` only talk to this
+// interface; a format this build cannot also run is not offered.
 #pragma once
 
 #include <filesystem>
@@ -22,6 +22,8 @@
 namespace hfx::pipeline {
 
 class ManifestBuilder;
+class VerifySession;
+struct SessionContext;
 
 struct BackendOption {
   std::string flag;          // on `hfx export`
@@ -97,6 +99,9 @@ class Backend {
   // What `runtime` runs a component as: op (or compiled layer) -> where or in what precision -> count.
   using Placement = std::map<std::string, std::map<std::string, int>>;
   virtual Placement placement(const ArtifactComponent& c, const std::string& runtime) const = 0;
+  // How `hfx verify` runs its work on the export read back on ctx.runtime (pipeline/verify_session.h).
+  // The default: this format's step runners (make_runner) and placement.
+  virtual std::unique_ptr<VerifySession> verify_session(const SessionContext& ctx) const;
 };
 
 // Formats register themselves from their own folder (src/backends/<format>/):

@@ -2,7 +2,9 @@
 // checkpoint the manifest names, and checks the artifact against it: checksums, source hashes, I/O
 // signature, numbers per component over a shape matrix at the contract's bounds, greedy generation,
 // where ops ran, latency/memory/size, and that a re-export reproduces the same bytes. When numbers
-// diverge it names the first layer whose output diverges.
+// diverge it names the first layer whose output diverges. Each of those is a named check
+// (pipeline/verify_checks.h); the runtime runs the artifact's side through the session its backend
+// hands out (pipeline/verify_session.h).
 #pragma once
 
 #include <filesystem>
@@ -15,12 +17,12 @@
 namespace hfx::pipeline {
 
 struct VerifyOptions {
-  std::string runtime = "reference";  // reference | onnxruntime | openvino (pipeline/backend.h's runtimes)
+  std::string runtime = "reference";  // a runtime of a backend (BackendInfo::runtimes, `hfx formats`)
   int64_t tokens = 64;                // greedy tokens compared
   bool reexport = true;               // re-export into a temporary folder and compare bytes
   bool full_shape_matrix = true;      // false: two shapes only (the check `hfx export` runs)
   std::optional<double> atol;         // overrides the f32 default
-  std::string python;                 // interpreter with onnxruntime (default: $HFX_PYTHON or python3)
+  std::string python;                 // interpreter of the python drivers (default: pipeline/runtime_probe.h's driver_python)
   // How the reference executor treats weights (runtime::ExecOptions::cache_weights): "hold" keeps
   // them converted to f32 between runs (fast; about 4x a graph's f32 weights at peak: the reference
   // and the artifact, each with the mapped pages read to fill it), "stream" reads each one per run

@@ -17,6 +17,7 @@
 #include "passes/precision.h"
 #include "pipeline/backend.h"
 #include "backends/onnx/onnx_preflight.h"
+#include "backends/onnx/onnx_verify.h"
 #include "pipeline/backend_support.h"
 #include "pipeline/manifest.h"
 #include "pipeline/runtime_probe.h"
@@ -402,6 +403,14 @@ class OnnxBackend final : public Backend {
     unsupported("onnx: the {0} runtime runs through `hfx verify --runtime {0}` (python driver), not as a step runner "
                 "here; `python python/hfx_ort.py OUT --prompt TEXT` generates with ONNX Runtime",
                 rt);
+  }
+
+  // Verify on the reference executor runs the graphs read back in this process; on ONNX Runtime, the
+  // python driver (backends/onnx_verify.cc).
+  std::unique_ptr<VerifySession> verify_session(const SessionContext& ctx) const override {
+    if (ctx.runtime == "reference") return make_executor_session(*this, ctx);
+    if (ctx.runtime == "onnxruntime") return make_onnxruntime_session(ctx);
+    unsupported("onnx: no runtime `{}` (runtimes: reference, onnxruntime)", ctx.runtime);
   }
 
   Signature signature(const ArtifactComponent& c) const override {

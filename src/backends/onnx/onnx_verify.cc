@@ -1,0 +1,87 @@
+// `hfx verify --runtime onnxruntime`: ONNX Runtime runs the export through python/hfx_ort_runner.py
+// (its wheel ships no C/C++ headers), every shape case, the greedy prompts and one profiled run in one
+// driver job; the driver reports where each node ran and the time its first generation step took,
+// which is the load time verify reports (ONNX Runtime builds its session then).
+#include "backends/onnx/onnx_verify.h"
+
+#include <fmt/format.h>
+
+#include "core/files.h"
+#include "io/safetensors_write.h"
+#include "pipeline/runtime_probe.h"
+#include "pipeline/verify.h"
+#include "pipeline/verify_cases.h"
+#include "runtime/tested_runtimes.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::pipeline {
+
+namespace {
+
+class OrtSession final : public VerifySession {
+ public:
+  explicit OrtSession(const SessionContext& ctx) : ctx_(ctx) {}
+
+  RuntimeFacts facts() const override {
+    RuntimeFacts f;
+    f.graphs_read_back = true;
+    f.exact_dims = true;
+    // Its CPU kernel for MatMulNBits accuracy_level 4 rounds the activations to int8 (the reference
+    // rounds them alike: runtime/kernels_quant.cc).
+    f.int8_activations = "ONNX Runtime";
+    f.runs_timing_note = "with the python driver's start";
+    return f;
+  }
+
+  SessionResult run(const SessionWork& w) override {
+    const fs::path& scratch = w.scratch;
+    nlohmann::json job;
+    job["runs"] = nlohmann::json::array();
+    for (size_t i = 0; i < w.cases.size(); ++i) {
+      const auto& c = w.cases[i];
+      const auto in = scratch / fmt::format("in{}.safetensors", i), o = scratch / fmt::format("out{}.safetensors", i);
+      io::write_safetensors(in, own_inputs(c.component->graph, c.inputs));
+      job["runs"].push_back({{"model", c.component->file.string()}, {"inputs", in.string()}, {"outputs", o.string()}});
+    }
+    if (!w.cases.empty())
+      job["profile"] = {{"model", w.cases[0].component->file.string()}, {"inputs", (scratch / "in0.safetensors").string()}};
+    if (w.generate)
+      job["generate"] = {{"export", fs::absolute(ctx_.artifact.dir).string()},
+                         {"prompts", w.prompts},
+                         {"max_new_tokens", w.sampling.max_new_tokens}};
+    write_text_file(scratch / "job.json", job.dump());
+    const nlohmann::json result = run_ort_driver(driver_python(ctx_.options.python), scratch / "job.json", scratch / "result.json");
+    runtime::warn_if_untested("onnxruntime", result.value("ort_version", "?"), runtime::kTestedOnnxRuntime);
+    SessionResult r;
+    for (size_t i = 0; i < w.cases.size(); ++i) r.outputs.push_back(io::load_safetensors(scratch / fmt::format("out{}.safetensors", i)));
+    if (w.generate) {
+      r.tokens = result["generate"]["tokens"].get<std::vector<std::vector<int64_t>>>();
+      r.generate_s = result["generate"]["total_s"].get<double>();
+      r.load_s = result["generate"]["cold_start_s"].get<double>();
+    }
+    // Where ONNX Runtime's profiler saw each node run: every one on the CPU provider is as intended.
+    const auto& p = result.value("placements", nlohmann::json::object());
+    std::vector<std::string> parts, off;
+    for (const auto& [op, providers] : p.items())
+      for (const auto& [prov, n] : providers.items()) {
+        parts.push_back(fmt::format("{} x{} on {}", op, n.get<int>(), prov));
+        if (prov != "CPUExecutionProvider") off.push_back(op);
+      }
+    r.placement.passed = off.empty() && !p.empty();
+    r.placement.detail = fmt::format("onnxruntime {}: {}", result.value("ort_version", "?"), fmt::join(parts, ", "));
+    r.placement.measured = p;
+    return r;
+  }
+
+ private:
+  SessionContext ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<VerifySession> make_onnxruntime_session(const SessionContext& ctx) {
+  return std::make_unique<OrtSession>(ctx);
+}
+
+}  // namespace hfx::pipeline

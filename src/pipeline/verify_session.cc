@@ -1,0 +1,206 @@
+#include "pipeline/verify_session.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/progress.h"
+#include "pipeline/backend.h"
+#include "pipeline/manifest.h"
+#include "pipeline/verify.h"
+#include "pipeline/verify_cases.h"
+
+namespace fs = std::filesystem;
+
+namespace hfx::pipeline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The backend's placement of every component, merged: op (or compiled layer) -> where / in what
+// precision -> count.
+Backend::Placement merged_placement(const Backend& backend, const Artifact& art, const std::string& runtime) {
+  Backend::Placement all;
+  for (const auto& comp : art.components)
+    for (const auto& [op, where] : backend.placement(comp, runtime))
+      for (const auto& [w, n] : where) all[op][w] += n;
+  return all;
+}
+
+// Greedy tokens from a first and a next step runner, with progress; sets `generate_s`.
+std::vector<std::vector<int64_t>> timed_generate(runtime::StepRunner& first, runtime::StepRunner* next,
+                                                 const Artifact& art, const SessionWork& w, const std::string& runtime,
+                                                 double& generate_s) {
+  const int64_t greedy_total = w.sampling.max_new_tokens * int64_t(w.prompts.size());
+  const auto t0 = Clock::now();
+  Progress progress = Progress::steps("verify: greedy, artifact on " + runtime, greedy_total, "tokens");
+  auto tokens = runtime::generate(first, next ? *next : first, art.cache, w.prompts, w.sampling,
+                                  [&](size_t, int64_t) { progress.advance(1, 0); });
+  progress.finish();
+  generate_s = seconds_since(t0);
+  return tokens;
+}
+
+// hfx's reference executor over the artifact's graphs read back.
+class ExecutorSession final : public VerifySession {
+ public:
+  ExecutorSession(const Backend& backend, const SessionContext& ctx) : backend_(backend), ctx_(ctx) {}
+
+  RuntimeFacts facts() const override {
+    RuntimeFacts f;
+    f.graphs_read_back = true;
+    f.exact_dims = true;
+    return f;
+  }
+
+  SessionResult run(const SessionWork& w) override {
+    const Artifact& art = ctx_.artifact;
+    const RunSizes sizes = artifact_run_sizes(art, ctx_.options.tokens);
+    SessionResult r;
+    {
+      std::map<const ArtifactComponent*, std::unique_ptr<runtime::Executor>> execs;
+      Progress progress = Progress::steps("verify: artifact on the reference executor", int64_t(w.cases.size()), "shape cases");
+      for (const auto& c : w.cases) {
+        auto& e = execs[c.component];
+        if (!e) e = std::make_unique<runtime::Executor>(c.component->graph, executor_options(c.component->graph, ctx_.options, sizes));
+        r.outputs.push_back(e->run(own_inputs(c.component->graph, c.inputs)));
+        progress.advance(1, 0);
+      }
+      progress.finish();
+    }
+    if (w.generate) {
+      std::vector<std::pair<std::string, const ir::Graph*>> by_role;
+      for (const auto& c : art.components) by_role.emplace_back(c.role, &c.graph);
+      const GreedySteps steps = greedy_steps(by_role, "the artifact", art.dir);
+      auto first = runtime::make_executor_runner(*steps.first, executor_options(*steps.first, ctx_.options, sizes));
+      auto next = steps.next ? runtime::make_executor_runner(*steps.next, executor_options(*steps.next, ctx_.options, sizes))
+                             : nullptr;
+      r.tokens = timed_generate(*first, next.get(), art, w, ctx_.runtime, r.generate_s);
+    }
+    r.load_s = ctx_.open_s;
+    std::vector<std::string> parts;
+    const auto all = merged_placement(backend_, art, ctx_.runtime);
+    for (const auto& [op, where] : all)
+      for (const auto& [place, n] : where) parts.push_back(fmt::format("{} x{}", op, n));
+    r.placement.detail = fmt::format("reference executor kernels: {}", fmt::join(parts, ", "));
+    for (const auto& [op, where] : all) r.placement.measured[op] = where;
+    return r;
+  }
+
+ private:
+  const Backend& backend_;
+  SessionContext ctx_;
+};
+
+// The format's own step runners over its files, in this process.
+class StepSession final : public VerifySession {
+ public:
+  StepSession(const Backend& backend, const SessionContext& ctx) : backend_(backend), ctx_(ctx) {}
+
+  RuntimeFacts facts() const override { return {}; }
+
+  SessionResult run(const SessionWork& w) override {
+    const Artifact& art = ctx_.artifact;
+    SessionResult r;
+    {
+      std::map<const ArtifactComponent*, std::unique_ptr<runtime::StepRunner>> runners;
+      Progress progress = Progress::steps("verify: artifact on " + ctx_.runtime, int64_t(w.cases.size()), "shape cases");
+      for (const auto& c : w.cases) {
+        auto& runner = runners[c.component];
+        if (!runner) {  // the runtime's own load (compile) time
+          const auto t0 = Clock::now();
+          runner = backend_.make_runner(*c.component, ctx_.runtime);
+          r.load_s += seconds_since(t0);
+        }
+        if (c.prefix) runner->run(*c.prefix);
+        r.outputs.push_back(runner->run(c.inputs));
+        progress.advance(1, 0);
+      }
+      progress.finish();
+    }
+    if (w.generate) {
+      const bool split = art.components.size() > 1;
+      auto first = backend_.make_runner(art.component(split ? "prefill" : ""), ctx_.runtime);
+      auto next = split ? backend_.make_runner(art.component("decode"), ctx_.runtime) : nullptr;
+      r.tokens = timed_generate(*first, next.get(), art, w, ctx_.runtime, r.generate_s);
+    }
+    std::vector<std::string> parts, reduced;
+    const auto all = merged_placement(backend_, art, ctx_.runtime);
+    for (const auto& [op, where] : all)
+      for (const auto& [place, n] : where) {
+        parts.push_back(fmt::format("{} x{} in {}", op, n, place));
+        if (place == "bf16" || place == "f16") reduced.push_back(op);
+      }
+    // f32 inference was asked (INFERENCE_PRECISION_HINT): a layer in bf16/f16 would break the gate.
+    r.placement.gate = "every compiled layer runs in f32 or an integer type (no bf16/f16 inference)";
+    r.placement.passed = reduced.empty() && !all.empty();
+    r.placement.detail = fmt::format("{} CPU plugin: {}", ctx_.runtime, fmt::join(parts, ", "));
+    for (const auto& [op, where] : all) r.placement.measured[op] = where;
+    return r;
+  }
+
+ private:
+  const Backend& backend_;
+  SessionContext ctx_;
+};
+
+}  // namespace
+
+RunSizes artifact_run_sizes(const Artifact& art, int64_t tokens) {
+  return {std::max<int64_t>(4, bound(art.components[0].graph, "batch_size", false).value_or(1)),
+          std::max({int64_t(80), tokens + 16, art.cache.static_cache ? art.cache.max_cache_len : 0})};
+}
+
+runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& opt, RunSizes sizes) {
+  runtime::ExecOptions o;
+  if (sizes.batch > 0) o.max_tensor_bytes = runtime::contract_tensor_budget(g, sizes.batch, sizes.length);
+  if (opt.reference_weights != "auto" && opt.reference_weights != "hold" && opt.reference_weights != "stream")
+    bad_input("reference weights `{}`: expected auto, hold or stream", opt.reference_weights);
+  if (opt.reference_weights == "auto") {
+    int64_t f32_bytes = 0;
+    for (auto id : g.weights()) f32_bytes += 4 * fixed_numel(g.value(id).shape).value_or(0);
+    static const int64_t budget = available_memory_bytes().value_or(int64_t(8) << 30) / 2;
+    o.cache_weights = 4 * f32_bytes <= budget;
+  } else {
+    o.cache_weights = opt.reference_weights == "hold";
+  }
+  return o;
+}
+
+GreedySteps greedy_steps(const std::vector<std::pair<std::string, const ir::Graph*>>& by_role, const std::string& whose,
+                         const fs::path& out) {
+  auto graph = [&](const std::string& role) -> const ir::Graph* {
+    for (const auto& [r, g] : by_role)
+      if (r == role) return g;
+    return nullptr;
+  };
+  GreedySteps s{graph("prefill"), graph("decode")};
+  if (!s.first) s.first = graph("decoder");
+  // A hand-edited manifest may relabel every component: greedy decoding has no first step then.
+  if (!s.first) {
+    std::vector<std::string> roles;
+    for (const auto& [r, g] : by_role) roles.push_back(r);
+    bad_input("{}: {} has no decoder or prefill component for the greedy check; roles: {}", (out / kManifestName).string(),
+              whose, fmt::join(roles, ", "));
+  }
+  return s;
+}
+
+std::unique_ptr<VerifySession> make_executor_session(const Backend& backend, const SessionContext& ctx) {
+  return std::make_unique<ExecutorSession>(backend, ctx);
+}
+
+std::unique_ptr<VerifySession> make_step_session(const Backend& backend, const SessionContext& ctx) {
+  return std::make_unique<StepSession>(backend, ctx);
+}
+
+std::unique_ptr<VerifySession> Backend::verify_session(const SessionContext& ctx) const {
+  return make_step_session(*this, ctx);
+}
+
+}  // namespace hfx::pipeline
