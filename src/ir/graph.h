@@ -78,7 +78,7 @@ class Graph {
 
   // Checks SSA form, topological order, unique names, and that every output is defined.
   void validate() const;
-  // Same-graph text dump, one node a line, for tests and `--dump-ir`.
+  // Same-graph text dump, one node a line, for tests and debugging.
   std::string to_text() const;
 
  private:

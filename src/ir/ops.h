@@ -2,8 +2,10 @@
 // composite ops, the decomposition into primitives that is both its spec and its fallback.
 //
 // Primitives have exactly ONNX's semantics (opset 21) and ONNX's names for ops and attributes, so a
-// backend lowers them one to one. Exceptions: Cast's `to` is an hfx dtype name ("f32", "i64",
-// "bool"), because the IR is target-blind.
+// backend lowers them one to one. Exception: Cast's `to` is an hfx dtype name ("f32", "i64", "bool"),
+// the one dtype vocabulary every layer shares. The table also holds target ops (ONNX Runtime's contrib
+// ops, opset-23 fused ops; below) that the formats' passes produce: they are IR ops because the
+// reference executor runs the graphs read back from files that contain them.
 //
 //   Elementwise (numpy broadcasting): Add Sub Mul Div Pow | Equal Less LessOrEqual Greater
 //     GreaterOrEqual -> bool | And Or (bool) | unary: Neg Sqrt Reciprocal Exp Log Sin Cos Tanh Erf

@@ -1,4 +1,4 @@
-// Building blocks shared by the architecture definitions (decoder.cc, gpt2.cc, gpt_neox.cc): norms,
+// Building blocks shared by the architecture definitions (every family's file in models/): norms,
 // activations, projections, the per-step rope tables and masks, and the cached attention core. They
 // emit canonical IR only (no target knowledge) and bind weights by their checkpoint names.
 #pragma once

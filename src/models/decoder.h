@@ -1,10 +1,9 @@
 // The shared decoder: Transformers' LlamaForCausalLM (modeling_llama.py) and every family that is the
-// same network with different table entries: Mistral's sliding window, Qwen2's q/k/v bias, Qwen3's
-// q/k norm and explicit head_dim, Gemma's (1 + w) RMSNorm, GeGLU and scaled embeddings, Gemma 2's
-// sandwich norms and soft-capping, Gemma 3's per-layer-type rope, Phi-3's fused projections and
-// longrope, OLMo 2's post-norms, Granite's multipliers, StableLM's LayerNorm and parallel residual,
-// Starcoder2's biased LayerNorm decoder with a plain MLP. Differences are DecoderTraits flags, never
-// `if model_type`.
+// same network with different table entries (registry.cc's trait rows), for example Mistral's sliding
+// window, Qwen2's q/k/v bias, Qwen3's q/k norm, Gemma's (1 + w) RMSNorm and scaled embeddings, Gemma 2's
+// sandwich norms and soft-capping, Phi-3's fused projections and longrope, OLMo 2's post-norms,
+// StableLM's parallel residual, Starcoder2's plain MLP, and the mixture-of-experts families (moe.cc).
+// Differences are DecoderTraits flags, never `if model_type`.
 //
 //   ids ─ Embedding ─┬─ norm ─ q,k,v Linear ─ (q/k norm) ─ rope ─ Attention ─ o Linear ─ + ─┐
 //                    └──────────────────────────────────────────────────────────────────────┘

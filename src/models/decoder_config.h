@@ -46,7 +46,8 @@ struct DecoderTraits {
   // and a config's use_parallel_residual (StableLM) makes PreNorm h += attn(norm(h)) + mlp(norm(h)).
   enum class Layout { PreNorm, Sandwich, PostNorm } layout = Layout::PreNorm;
   bool fused_qkv = false;  // one qkv_proj (Phi-3), split after the matmul
-  // MLP: gate/up/down projections (Llama), one gate_up_proj (Phi-3), or c_fc -> act -> c_proj (Starcoder2).
+  // MLP: gate/up/down projections (Llama), one gate_up_proj (Phi-3), or a plain in -> act -> out
+  // (Starcoder2; the names are plain_mlp_in / plain_mlp_out below).
   enum class Mlp { Gated, GatedFused, Plain } mlp = Mlp::Gated;
   const char* act_key = "hidden_act";
   const char* default_act = "silu";

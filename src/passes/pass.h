@@ -1,5 +1,6 @@
 // Passes are declared as data: a stable kebab-case name, what it does, why it exists, and when it
-// can be deleted. The CLI help, the docs and the manifest's pass list come from this one table.
+// can be deleted. The manifest's pass list records the names; the rest documents each pass where it
+// is declared (pass.cc), so a repair cannot be added without saying when it may go.
 #pragma once
 
 #include <functional>

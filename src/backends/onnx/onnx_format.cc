@@ -242,8 +242,9 @@ class OnnxBackend final : public Backend {
   void write_component(const tasks::Component& c, ExportJob& job) const override {
     const LoadedModel& m = job.model;
     std::vector<std::string> passes_run;
-    // --onnx-profile ort: ONNX Runtime's fused ops first, where the model allows them.
-    std::optional<ir::Graph> fused;
+    // The graph after the fused-op passes: ONNX Runtime's contrib ops first (--onnx-profile ort, where
+    // the model allows them), then the standard fused ops.
+    std::optional<ir::Graph> lowered;
     // Quantized Linear layers follow the requested profile even where attention falls back: ONNX
     // Runtime runs MatMulNBits for the ort profile whatever the attention is (and `hfx verify` builds
     // its reference from the recipe's profile).
@@ -254,18 +255,19 @@ class OnnxBackend final : public Backend {
     const std::string& fallback = choice.fallback;
     if (profile == "ort") {
       const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
-      fused = with_context(c.role + ": pass ort-contrib-ops", [&] { return passes::ort_contrib_ops(c.graph, {rows}); });
+      lowered = with_context(c.role + ": pass ort-contrib-ops", [&] { return passes::ort_contrib_ops(c.graph, {rows}); });
       passes_run.push_back("ort-contrib-ops");
     }
     // Standard fused ops: LayerNormalization and Gelu at every opset; with --onnx-opset 23 the portable
     // lowering (also where ort fell back) writes the opset-23 fused ops where they are exact. An
     // ort-fused graph stays at opset 21 (its contrib ops were measured there).
-    const int64_t opset = fused ? 21 : job.recipe.options.integer("onnx_opset");
+    const bool ort_fused = lowered.has_value();
+    const int64_t opset = ort_fused ? 21 : job.recipe.options.integer("onnx_opset");
     std::string kept_note;
     {
       std::vector<std::string> kept;
-      fused = with_context(c.role + ": pass onnx-standard-ops",
-                           [&] { return passes::onnx_standard_ops(fused ? *fused : c.graph, opset, &kept); });
+      lowered = with_context(c.role + ": pass onnx-standard-ops",
+                           [&] { return passes::onnx_standard_ops(lowered ? *lowered : c.graph, opset, &kept); });
       passes_run.push_back("onnx-standard-ops");
       if (!kept.empty()) {
         kept_note = fmt::format("onnx opset 23: {} {} keeps decomposed: {}", m.summary().model_type, c.role, fmt::join(kept, "; "));
@@ -273,7 +275,7 @@ class OnnxBackend final : public Backend {
       }
     }
     ir::Graph g = with_context(c.role, [&] {
-      return passes::run_pipeline(fused ? *fused : c.graph, passes(), &passes_run);
+      return passes::run_pipeline(lowered ? *lowered : c.graph, passes(), &passes_run);
     });
     const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
     if (!precision.is_default()) {

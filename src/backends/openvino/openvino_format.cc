@@ -108,7 +108,7 @@ class OpenVinoBackend final : public Backend {
     ow.metadata = component_metadata(job.model, c, g);
     ow.stateful = stateful(job.recipe, c);
     if (ow.stateful) ow.state = c.state;
-    ow.reuse = &job.written;
+    ow.written = &job.written;
     auto progress = weight_progress("openvino " + c.role, g);
     ow.on_weight_written = [&](int64_t n, int64_t bytes) { progress->advance(n, bytes); };
     auto written = with_context("openvino " + c.role, [&] { return openvino_backend::write_openvino(g, job.staging / "openvino", ow); });

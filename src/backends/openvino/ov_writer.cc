@@ -202,7 +202,7 @@ OvWriteResult write_openvino(const ir::Graph& graph, const fs::path& out_dir, co
       const auto shape = static_shape(w->shape());
       std::shared_ptr<ov::op::v0::Constant> c;
       std::optional<ir::WrittenWeights::Bytes> reused;
-      if (opts.reuse) reused = opts.reuse->bytes(*w);
+      if (opts.written) reused = opts.written->bytes(*w);
       if (!reused) result.source_bytes_read += int64_t(w->source_bytes());
       if (reused) {
         // From what an earlier writer of this export wrote: zero copy from its mapped file (kept alive

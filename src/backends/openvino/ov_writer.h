@@ -35,7 +35,7 @@ struct OvWriteOptions {
   std::function<void(int64_t tensors, int64_t bytes)> on_weight_written;
   // Weights an earlier writer of the same export wrote (ONNX's external data): their Constants map
   // those bytes instead of reading and transforming the checkpoint tensor again.
-  ir::WrittenWeights* reuse = nullptr;
+  ir::WrittenWeights* written = nullptr;
 };
 
 struct OvWriteResult {
@@ -43,8 +43,8 @@ struct OvWriteResult {
   std::filesystem::path bin_path;
   int64_t num_weights = 0;
   int64_t bin_bytes = 0;
-  int64_t source_bytes_read = 0;  // checkpoint bytes read (weights not found in `reuse`)
-  int64_t reused_bytes = 0;       // weight bytes taken from `reuse`
+  int64_t source_bytes_read = 0;  // checkpoint bytes read (weights not found in `written`)
+  int64_t reused_bytes = 0;       // weight bytes taken from `written`
 };
 
 // Writes `out_dir`/model_file and its .bin. Throws Unsupported for an op without a lowering (before
