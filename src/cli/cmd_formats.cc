@@ -15,8 +15,15 @@ void register_formats(CLI::App& app, Action& action) {
       for (const pipeline::Backend* b : pipeline::all_backends()) {
         const auto info = b->info();
         fmt::print("{}\n  status:   {}\n  files:    {}\n", info.name, info.status, info.files);
+        const auto own = b->options();  // the format's own options (pipeline/format_options.h), then the shared ones it takes
+        if (!own.empty() || !info.options.empty()) fmt::print("  options:\n");
+        for (const auto& o : own) {
+          const std::string values = o.values.empty() ? "" : " " + fmt::format("{}", fmt::join(o.values, "|"));
+          const std::string prefix = info.name + ": ";  // the help's "onnx: ", said by the heading here
+          const std::string help = o.help.starts_with(prefix) ? o.help.substr(prefix.size()) : o.help;
+          fmt::print("    {}{} (recipe: {}): {}\n", o.flag, values, o.field, help);
+        }
         if (!info.options.empty()) {
-          fmt::print("  options:\n");
           for (const auto& o : info.options)
             fmt::print("    {}{}: {}\n", o.flag, o.recipe_field.empty() ? "" : fmt::format(" (recipe: {})", o.recipe_field),
                        o.help);

@@ -36,6 +36,8 @@ struct BackendInfo {
   bool available = true;
   std::string status;   // what this build writes, or why it cannot
   std::string files;    // what lands in OUT/<name>/
+  // The options every format shares (--dtype, --split-prefill, ...) as this format reads them; its own
+  // options are Backend::options(), which `hfx formats` lists first.
   std::vector<BackendOption> options;
   std::vector<std::string> runtimes;  // runtimes that run its files (`hfx verify/generate --runtime`)
   std::string tested;                 // runtime versions the oracle tests run it with

@@ -256,11 +256,6 @@ class ExecuTorchBackend final : public Backend {
         {"--dim batch_size=MIN:MAX, --dim sequence_length=MIN:MAX", "",
          "encoders: the program's bounds (DYNAMIC_BOUND, planned for the max); default batch 1, sequence_length up to the "
          "model's position table"},
-        {"--executorch-backend xnnpack|portable", "executorch_backend",
-         "xnnpack (default): XNNPACK delegates inside the program, one per run of ops XNNPACK covers (linear layers, "
-         "elementwise arithmetic, sigmoid, softmax, the attention matmuls, RMSNorm's mean and rsqrt, reshapes, transposes, "
-         "slices, concatenation); the cache update, embedding, masks and gathers in portable kernels; portable: ExecuTorch's "
-         "portable kernels only"},
     };
     i.runtimes = {"executorch"};
     i.tested = fmt::format("executorch {} (executorch.runtime and the C++ Module API, XNNPACK and portable kernels, CPU, f32, f16 and bf16 weights)",
@@ -275,8 +270,10 @@ class ExecuTorchBackend final : public Backend {
              .values = {"xnnpack", "portable"},
              .default_value = "xnnpack",
              .recipe_position = 3,
-             .help = "executorch: xnnpack (default: the linear layers run in an XNNPACK delegate inside the program) "
-                     "or portable (ExecuTorch's portable kernels only)"}};
+             .help = "executorch: xnnpack (default: XNNPACK delegates inside the program, one per run of ops XNNPACK "
+                     "covers: linear layers, elementwise arithmetic, sigmoid, softmax, the attention matmuls, RMSNorm's "
+                     "mean and rsqrt, reshapes, transposes, slices, concatenation; the cache update, embedding, masks "
+                     "and gathers in portable kernels) or portable (ExecuTorch's portable kernels only)"}};
   }
   passes::PrecisionTarget precision_target(const Recipe&, const std::string&) const override {
     return passes::PrecisionTarget::ExecuTorch;

@@ -154,14 +154,6 @@ class OnnxBackend final : public Backend {
     i.files = "onnx/model.onnx + model.onnx_data (or prefill.onnx + decode.onnx), genai_config.json (ort profile, "
               "not with --static-cache)";
     i.options = {
-        {"--onnx-profile ort|portable", "onnx_profile",
-         "ort (default): com.microsoft GroupQueryAttention, packed QKV, SkipSimplifiedLayerNormalization and "
-         "genai_config.json for onnxruntime-genai, falling back to portable per model; portable (the default with "
-         "--onnx-opset 23): standard ops only"},
-        {"--onnx-opset 21|23", "onnx_opset",
-         "21 (default): LayerNormalization and Gelu, every other composite decomposed; 23: also RMSNormalization, "
-         "RotaryEmbedding and Attention where they "
-         "compute the model exactly, per node (portable profile and its fallbacks; docs/onnx_profiles.md)"},
         {"--split-prefill", "split_prefill", "prefill.onnx + decode.onnx instead of one decoder graph"},
         {"--static-cache --max-cache-len N", "static_cache, max_cache_len", "fixed-size KV buffers updated in place"},
         {"--dtype f32|f16|bf16", "dtype", "weight dtype"},

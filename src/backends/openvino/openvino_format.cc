@@ -61,10 +61,6 @@ class OpenVinoBackend final : public Backend {
     i.status = fmt::format("available (OpenVINO {}, ov::serialize, ops up to opset 16)", openvino_backend::openvino_version());
     i.files = "openvino/openvino_model.xml + openvino_model.bin (openvino_<prefill|decode>_model.xml with --split-prefill)";
     i.options = {
-        {"--stateless", "openvino_stateful",
-         fmt::format("explicit {} I/O instead of the stateful KV cache (ReadValue/Assign + beam_idx, OpenVINO GenAI's "
-                     "layout); needed with --split-prefill, --static-cache",
-                     tasks::state_ports_glob(tasks::state_names(tasks::StateNames::Decoder)))},
         {"--split-prefill, --static-cache, --dim, --dynamic", "", "as for onnx"},
         {"--dtype f16|bf16", "dtype", "Linear weights stored f16/bf16 (Constant -> Convert), computed in f32"},
         {"--quantize int4|int8[:block=N|:channel][:sym|:asym]", "quantize",

@@ -13,7 +13,8 @@ std::vector<FormatOption> openvino_options() {
            .default_value = true,
            .recipe_position = 1,
            .shapes_contract = true,
-           .help = fmt::format("openvino: explicit {} I/O instead of the stateful KV cache (ReadValue/Assign)",
+           .help = fmt::format("openvino: explicit {} I/O instead of the stateful KV cache (ReadValue/Assign + "
+                               "beam_idx, OpenVINO GenAI's layout); needed with --split-prefill, --static-cache",
                                tasks::state_ports_glob(tasks::state_names(tasks::StateNames::Decoder)))}};
 }
 
