@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -89,6 +90,26 @@ struct Parting {
   double margin;
 };
 
+// Where a row of the artifact's greedy tokens first parts from the oracle's: the step of the first
+// different token, or where one row ends first (its token there is then none).
+struct RowParting {
+  size_t row, step;
+  std::optional<int64_t> expected, actual;
+};
+std::vector<RowParting> row_partings(const std::vector<std::vector<int64_t>>& expected,
+                                     const std::vector<std::vector<int64_t>>& actual) {
+  std::vector<RowParting> out;
+  for (size_t b = 0; b < expected.size(); ++b) {
+    const auto& e = expected[b];
+    const auto a = b < actual.size() ? actual[b] : std::vector<int64_t>{};
+    size_t i = 0;
+    while (i < e.size() && i < a.size() && e[i] == a[i]) ++i;
+    if (i == e.size() && i == a.size()) continue;
+    out.push_back({b, i, i < e.size() ? std::optional(e[i]) : std::nullopt, i < a.size() ? std::optional(a[i]) : std::nullopt});
+  }
+  return out;
+}
+
 // Re-runs the reference (`first`: the decoder or prefill graph) at batch 1 on each parting row's prompt
 // plus the tokens both agreed on, and reads the scores at the parting step.
 std::vector<Parting> near_tie_partings(const ir::Graph& first, const runtime::CacheSpec& cache, int64_t vocab,
@@ -96,24 +117,20 @@ std::vector<Parting> near_tie_partings(const ir::Graph& first, const runtime::Ca
                                        const std::vector<std::vector<int64_t>>& expected,
                                        const std::vector<std::vector<int64_t>>& actual) {
   std::vector<Parting> out;
-  for (size_t b = 0; b < expected.size(); ++b) {
-    const auto& e = expected[b];
-    const auto a = b < actual.size() ? actual[b] : std::vector<int64_t>{};
-    size_t i = 0;
-    while (i < e.size() && i < a.size() && e[i] == a[i]) ++i;
-    if (i == e.size() && i == a.size()) continue;
-    if (i >= e.size() || i >= a.size() || a[i] < 0 || a[i] >= vocab) {  // one stopped early: not a near-tie
+  for (const auto& p : row_partings(expected, actual)) {
+    const size_t b = p.row, i = p.step;
+    if (!p.expected || !p.actual || *p.actual < 0 || *p.actual >= vocab) {  // one stopped early: not a near-tie
       out.push_back({b, i, INFINITY});
       continue;
     }
     std::vector<int64_t> ids = prompts[b];
-    ids.insert(ids.end(), e.begin(), e.begin() + long(i));
+    ids.insert(ids.end(), expected[b].begin(), expected[b].begin() + long(i));
     const int64_t T = int64_t(ids.size());
     auto in = make_inputs(first, {"parting", 1, T, 0}, cache, vocab, 0);  // one unpadded row, empty cache
     in["input_ids"] = Tensor::from_vector<int64_t>(DType::I64, {1, T}, ids);
     const Tensor logits = runtime::Executor(first).run(in).at("logits");
     const float* last = logits.as<float>() + (T - 1) * vocab;
-    out.push_back({b, i, double(*std::max_element(last, last + vocab)) - double(last[a[i]])});
+    out.push_back({b, i, double(*std::max_element(last, last + vocab)) - double(last[*p.actual])});
   }
   return out;
 }
@@ -323,17 +340,12 @@ std::vector<CheckResult> greedy_generation(const VerifyContext& ctx) {
   std::string detail = ok ? "identical tokens" : fmt::format("{} of {} tokens agree", same, total);
   // Where each row first parts (the artifact's token against the oracle's), for the report.
   json divergence = json::array();
-  for (size_t b = 0; b < expected_tokens.size(); ++b) {
-    const auto& e = expected_tokens[b];
-    const auto a = b < actual_tokens.size() ? actual_tokens[b] : std::vector<int64_t>{};
-    size_t i = 0;
-    while (i < e.size() && i < a.size() && e[i] == a[i]) ++i;
-    if (i == e.size() && i == a.size()) continue;
-    divergence.push_back({{"row", b}, {"step", i}, {"expected", i < e.size() ? json(e[i]) : json()},
-                          {"actual", i < a.size() ? json(a[i]) : json()}});
+  for (const auto& p : row_partings(expected_tokens, actual_tokens)) {
+    auto token = [](const std::optional<int64_t>& t) { return t ? json(*t) : json(); };
+    divergence.push_back({{"row", p.row}, {"step", p.step}, {"expected", token(p.expected)}, {"actual", token(p.actual)}});
     if (divergence.size() == 1)
-      detail += fmt::format("; row {} first parts at token {}: {} gives {}, the artifact {}", b, i, ctx.oracle_word,
-                            i < e.size() ? std::to_string(e[i]) : "none", i < a.size() ? std::to_string(a[i]) : "none");
+      detail += fmt::format("; row {} first parts at token {}: {} gives {}, the artifact {}", p.row, p.step, ctx.oracle_word,
+                            p.expected ? std::to_string(*p.expected) : "none", p.actual ? std::to_string(*p.actual) : "none");
   }
   std::string gate = "identical tokens";
   const tasks::Component& first_ref = ctx.ref->components.front();
