@@ -136,10 +136,11 @@ class StepSession final : public VerifySession {
         parts.push_back(fmt::format("{} x{} in {}", op, n, place));
         if (place == "bf16" || place == "f16") reduced.push_back(op);
       }
-    // f32 inference was asked (INFERENCE_PRECISION_HINT): a layer in bf16/f16 would break the gate.
+    // A place named bf16 or f16 is a layer the runtime computes in reduced precision (OpenVINO names
+    // each compiled layer's runtime precision, and is asked for f32 inference): it breaks the gate.
     r.placement.gate = "every compiled layer runs in f32 or an integer type (no bf16/f16 inference)";
     r.placement.passed = reduced.empty() && !all.empty();
-    r.placement.detail = fmt::format("{} CPU plugin: {}", ctx_.runtime, fmt::join(parts, ", "));
+    r.placement.detail = fmt::format("{} on CPU: {}", ctx_.runtime, fmt::join(parts, ", "));
     for (const auto& [op, where] : all) r.placement.measured[op] = where;
     return r;
   }

@@ -247,7 +247,7 @@ def test_verify_runtime_openvino(layout, tiny_checkpoint, tmp_path):
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "pass greedy generation (16 tokens, batch 2)" in proc.stdout
-    assert "openvino CPU plugin:" in proc.stdout and " in bf16" not in proc.stdout
+    assert "openvino on CPU:" in proc.stdout and " in bf16" not in proc.stdout
     import json
     report = json.loads((out / "verify" / "openvino" / "report.json").read_text())
     assert report["runtime"] == "openvino" and report["passed"]
