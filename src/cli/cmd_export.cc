@@ -259,8 +259,6 @@ void register_export(CLI::App& app, Action& action) {
                        r.source_weight_bytes, double(r.source_bytes_read) / double(r.source_weight_bytes));
         }
         if (!r.verify_summary.empty()) fmt::print("{}\n", r.verify_summary);
-      } else if (r.verify_summary.starts_with("not verified")) {
-        fmt::print(stderr, "hfx: note: {}\n", r.verify_summary);
       }
       return 0;
     };

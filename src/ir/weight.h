@@ -92,6 +92,9 @@ class WeightRef {
   // name ONNX gives a [K, N] weight that OpenVINO stores [N, K]; nullopt unless 2-D.
   std::optional<WeightRef> transposed_under_casts() const;
   Tensor relaid_from(quant::Layout from, const std::vector<std::span<const uint8_t>>& parts) const;
+  // A 2-D weight whose values are one stored tensor's, read in place (StoredMatrix); nullopt for any
+  // other weight (a rounding cast, a concatenation, a quantized part, a constant).
+  std::optional<struct StoredMatrix> stored_matrix() const;
 
   struct Node;
   const Node* node() const { return node_.get(); }  // for the transforms in weight.cc
@@ -111,6 +114,18 @@ class WeightRef {
 // (one run when the parts are stacked on the first axis; the packed q|k|v's Transpose(Concat(q, k, v))
 // gives each part's transpose as a block of columns). So a writer that finds q^T in an earlier
 // format's packed tensor reads it from there.
+// A 2-D weight that is a source tensor (f32, bf16 or f16) as it lies in the mapped file, maybe
+// transposed, with no cast above it but widenings to f32: a kernel can read it block by block, widening
+// as it goes, where materialize() would make an f32 copy of the whole (and a transposed one for
+// Linear weights). The reference executor's MatMul, Linear and Gather read such weights this way, so a
+// model-sized check holds no f32 copy of the model.
+struct StoredMatrix {
+  const uint8_t* data = nullptr;  // row-major, `rows` x `cols` elements of `dtype`
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0;
+  bool transposed = false;  // the weight is the stored matrix's transpose: [cols, rows]
+};
+
 struct WeightBlock {
   WeightRef part;
   size_t offset = 0, run_bytes = 0, stride = 0;

@@ -18,6 +18,26 @@ std::optional<WeightRef> WeightRef::transposed_under_casts() const {
   return transposed({1, 0});
 }
 
+std::optional<StoredMatrix> WeightRef::stored_matrix() const {
+  const Node& n = *node_;
+  if (n.shape.size() != 2) return std::nullopt;
+  switch (n.kind) {
+    case Node::Source:
+      if (n.dtype != DType::F32 && n.dtype != DType::BF16 && n.dtype != DType::F16) return std::nullopt;
+      return StoredMatrix{n.file->data() + n.offset, n.dtype, n.shape[0], n.shape[1], false};
+    case Node::Cast: {  // only widenings: a half-precision value is exact in f32
+      if (n.dtype != DType::F32) return std::nullopt;
+      return n.children[0].stored_matrix();
+    }
+    case Node::Transpose: {
+      auto m = n.children[0].stored_matrix();
+      if (m && n.perm == std::vector<int64_t>{1, 0}) m->transposed = !m->transposed;
+      return m;
+    }
+    default: return std::nullopt;
+  }
+}
+
 std::vector<WeightRef> WeightRef::quantized_in(quant::Layout from) const {
   const Node& n = *node_;
   if (n.kind != Node::Quantized) return {};

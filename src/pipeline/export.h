@@ -77,7 +77,6 @@ struct ExportOptions {
   Recipe recipe;
   bool overwrite = false;
   bool verify = true;  // check the staged export against the reference executor before committing it
-  int64_t verify_max_bytes = int64_t(1) << 30;  // ... when its f32 weights take at most this much
   std::string verify_runtime;                   // also verify with this runtime (e.g. onnxruntime)
   // What the built-in check compares with (VerifyOptions::oracle): reference (hfx's reference
   // executor), transformers or auto (also against Transformers eager on the checkpoint).

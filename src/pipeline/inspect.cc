@@ -109,7 +109,6 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
     j["preflight"] = {{"disk_bytes", p.disk_bytes},
                       {"peak_memory_bytes", p.peak_memory_bytes},
                       {"peak_memory_no_verify_bytes", p.peak_memory_no_verify_bytes},
-                      {"verify_runs", p.verify_runs},
                       {"largest_tensor", p.largest_tensor},
                       {"largest_tensor_bytes", p.largest_tensor_bytes}};
     return j.dump(2) + "\n";
@@ -152,10 +151,11 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
       out += fmt::format("  layer {:<3} {:<34} {:<32} {}{}\n", r.layer, r.kind, r.ports, human_bytes(r.bytes),
                          r.per_position ? " per position" : "");
   }
-  out += fmt::format("\npreflight ({}, f32): disk {}, peak memory {} ({}; {} with --no-verify), largest tensor {}: {}\n",
-                     pre_format, human_bytes(p.disk_bytes), human_bytes(p.peak_memory_bytes),
-                     p.verify_runs ? "with the built-in verification" : "too large for the built-in verification",
-                     human_bytes(p.peak_memory_no_verify_bytes), p.largest_tensor, human_bytes(p.largest_tensor_bytes));
+  out += fmt::format(
+      "\npreflight ({}, f32): disk {}, peak memory {} (with the built-in verification; {} with --no-verify), largest "
+      "tensor {}: {}\n",
+      pre_format, human_bytes(p.disk_bytes), human_bytes(p.peak_memory_bytes), human_bytes(p.peak_memory_no_verify_bytes),
+      p.largest_tensor, human_bytes(p.largest_tensor_bytes));
   return out;
 }
 

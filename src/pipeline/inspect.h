@@ -13,7 +13,6 @@ struct Preflight {
   int64_t disk_bytes = 0;         // files an ONNX export writes
   int64_t peak_memory_bytes = 0;  // predicted peak resident memory of `hfx export` (default options)
   int64_t peak_memory_no_verify_bytes = 0;  // ... of `hfx export --no-verify` (writing only)
-  bool verify_runs = true;  // the built-in verification runs (f32 weights within its limit)
   int64_t largest_tensor_bytes = 0;
   std::string largest_tensor;
 };

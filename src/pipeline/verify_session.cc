@@ -157,16 +157,22 @@ RunSizes artifact_run_sizes(const Artifact& art, int64_t tokens) {
           std::max({int64_t(80), tokens + 16, art.cache.static_cache ? art.cache.max_cache_len : 0})};
 }
 
+int64_t held_weight_bytes(const ir::Graph& g) {
+  int64_t bytes = 0;
+  for (auto id : g.weights()) {
+    const ir::WeightRef& w = *g.weight(id);
+    bytes += w.stored_matrix() ? int64_t(w.source_bytes()) : 4 * fixed_numel(g.value(id).shape).value_or(0);
+  }
+  return bytes;
+}
+
 runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& opt, RunSizes sizes) {
   runtime::ExecOptions o;
   if (sizes.batch > 0) o.max_tensor_bytes = runtime::contract_tensor_budget(g, sizes.batch, sizes.length);
   if (opt.reference_weights != "auto" && opt.reference_weights != "hold" && opt.reference_weights != "stream")
     bad_input("reference weights `{}`: expected auto, hold or stream", opt.reference_weights);
   if (opt.reference_weights == "auto") {
-    int64_t f32_bytes = 0;
-    for (auto id : g.weights()) f32_bytes += 4 * fixed_numel(g.value(id).shape).value_or(0);
-    static const int64_t budget = available_memory_bytes().value_or(int64_t(8) << 30) / 2;
-    o.cache_weights = 4 * f32_bytes <= budget;
+    o.cache_weights = held_weight_bytes(g) <= kHeldWeightLimit;
   } else {
     o.cache_weights = opt.reference_weights == "hold";
   }

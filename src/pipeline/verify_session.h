@@ -100,8 +100,16 @@ struct RunSizes {
 // minimum) and 64 positions or the static cache; greedy prompts of 7 plus the new tokens.
 RunSizes artifact_run_sizes(const Artifact& art, int64_t tokens);
 
-// How the reference executor runs `g` (VerifyOptions::reference_weights): held, a reference graph
-// and an artifact graph together are twice the model in f32 plus the mapped pages read to fill them.
+// What the reference executor keeps resident for `g` when it holds its weights between runs: a weight
+// read in place (ir::WeightRef::stored_matrix: MatMul, Linear and Gather weights) costs its mapped
+// stored bytes, any other its f32 copy.
+int64_t held_weight_bytes(const ir::Graph& g);
+// --reference-weights auto holds a graph's weights up to this much (a reference graph and an artifact
+// graph together: 1 GiB), and streams them above it, so a check's memory stays near the largest weight
+// whatever the model's size (issue #21: peak RSS <= 1 GiB + 2 x the largest tensor).
+inline constexpr int64_t kHeldWeightLimit = int64_t(512) << 20;
+
+// How the reference executor runs `g` (VerifyOptions::reference_weights, auto: kHeldWeightLimit).
 runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& opt, RunSizes sizes = {});
 
 // A graph per role, as verify's greedy check finds the steps: the first (prefill, else decoder) and

@@ -99,6 +99,16 @@ struct Executor::Impl {
   // read by the embedding's Gather and by lm_head is read twice rather than held through the run.
   std::vector<bool> is_const;                       // per exec value: depends on weights only
   std::vector<int32_t> producer;                    // per exec value: the node computing it, or -1
+  // A weight a node reads in place (kernels_stored.cc): the input it fills, where its stored bytes are,
+  // and the weight (whose pages a streamed run releases after the node). The Transposes and widening
+  // Casts between the weight and the node are folded into `matrix` and not run for this reader.
+  struct StoredInput {
+    size_t input;
+    ir::StoredMatrix matrix;
+    const ir::WeightRef* weight;
+  };
+  std::vector<std::optional<StoredInput>> stored;   // per exec node
+  std::vector<bool> needed;                         // per exec node: some result depends on what it computes
 
   explicit Impl(const ir::Graph& graph, ExecOptions opts) : options(std::move(opts)), source(graph) {
     source.validate();
@@ -153,14 +163,73 @@ struct Executor::Impl {
         if (in != ir::kNone && !is_const[size_t(in)]) c = false;
       constant_node[i] = c;
       for (auto out : nodes[i].outputs) is_const[size_t(out)] = c;
-      if (!c)
-        for (auto in : nodes[i].inputs)
-          if (in != ir::kNone && is_const[size_t(in)]) keep_cached[size_t(in)] = true;
+    }
+    stored.resize(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      auto at = detail::stored_weight_input(nodes[i]);
+      if (constant_node[i] || !at || *at >= nodes[i].inputs.size() || nodes[i].inputs[*at] == ir::kNone) continue;
+      if (auto m = stored_operand(nodes[i].inputs[*at])) stored[i] = StoredInput{*at, m->first, m->second};
+    }
+    mark_needed();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (constant_node[i] || !needed[i]) continue;
+      for (size_t j = 0; j < nodes[i].inputs.size(); ++j) {
+        const auto in = nodes[i].inputs[j];
+        if (in != ir::kNone && is_const[size_t(in)] && !reads_in_place(i, j)) keep_cached[size_t(in)] = true;
+      }
     }
     for (const auto& [name, id] : results)
       if (is_const[size_t(id)]) keep_cached[size_t(id)] = true;
     if (!options.cache_weights) keep_cached.assign(exec->num_values(), false);
     cache.resize(exec->num_values());
+  }
+
+  bool reads_in_place(size_t node, size_t input) const { return stored[node] && stored[node]->input == input; }
+
+  // The weight `id` is, read through Transposes and widening Casts of the graph: its stored matrix and
+  // the WeightRef it comes from; nullopt when any step changes values (a rounding Cast) or is not 2-D.
+  std::optional<std::pair<ir::StoredMatrix, const ir::WeightRef*>> stored_operand(ir::ValueId id) const {
+    if (const ir::WeightRef* w = exec->weight(id)) {
+      auto m = w->stored_matrix();
+      if (!m) return std::nullopt;
+      return std::make_pair(*m, w);
+    }
+    const int32_t p = producer[size_t(id)];
+    if (p < 0) return std::nullopt;
+    const ir::Node& n = exec->nodes()[size_t(p)];
+    if (n.inputs.size() != 1 || n.inputs[0] == ir::kNone) return std::nullopt;
+    auto inner = stored_operand(n.inputs[0]);
+    if (!inner) return std::nullopt;
+    if (n.op == "Transpose") {
+      const auto perm = n.has_attr("perm") ? n.attr_ints("perm") : std::vector<int64_t>{1, 0};
+      if (perm == std::vector<int64_t>{1, 0}) inner->first.transposed = !inner->first.transposed;
+      else if (perm != std::vector<int64_t>{0, 1}) return std::nullopt;
+      return inner;
+    }
+    if (n.op == "Cast") {  // exact only as a widening, or a cast to the stored half type itself
+      const auto to = detail::cast_target(n);
+      if (to && (*to == DType::F32 || *to == inner->first.dtype)) return inner;
+    }
+    return std::nullopt;
+  }
+
+  // A node is needed when a result depends on it through a value that is not read in place: the
+  // Transpose and Cast chains folded into a StoredInput are skipped.
+  void mark_needed() {
+    const auto& nodes = exec->nodes();
+    std::vector<bool> read(exec->num_values(), false);
+    for (const auto& [name, id] : results) read[size_t(id)] = true;
+    needed.assign(nodes.size(), true);
+    for (size_t i = nodes.size(); i-- > 0;) {
+      if (constant_node[i]) {
+        bool used = false;
+        for (auto out : nodes[i].outputs) used = used || read[size_t(out)];
+        needed[i] = used;
+      }
+      if (!needed[i]) continue;
+      for (size_t j = 0; j < nodes[i].inputs.size(); ++j)
+        if (nodes[i].inputs[j] != ir::kNone && !reads_in_place(i, j)) read[size_t(nodes[i].inputs[j])] = true;
+    }
   }
 
   // Symbol -> (value, "input X dim D") as bound by the inputs of one run.
@@ -271,8 +340,11 @@ struct Executor::Impl {
     const ir::Node& node = exec->nodes()[i];
     std::vector<Tensor> outs = with_context(fmt::format("node {} ({})", node.name, node.op), [&] {
       const TensorBudget budget(options.max_tensor_bytes);  // what the kernel allocates, not the weights
+      if (stored[i]) return detail::run_with_stored_weight(node, args, stored[i]->matrix);
       return kernels[i](node, args);
     });
+    // Read again next run: RSS stays near one layer's weights.
+    if (stored[i] && !options.cache_weights) stored[i]->weight->release_source_pages();
     HFX_CHECK(outs.size() == node.outputs.size(), "kernel {} gave {} outputs for {}", node.op, outs.size(),
               node.outputs.size());
     return outs;
@@ -334,11 +406,12 @@ struct Executor::Impl {
     std::vector<std::shared_ptr<const Tensor>> streamed_args;  // constant inputs computed for this node only
     for (size_t i = 0; i < nodes.size(); ++i) {
       const ir::Node& node = nodes[i];
-      if ((folded || streamed) && constant_node[i]) continue;  // cached, or computed where it is read
+      if (!needed[i] || ((folded || streamed) && constant_node[i])) continue;  // cached, or computed where read
       args.clear();
       streamed_args.clear();
-      for (auto in : node.inputs) {
-        if (in == ir::kNone) {
+      for (size_t j = 0; j < node.inputs.size(); ++j) {
+        const ir::ValueId in = node.inputs[j];
+        if (in == ir::kNone || reads_in_place(i, j)) {
           args.push_back(nullptr);
           continue;
         }

@@ -9,12 +9,14 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "ir/weight.h"
 
 namespace hfx::runtime::detail {
 
@@ -29,6 +31,16 @@ void register_reduce_kernels(KernelTable& table);
 void register_matmul_kernels(KernelTable& table);
 void register_quant_kernels(KernelTable& table);  // DequantizeLinear, MatMulNBits
 void register_composite_kernels(KernelTable& table);
+
+// Nodes that can read a weight in place (kernels_stored.cc): the input that may be such a weight
+// (MatMul's and Linear's weight, Gather's table on axis 0, Embedding's table), and the node run with
+// that input read from `w` (in[that input] is not read).
+std::optional<size_t> stored_weight_input(const ir::Node& node);
+std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w);
+
+// The dtype a Cast node converts to (its `to` attribute, a name or an ONNX code); nullopt when absent
+// or unknown.
+std::optional<DType> cast_target(const ir::Node& node);
 
 // Kernels of primitive ops, and kernels of composite ops (fused forms of the decompositions).
 const KernelTable& primitive_kernels();

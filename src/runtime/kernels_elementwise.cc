@@ -262,17 +262,24 @@ int64_t narrow_int(int64_t v, DType to) {
   }
 }
 
+}  // namespace
+
+std::optional<DType> cast_target(const ir::Node& node) {
+  auto it = node.attrs.find("to");
+  if (it == node.attrs.end()) return std::nullopt;
+  if (const auto* s = std::get_if<std::string>(&it->second)) return dtype_from_name(*s);
+  if (const auto* i = std::get_if<int64_t>(&it->second)) return dtype_from_onnx_code(*i);
+  return std::nullopt;
+}
+
+namespace {
+
 // Cast. Values stay in compute dtypes: a cast to f16 or bf16 rounds each value to that type (round to
 // nearest even, as the 16-bit type would store it) and keeps it as f32; a cast to f64 is f32; casts to
 // narrower integers wrap the value into that type's range and keep it as i64.
 std::vector<Tensor> cast_kernel(const ir::Node& node, const KernelInputs& in) {
   const Tensor& x = arg(node, in, 0);
-  std::optional<DType> to;
-  auto it = node.attrs.find("to");
-  if (it != node.attrs.end()) {
-    if (const auto* s = std::get_if<std::string>(&it->second)) to = dtype_from_name(*s);
-    else if (const auto* i = std::get_if<int64_t>(&it->second)) to = dtype_from_onnx_code(*i);
-  }
+  const std::optional<DType> to = cast_target(node);
   if (!to) bad_input("Cast: missing or unknown `to` attribute");
   const DType target = *to;
   const DType out_dtype = compute_dtype(target);
