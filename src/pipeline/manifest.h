@@ -82,8 +82,9 @@ struct CheckReport {
 // must be a regular file inside the export after every symlink; a missing, linked-out, non-regular
 // or unreadable one is a problem line naming it, never an exception (docs/fuzzing.md, read-back).
 // `allow_extra`: a file hfx did not write (a model card, README.md) is listed in `extras`, not a
-// problem; a symlink out of the export stays one.
-CheckReport check_export(const std::filesystem::path& out_dir, bool allow_extra = false);
+// problem; a symlink out of the export stays one. `rehash` false: every check but the sha256 (the
+// built-in check of an export that hashed each file as it wrote it).
+CheckReport check_export(const std::filesystem::path& out_dir, bool allow_extra = false, bool rehash = true);
 
 // The path of `rel`, a name from the manifest's "files", when it is a regular file inside `out_dir`
 // (symlinks followed); nullopt otherwise (check_export says why). Never throws.

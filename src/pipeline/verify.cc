@@ -96,7 +96,7 @@ void build_verify_context(VerifyContext& ctx) {
     ctx.parsed = Recipe::from_json(ctx.manifest, (out / kManifestName).string());
   } catch (const Error&) {
   }
-  ctx.checked = check_export(out);
+  ctx.checked = check_export(out, false, opt.rehash);
   ctx.source = opt.model_dir.empty() ? manifest_source_folder(ctx.manifest, out) : opt.model_dir;
   if (std::error_code ec; opt.model_dir.empty() && !fs::is_directory(ctx.source, ec))
     bad_input("{}: the source checkpoint {} is not there (moved, or another machine): pass --model DIR where it is now",

@@ -21,13 +21,15 @@ struct VerifyOptions {
   int64_t tokens = 64;                // greedy tokens compared
   bool reexport = true;               // re-export into a temporary folder and compare bytes
   bool full_shape_matrix = true;      // false: two shapes only (the check `hfx export` runs)
+  // false: the files' and the checkpoint's sha256 are not taken again (the check `hfx export` runs,
+  // whose process hashed every file as it wrote it and the checkpoint as it read it); the rows say so.
+  bool rehash = true;
   std::optional<double> atol;         // overrides the f32 default
   std::string python;                 // interpreter of the python drivers (default: pipeline/runtime_probe.h's driver_python)
   // How the reference executor treats weights (runtime::ExecOptions::cache_weights): "hold" keeps
-  // them converted to f32 between runs (fast; about 4x a graph's f32 weights at peak: the reference
-  // and the artifact, each with the mapped pages read to fill it), "stream" reads each one per run
-  // and drops it after use (memory near the largest tensor, every weight converted every run),
-  // "auto" holds while 4x the f32 weights fits in half of the machine's available memory.
+  // them between runs (MatMul, Linear and Gather weights as their mapped pages, others converted to
+  // f32), "stream" reads each one per run and releases it after use (memory near the largest weight),
+  // "auto" holds a graph's weights up to kHeldWeightLimit (verify_session.h) and streams above it.
   std::string reference_weights = "auto";
   // What the artifact's numbers and greedy tokens are compared with (pipeline/oracle_transformers.h):
   // reference (hfx's reference executor on its own definition of the checkpoint), transformers

@@ -219,8 +219,9 @@ std::string source_file_problem(const fs::path& source, const std::string& name,
 // The artifact is what its manifest says.
 std::vector<CheckResult> artifact_checksums(const VerifyContext& ctx) {
   const auto& r = ctx.checked;
+  const char* matched = ctx.opt.rehash ? "{} files match hfx.json" : "{} files listed in hfx.json, hashed as this export wrote them";
   return {{"artifact checksums", r.problems.empty(),
-           r.problems.empty() ? fmt::format("{} files match hfx.json", r.files_checked)
+           r.problems.empty() ? fmt::format(fmt::runtime(matched), r.files_checked)
            : r.problems.size() == 1
                ? r.problems.front()
                : fmt::format("{} (and {} more problems: `hfx check {}` lists them)", r.problems.front(),
@@ -238,6 +239,8 @@ std::vector<CheckResult> oracle_fallback(const VerifyContext& ctx) {
 
 // The checkpoint's config and weights hash as they did at export.
 std::vector<CheckResult> source_unchanged(const VerifyContext& ctx) {
+  if (!ctx.opt.rehash)
+    return {{"source unchanged", true, "config and weights hashed as this export read them", "sha256 equal", {}}};
   std::string problem;
   for (const auto& [name, sha] : ctx.manifest["source"]["files"].items()) {
     problem = source_file_problem(ctx.source, name, sha);

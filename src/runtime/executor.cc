@@ -340,7 +340,7 @@ struct Executor::Impl {
     const ir::Node& node = exec->nodes()[i];
     std::vector<Tensor> outs = with_context(fmt::format("node {} ({})", node.name, node.op), [&] {
       const TensorBudget budget(options.max_tensor_bytes);  // what the kernel allocates, not the weights
-      if (stored[i]) return detail::run_with_stored_weight(node, args, stored[i]->matrix);
+      if (stored[i]) return detail::run_with_stored_weight(node, args, stored[i]->matrix, !options.cache_weights);
       return kernels[i](node, args);
     });
     // Read again next run: RSS stays near one layer's weights.

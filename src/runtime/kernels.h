@@ -34,9 +34,11 @@ void register_composite_kernels(KernelTable& table);
 
 // Nodes that can read a weight in place (kernels_stored.cc): the input that may be such a weight
 // (MatMul's and Linear's weight, Gather's table on axis 0, Embedding's table), and the node run with
-// that input read from `w` (in[that input] is not read).
+// that input read from `w` (in[that input] is not read); `stream`: each block of the weight's pages is
+// released once read (ExecOptions::cache_weights false).
 std::optional<size_t> stored_weight_input(const ir::Node& node);
-std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w);
+std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w,
+                                           bool stream);
 
 // The dtype a Cast node converts to (its `to` attribute, a name or an ONNX code); nullopt when absent
 // or unknown.

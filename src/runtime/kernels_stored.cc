@@ -2,11 +2,13 @@
 // widening a block of it at a time: MatMul and Linear against a weight, and Gather (Embedding) from a
 // table. The executor sends a node here instead of materialising its weight, so a run holds no f32 copy
 // of the model, only a block of each weight as it is read; the numbers are those of the f32 kernels
-// (a widening is exact, and each output element sums over the same k in the same sgemm).
+// (a widening is exact; the sums run in another order, as any BLAS may choose).
 #include <cblas.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
+#include <thread>
 
 #include "runtime/kernels.h"
 
@@ -14,57 +16,101 @@ namespace hfx::runtime::detail {
 
 namespace {
 
-// Columns of B widened per sgemm: about 4 MiB of f32, a multiple of 16 columns.
-int64_t block_columns(int64_t k, int64_t n) {
-  const int64_t cols = std::max<int64_t>(16, ((int64_t(1) << 20) / std::max<int64_t>(k, 1)) / 16 * 16);
-  return std::min(cols, n);
-}
-
+// Stored rows read per block: about 4 MiB of them.
+constexpr size_t kBlockBytes = size_t(4) << 20;
+// A product with at most this many rows (a decode step) is matrix-vector products: sgemm would pack
+// all of B for them, which costs more than the products themselves.
 constexpr int64_t kRowsForGemv = 4;
 
-// y[cols] = x[k] x B for B [k, cols] (rows of ldb floats), or for B stored as [cols, k] when
-// `b_rows_are_columns`; `rows` x `row_len` is the stored matrix's extent.
-void gemv(bool b_rows_are_columns, int64_t rows, int64_t row_len, const float* b, int64_t ldb, const float* x, float* y) {
-  HFX_CHECK(rows <= INT_MAX && row_len <= INT_MAX && ldb <= INT_MAX, "gemv dims too large: {}x{}", rows, row_len);
-  cblas_sgemv(CblasRowMajor, b_rows_are_columns ? CblasNoTrans : CblasTrans, int(rows), int(row_len), 1.0f, b, int(ldb),
-              x, 1, 0.0f, y, 1);
-}
-
-// C[m, n] = A[m, k] x B[k, n], B given by the stored matrix: [k, n] as stored, or [n, k] stored and
-// read transposed.
-void gemm_stored(int64_t m, int64_t k, int64_t n, const float* a, const ir::StoredMatrix& s, bool b_transposed, float* c) {
-  // A few rows (a decode step) are matrix-vector products: sgemm would pack all of B for them, which
-  // costs more than the product itself.
-  auto product = [&](int64_t cols, const float* b, int64_t ldb, float* out) {
-    if (m <= kRowsForGemv) {
-      for (int64_t r = 0; r < m; ++r) gemv(b_transposed, b_transposed ? cols : k, b_transposed ? k : cols, b, ldb, a + r * k, out + r * n);
-    } else {
-      gemm(false, b_transposed, m, cols, k, 1.0f, a, k, b, ldb, out, n);
-    }
-  };
-  if (s.dtype == DType::F32) {  // in place: no copy at all
-    product(n, reinterpret_cast<const float*>(s.data), b_transposed ? k : n, c);
+// C[m, n] (+)= A[m, k] x B, B [k, n] (rows of ldb floats), or B^T for B stored [n, k] when `b_rows_are_columns`.
+void product_rows(int64_t m, int64_t k, int64_t n, const float* a, int64_t lda, const float* b, int64_t ldb,
+                  bool b_rows_are_columns, float* c, int64_t ldc, bool accumulate) {
+  if (m > kRowsForGemv) {
+    gemm(false, b_rows_are_columns, m, n, k, 1.0f, a, lda, b, ldb, c, ldc, accumulate);
     return;
   }
-  const size_t es = dtype_size(s.dtype);
-  const int64_t nb = block_columns(k, n);
-  thread_local std::vector<float> block;
-  block.resize(size_t(k * nb));
-  for (int64_t n0 = 0; n0 < n; n0 += nb) {
-    const int64_t cols = std::min(nb, n - n0);
-    if (b_transposed) {  // rows [n0, n0 + cols) of the stored [n, k]: contiguous
-      convert_elements(s.dtype, s.data + size_t(n0 * k) * es, DType::F32, block.data(), size_t(cols * k));
-      product(cols, block.data(), k, c + n0);
-    } else {  // columns [n0, n0 + cols) of each of the stored [k, n]'s rows
-      for (int64_t r = 0; r < k; ++r)
-        convert_elements(s.dtype, s.data + size_t(r * n + n0) * es, DType::F32, block.data() + r * cols, size_t(cols));
-      product(cols, block.data(), cols, c + n0);
+  const int64_t rows = b_rows_are_columns ? n : k, cols = b_rows_are_columns ? k : n;
+  HFX_CHECK(rows <= INT_MAX && cols <= INT_MAX && ldb <= INT_MAX, "gemv dims too large: {}x{}", rows, cols);
+  for (int64_t r = 0; r < m; ++r)
+    cblas_sgemv(CblasRowMajor, b_rows_are_columns ? CblasNoTrans : CblasTrans, int(rows), int(cols), 1.0f, b, int(ldb),
+                a + r * lda, 1, accumulate ? 1.0f : 0.0f, c + r * ldc, 1);
+}
+
+// y[r][j] = sum_k a[r][k] * W[j][k] for the bf16 rows W[j0, j1) of a stored [n, k] matrix, reading W
+// once, as stored (a decode step's products: widening W into a buffer first would write and read it
+// again). 16 partial sums per product, each summed in k order, then added up.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void dot_bf16_rows(const uint16_t* w, int64_t j0, int64_t j1, int64_t k, int64_t m, const float* a, float* c, int64_t ldc) {
+  constexpr int kLanes = 16;
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint16_t* row = w + j * k;
+    for (int64_t r = 0; r < m; ++r) {
+      const float* x = a + r * k;
+      float acc[kLanes] = {};
+      int64_t i = 0;
+      for (; i + kLanes <= k; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) {
+          const uint32_t bits = uint32_t(row[i + l]) << 16;
+          float f;
+          std::memcpy(&f, &bits, 4);
+          acc[l] += x[i + l] * f;
+        }
+      float sum = 0.0f;
+      for (; i < k; ++i) sum += x[i] * bf16_to_f32(row[i]);
+      for (int l = 0; l < kLanes; ++l) sum += acc[l];
+      c[r * ldc + j] = sum;
+    }
+  }
+}
+
+// f(begin, end) over [0, n) split between this thread and one more (the machines hfx checks on have a
+// few cores; the products are memory-bound, and two readers saturate them).
+template <typename F>
+void split_in_two(int64_t n, F&& f) {
+  if (n < 64) return f(int64_t(0), n);
+  const int64_t half = n / 2;
+  std::thread other([&] { f(half, n); });
+  f(int64_t(0), half);
+  other.join();
+}
+
+// C[m, n] = A[m, k] x B, B given by the stored matrix: [k, n] as stored, or [n, k] stored and read
+// transposed. It is read in blocks of stored rows (output columns, or a range of k summed into C),
+// each widened when it is half precision. Streamed, each block's pages are mapped in one call
+// (MappedFile::populate) rather than faulted in page by page, and the executor releases the weight's
+// pages after the node: releasing block by block would cost a TLB flush on every thread per block.
+void gemm_stored(int64_t m, int64_t k, int64_t n, const float* a, const ir::StoredMatrix& s, bool b_transposed, float* c,
+                 bool stream) {
+  const size_t es = dtype_size(s.dtype), row_bytes = size_t(s.cols) * es;
+  int64_t block_rows = std::clamp<int64_t>(int64_t(kBlockBytes / std::max<size_t>(row_bytes, 1)), 1, std::max<int64_t>(s.rows, 1));
+  if (s.dtype == DType::F32 && !stream) block_rows = s.rows;  // in place, whole: no copy at all
+  thread_local std::vector<float> widened;
+  for (int64_t r0 = 0; r0 < s.rows; r0 += block_rows) {
+    const int64_t rows = std::min(block_rows, s.rows - r0);
+    const uint8_t* src = s.data + size_t(r0) * row_bytes;
+    if (stream && s.file) s.file->populate(size_t(src - s.file->data()), size_t(rows) * row_bytes);
+    if (s.dtype == DType::BF16 && b_transposed && m <= kRowsForGemv) {
+      // Output columns [r0, r0 + rows), read as stored on two threads.
+      const auto* w = reinterpret_cast<const uint16_t*>(src);
+      split_in_two(rows, [&](int64_t j0, int64_t j1) { dot_bf16_rows(w, j0, j1, k, m, a, c + r0, n); });
+    } else {
+      const float* block = reinterpret_cast<const float*>(src);
+      if (s.dtype != DType::F32) {
+        widened.resize(size_t(rows * s.cols));
+        convert_elements(s.dtype, src, DType::F32, widened.data(), size_t(rows * s.cols));
+        block = widened.data();
+      }
+      if (b_transposed)  // stored rows are output columns [r0, r0 + rows)
+        product_rows(m, k, rows, a, k, block, k, true, c + r0, n, false);
+      else  // stored rows are k in [r0, r0 + rows): summed into C
+        product_rows(m, rows, n, a + r0, k, block, n, false, c, n, r0 > 0);
     }
   }
 }
 
 // MatMul(x, W) with W [k, n], and Linear(x, W, bias?) with W [n, k]: one product over all of x's rows.
-std::vector<Tensor> product(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w, bool linear) {
+std::vector<Tensor> product(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w, bool linear,
+                            bool stream) {
   const Tensor& x = arg(node, in, 0);
   expect_dtype(node, x, DType::F32, "input 0");
   // The weight as the product reads it: B [k, n], stored or stored transposed.
@@ -80,7 +126,7 @@ std::vector<Tensor> product(const ir::Node& node, const KernelInputs& in, const 
   const int64_t rows = x.numel() / std::max<int64_t>(k, 1);
   if (out.numel() == 0) return {std::move(out)};
   float* c = out.as<float>();
-  gemm_stored(rows, k, n, x.as<float>(), w, b_transposed, c);
+  gemm_stored(rows, k, n, x.as<float>(), w, b_transposed, c, stream);
   if (linear && in.size() > 2 && in[2]) {
     const Tensor& b = *in[2];
     expect_dtype(node, b, DType::F32, "bias");
@@ -120,9 +166,10 @@ std::optional<size_t> stored_weight_input(const ir::Node& node) {
   return std::nullopt;
 }
 
-std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w) {
-  if (node.op == "MatMul") return product(node, in, w, false);
-  if (node.op == "Linear") return product(node, in, w, true);
+std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w,
+                                           bool stream) {
+  if (node.op == "MatMul") return product(node, in, w, false, stream);
+  if (node.op == "Linear") return product(node, in, w, true, stream);
   HFX_CHECK(!w.transposed, "{}: a table read transposed is not read in place", node.name);
   return lookup(node, in, w);
 }

@@ -227,6 +227,7 @@ class ExecuTorchBackend final : public Backend {
     vo.runtime = "executorch";
     vo.reexport = false;
     vo.full_shape_matrix = false;
+    vo.rehash = false;  // this process hashed every file as it wrote it
     vo.model_dir = job.model.checkpoint->dir();  // the staged manifest's source.path is relative to the final folder
     VerifyReport report;
     try {

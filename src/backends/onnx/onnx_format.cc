@@ -340,6 +340,7 @@ class OnnxBackend final : public Backend {
     vo.tokens = 8;
     vo.reexport = false;
     vo.full_shape_matrix = false;
+    vo.rehash = false;  // this process hashed every file as it wrote it
     const CheckRuntimes plan = check_runtimes(opt);
     vo.python = plan.python;
     vo.model_dir = job.model.checkpoint->dir();  // the staged manifest's source.path is relative to the final folder
