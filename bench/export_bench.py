@@ -11,8 +11,8 @@ cache, in this order per run so the load of the machine falls on every row alike
   - hfx check:  `hfx export` with its default built-in check (what a user gets), against the f32 row
 Reports each row's wall time as a ratio to cp's, and the issue's goals: the bf16 export <= 1.5x cp, the
 export with its check <= 2x the --no-verify one, peak RSS <= 1 GiB + 2 x the checkpoint's largest tensor
-(read from its safetensors header) in every precision. Prints what hfx said about its check (it skips it
-above its size limit, and says so).
+(read from its safetensors header) in every precision. Prints what hfx said about its check (the
+runtimes and oracle it ran).
 
 Usage: .venv/bin/python bench/export_bench.py [--model qwen3-0.6b|qwen3-1.7b] [--keep DIR] [--runs 3]
                                               [--rows cp,f32,bf16,int4,check] [--hfx build/hfx] [--markdown]
@@ -186,8 +186,7 @@ def main() -> int:
             print(f"  bf16 export / cp -r: {ratio:.2f}x (goal <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")
         if "check" in rows and "f32" in rows:
             ratio = med["check"] / med["f32"]
-            ran = "not verified" not in notice
-            verdict = ("met" if ratio <= 2 else "NOT met") if ran else "NOT met: the check did not run"
+            verdict = "met" if ratio <= 2 else "NOT met"
             print(f"  export with its check / --no-verify: {ratio:.2f}x (goal <= 2x: {verdict}); hfx said: {notice}")
         over = [r for r in rows if r != "cp" and rss[r] > rss_goal]
         print(f"  peak RSS <= {rss_goal / MIB:.0f} MiB in every row: {'met' if not over else 'NOT met: ' + ', '.join(over)}")

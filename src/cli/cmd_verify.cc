@@ -63,9 +63,10 @@ void register_verify(CLI::App& app, Action& action) {
   auto* atol_option = cmd->add_option("--atol", *atol, "Override every component's tolerance (a positive number; default per precision, docs/verify.md)");
   cmd->add_flag("--no-reexport", *no_reexport, "Skip the re-export byte comparison");
   cmd->add_option("--reference-weights", opt->reference_weights,
-                  "How the reference executor holds weights: hold (converted to f32 once: fast, ~4x the model's f32 "
-                  "size at peak) | stream (read per run, dropped after use: memory near the largest tensor, slower) | "
-                  "auto (hold while that fits in half of the available memory)")
+                  "How the reference executor holds weights between runs: hold (MatMul and Gather weights stay mapped "
+                  "where they lie in the files, the others converted to f32 once: fastest) | stream (each weight read per "
+                  "run and released after use: memory near the largest weight) | auto (hold up to 512 MiB of weights per "
+                  "graph, stream above)")
       ->check(CLI::IsMember({"auto", "hold", "stream"}))
       ->capture_default_str();
   cmd->add_option("--python", opt->python,

@@ -1,0 +1,185 @@
+// The reference executor reads MatMul, Linear and Gather weights where they lie in the file
+// (runtime/kernels_stored.cc): the same numbers as the f32 kernels over the materialised weight, for
+// every stored dtype and layout, for a few rows (matrix-vector products) and many (sgemm), held and
+// streamed, with the chains of graph Transposes and Casts it folds, and none for a Cast that rounds.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/mapped_file.h"
+#include "ir/builder.h"
+#include "ir/graph.h"
+#include "runtime/executor.h"
+
+using namespace hfx;
+using hfx::ir::ValueId;
+using hfx::runtime::ExecOptions;
+using hfx::runtime::Executor;
+namespace fs = std::filesystem;
+
+namespace {
+
+// K and N not multiples of the kernels' 16 lanes or of any block.
+constexpr int64_t K = 37, N = 53;
+
+// A file holding one [N, K] weight in each of f32, bf16 and f16 (values exact in all three), after an
+// odd byte (a safetensors payload need not be aligned).
+struct WeightFile {
+  std::shared_ptr<const MappedFile> file;
+  std::vector<float> values;  // [N, K]
+  size_t offset(DType dt) const { return dt == DType::F32 ? 1 : dt == DType::BF16 ? 1 + 4 * values.size() : 1 + 6 * values.size(); }
+
+  WeightFile() {
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> small(-64, 64);
+    for (int64_t i = 0; i < N * K; ++i) values.push_back(float(small(rng)) / 64.0f);  // exact in bf16 and f16
+    std::vector<uint8_t> bytes(1 + values.size() * 8);
+    convert_elements(DType::F32, values.data(), DType::F32, bytes.data() + offset(DType::F32), values.size());
+    convert_elements(DType::F32, values.data(), DType::BF16, bytes.data() + offset(DType::BF16), values.size());
+    convert_elements(DType::F32, values.data(), DType::F16, bytes.data() + offset(DType::F16), values.size());
+    const fs::path path = fs::temp_directory_path() / ("hfx_stored_weights_" + std::to_string(::getpid()));
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    file = MappedFile::open(path);
+    fs::remove(path);  // the map keeps it
+  }
+  ir::WeightRef weight(DType dt) const { return ir::WeightRef::source(file, "w", dt, {N, K}, offset(dt)); }
+};
+
+const WeightFile& weights() {
+  static const WeightFile w;
+  return w;
+}
+
+Tensor random_input(std::vector<int64_t> shape, unsigned seed) {
+  Tensor t(DType::F32, shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = u(rng);
+  return t;
+}
+
+// y = x @ W^T computed here in double.
+std::vector<double> expected_product(const Tensor& x) {
+  const auto& w = weights().values;
+  const int64_t rows = x.numel() / K;
+  std::vector<double> y(size_t(rows * N));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += double(x.as<float>()[r * K + k]) * double(w[size_t(n * K + k)]);
+      y[size_t(r * N + n)] = s;
+    }
+  return y;
+}
+
+void expect_close(const Tensor& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(size_t(got.numel()), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got.as<float>()[i], want[i], 1e-5) << what << " at " << i;
+}
+
+// How the product's weight reaches the node.
+enum class Form {
+  LinearOnStored,         // Linear(x, W [N, K] as f32): the reference graph's Linear layers
+  MatMulOnFoldedT,        // MatMul(x, W^T folded into the WeightRef): an artifact's [K, N] initializer
+  MatMulOnGraphT,         // MatMul(x, Transpose(W)): a tied lm_head read back from a file
+  MatMulOnGraphCastT,     // MatMul(x, Transpose(Cast(W, f32))): a half-precision artifact
+};
+
+Tensor run_product(Form form, DType dt, const Tensor& x, bool stream) {
+  ir::Graph g("product");
+  ir::Builder b(g);
+  const ValueId in = g.add_input("x", DType::F32, fixed_shape(x.shape()));
+  ir::WeightRef w = weights().weight(dt);
+  ValueId y = ir::kNone;
+  switch (form) {
+    case Form::LinearOnStored: y = b.add1("Linear", {in, g.add_weight("w", w.cast(DType::F32))}, {}, "y"); break;
+    case Form::MatMulOnFoldedT:
+      y = b.add1("MatMul", {in, g.add_weight("w", w.cast(DType::F32).transposed({1, 0}))}, {}, "y");
+      break;
+    case Form::MatMulOnGraphT: {
+      const ValueId t = b.add1("Transpose", {g.add_weight("w", w.cast(DType::F32))}, {{"perm", std::vector<int64_t>{1, 0}}});
+      y = b.add1("MatMul", {in, t}, {}, "y");
+      break;
+    }
+    case Form::MatMulOnGraphCastT: {
+      const ValueId c = b.add1("Cast", {g.add_weight("w", w)}, {{"to", std::string("f32")}});
+      y = b.add1("MatMul", {in, b.add1("Transpose", {c}, {{"perm", std::vector<int64_t>{1, 0}}})}, {}, "y");
+      break;
+    }
+  }
+  g.add_output(y);
+  ExecOptions o;
+  o.cache_weights = !stream;
+  Executor ex(g, o);
+  ex.run({{"x", x}});  // a second run reads the weight again (held: cached state; streamed: released pages)
+  return ex.run({{"x", x}}).at("y");
+}
+
+}  // namespace
+
+TEST(StoredWeights, ProductsMatchForEveryDtypeLayoutRowCountAndMode) {
+  for (const int64_t rows : {1, 3, 9}) {  // matrix-vector products up to 4 rows, sgemm above
+    const Tensor x = random_input({rows, K}, unsigned(rows));
+    const auto want = expected_product(x);
+    for (DType dt : {DType::F32, DType::BF16, DType::F16})
+      for (Form form : {Form::LinearOnStored, Form::MatMulOnFoldedT, Form::MatMulOnGraphT, Form::MatMulOnGraphCastT})
+        for (bool stream : {false, true})
+          expect_close(run_product(form, dt, x, stream), want,
+                       fmt::format("{} rows, {}, form {}, {}", rows, dtype_name(dt), int(form), stream ? "streamed" : "held"));
+  }
+}
+
+TEST(StoredWeights, LinearBiasAndBatchedInputs) {
+  ir::Graph g("linear");
+  ir::Builder b(g);
+  const Tensor x = random_input({2, 3, K}, 7);
+  const ValueId in = g.add_input("x", DType::F32, fixed_shape(x.shape()));
+  Tensor bias(DType::F32, {N});
+  for (int64_t n = 0; n < N; ++n) bias.as<float>()[n] = float(n);
+  g.add_output(b.add1("Linear", {in, g.add_weight("w", weights().weight(DType::BF16).cast(DType::F32)), b.constant(bias)}, {}, "y"));
+  const Tensor y = Executor(g).run({{"x", x}}).at("y");
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{2, 3, N}));
+  auto want = expected_product(x);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += double(i % N);
+  expect_close(y, want, "linear with bias");
+}
+
+TEST(StoredWeights, GatherReadsRowsOfTheStoredTable) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    ir::Graph g("gather");
+    ir::Builder b(g);
+    const ValueId ids = g.add_input("ids", DType::I64, fixed_shape({2, 2}));
+    g.add_output(b.add1("Gather", {g.add_weight("table", weights().weight(dt).cast(DType::F32)), ids}, {{"axis", int64_t(0)}}, "y"));
+    const Tensor y = Executor(g).run({{"ids", Tensor::from_vector<int64_t>(DType::I64, {2, 2}, {0, N - 1, -1, 5})}}).at("y");
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 2, K}));
+    const auto& w = weights().values;
+    const int64_t rows[] = {0, N - 1, N - 1, 5};
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t k = 0; k < K; ++k) ASSERT_EQ(y.as<float>()[i * K + k], w[size_t(rows[i] * K + k)]) << dtype_name(dt);
+    EXPECT_THROW(Executor(g).run({{"ids", Tensor::from_vector<int64_t>(DType::I64, {2, 2}, {0, N, 0, 0})}}), Error);
+  }
+}
+
+TEST(StoredWeights, ARoundingCastIsComputedNotReadInPlace) {
+  // Cast(f32 W, bf16) rounds: the product must see the rounded values, not the stored f32 ones.
+  ir::Graph g("rounded");
+  ir::Builder b(g);
+  const Tensor x = random_input({1, K}, 3);
+  const ValueId in = g.add_input("x", DType::F32, fixed_shape(x.shape()));
+  std::vector<float> thirds(size_t(N * K), 1.0f / 3.0f);
+  const fs::path path = fs::temp_directory_path() / ("hfx_stored_thirds_" + std::to_string(::getpid()));
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(thirds.data()), std::streamsize(thirds.size() * 4));
+  auto file = MappedFile::open(path);
+  fs::remove(path);
+  const ValueId w = g.add_weight("w", ir::WeightRef::source(file, "w", DType::F32, {N, K}, 0));
+  const ValueId rounded = b.add1("Cast", {w}, {{"to", std::string("bf16")}});
+  g.add_output(b.add1("Linear", {in, rounded}, {}, "y"));
+  const Tensor y = Executor(g).run({{"x", x}}).at("y");
+  double sum = 0;
+  for (int64_t k = 0; k < K; ++k) sum += double(x.as<float>()[k]);
+  const double bf16_third = 0.333984375;  // 1/3 rounded to bf16
+  EXPECT_NEAR(y.as<float>()[0], sum * bf16_third, 1e-5);
+  EXPECT_GT(std::abs(y.as<float>()[0] - sum / 3.0), 1e-5);
+}
