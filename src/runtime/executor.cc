@@ -168,14 +168,15 @@ struct Executor::Impl {
     for (size_t i = 0; i < nodes.size(); ++i) {
       auto at = detail::stored_weight_input(nodes[i]);
       if (constant_node[i] || !at || *at >= nodes[i].inputs.size() || nodes[i].inputs[*at] == ir::kNone) continue;
-      if (auto m = stored_operand(nodes[i].inputs[*at])) stored[i] = StoredInput{*at, m->first, m->second};
+      if (auto m = stored_operand(nodes[i].inputs[*at]); m && detail::reads_in_place(nodes[i], m->first))
+        stored[i] = StoredInput{*at, m->first, m->second};
     }
     mark_needed();
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (constant_node[i] || !needed[i]) continue;
       for (size_t j = 0; j < nodes[i].inputs.size(); ++j) {
         const auto in = nodes[i].inputs[j];
-        if (in != ir::kNone && is_const[size_t(in)] && !reads_in_place(i, j)) keep_cached[size_t(in)] = true;
+        if (in != ir::kNone && is_const[size_t(in)] && !input_read_in_place(i, j)) keep_cached[size_t(in)] = true;
       }
     }
     for (const auto& [name, id] : results)
@@ -184,7 +185,7 @@ struct Executor::Impl {
     cache.resize(exec->num_values());
   }
 
-  bool reads_in_place(size_t node, size_t input) const { return stored[node] && stored[node]->input == input; }
+  bool input_read_in_place(size_t node, size_t input) const { return stored[node] && stored[node]->input == input; }
 
   // The weight `id` is, read through Transposes and widening Casts of the graph: its stored matrix and
   // the WeightRef it comes from; nullopt when any step changes values (a rounding Cast) or is not 2-D.
@@ -228,7 +229,7 @@ struct Executor::Impl {
       }
       if (!needed[i]) continue;
       for (size_t j = 0; j < nodes[i].inputs.size(); ++j)
-        if (nodes[i].inputs[j] != ir::kNone && !reads_in_place(i, j)) read[size_t(nodes[i].inputs[j])] = true;
+        if (nodes[i].inputs[j] != ir::kNone && !input_read_in_place(i, j)) read[size_t(nodes[i].inputs[j])] = true;
     }
   }
 
@@ -411,7 +412,7 @@ struct Executor::Impl {
       streamed_args.clear();
       for (size_t j = 0; j < node.inputs.size(); ++j) {
         const ir::ValueId in = node.inputs[j];
-        if (in == ir::kNone || reads_in_place(i, j)) {
+        if (in == ir::kNone || input_read_in_place(i, j)) {
           args.push_back(nullptr);
           continue;
         }

@@ -37,6 +37,9 @@ void register_composite_kernels(KernelTable& table);
 // that input read from `w` (in[that input] is not read); `stream`: each block of the weight's pages is
 // released once read (ExecOptions::cache_weights false).
 std::optional<size_t> stored_weight_input(const ir::Node& node);
+// Whether the node can read that input from `w` (a lookup reads the table's stored rows, so not a
+// transposed one).
+bool reads_in_place(const ir::Node& node, const ir::StoredMatrix& w);
 std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w,
                                            bool stream);
 

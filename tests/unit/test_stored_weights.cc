@@ -183,3 +183,17 @@ TEST(StoredWeights, ARoundingCastIsComputedNotReadInPlace) {
   EXPECT_NEAR(y.as<float>()[0], sum * bf16_third, 1e-5);
   EXPECT_GT(std::abs(y.as<float>()[0] - sum / 3.0), 1e-5);
 }
+
+TEST(StoredWeights, ATransposedTableIsGatheredFromItsMaterialisedForm) {
+  // Gather over Transpose(W): rows of W^T are columns of the stored matrix, so the lookup cannot read
+  // stored rows; the executor materialises the transpose instead.
+  ir::Graph g("gather_t");
+  ir::Builder b(g);
+  const ValueId ids = g.add_input("ids", DType::I64, fixed_shape({1}));
+  const ValueId t = b.add1("Transpose", {g.add_weight("w", weights().weight(DType::BF16).cast(DType::F32))},
+                           {{"perm", std::vector<int64_t>{1, 0}}});
+  g.add_output(b.add1("Gather", {t, ids}, {{"axis", int64_t(0)}}, "y"));
+  const Tensor y = Executor(g).run({{"ids", Tensor::from_vector<int64_t>(DType::I64, {1}, {2})}}).at("y");
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, N}));
+  for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y.as<float>()[n], weights().values[size_t(n * K + 2)]);
+}
