@@ -184,18 +184,6 @@ void build_verify_context(VerifyContext& ctx) {
   so.max_new_tokens = ctx.tokens;
   so.eos_token_ids = art.eos_token_ids;
   so.pad_token_id = art.pad_token_id;
-  // The reference's greedy tokens (decoders only).
-  if (ctx.causal && !ctx.on_transformers) {
-    std::vector<std::pair<std::string, const ir::Graph*>> by_role;
-    for (const auto& c : ref.components) by_role.emplace_back(c.role, &c.graph);
-    const GreedySteps steps = greedy_steps(by_role, "the reference", out);
-    auto first = runtime::make_executor_runner(*steps.first, executor_options(*steps.first, opt));
-    auto next = steps.next ? runtime::make_executor_runner(*steps.next, executor_options(*steps.next, opt)) : nullptr;
-    Progress progress = Progress::steps("verify: greedy, checkpoint reference", ctx.tokens * int64_t(ctx.prompts.size()), "tokens");
-    ctx.expected_tokens = runtime::generate(*first, next ? *next : *first, art.cache, ctx.prompts, so,
-                                            [&](size_t, int64_t) { progress.advance(1, 0); });
-    progress.finish();
-  }
   const auto runs_start = Clock::now();  // the artifact's shape cases: an encoder's performance figure
   // The oracle's side: Transformers on the same step inputs and prompts, in one driver run.
   if (ctx.on_transformers) {
@@ -226,6 +214,27 @@ void build_verify_context(VerifyContext& ctx) {
   ctx.artifact = ctx.session->run(work);
   for (size_t i = 0; i < ctx.runs.size(); ++i) ctx.runs[i].actual = std::move(ctx.artifact.outputs.at(i));
   ctx.runs_s = seconds_since(runs_start);
+  // The reference's greedy tokens (decoders only), after the artifact's: teacher-forced on them, one
+  // pass per row where every step agrees, else decoded step by step to find where the paths part.
+  if (ctx.causal && !ctx.on_transformers) {
+    std::vector<std::pair<std::string, const ir::Graph*>> by_role;
+    for (const auto& c : ref.components) by_role.emplace_back(c.role, &c.graph);
+    const GreedySteps steps = greedy_steps(by_role, "the reference", out);
+    Progress forced = Progress::steps("verify: greedy, checkpoint reference (teacher forcing)", 1, "passes");
+    auto agreed = greedy_by_teacher_forcing(*steps.first, executor_options(*steps.first, opt), art.cache, ctx.vocab,
+                                            ctx.prompts, ctx.artifact.tokens, so);
+    forced.finish();
+    if (agreed) {
+      ctx.expected_tokens = std::move(*agreed);
+    } else {
+      auto first = runtime::make_executor_runner(*steps.first, executor_options(*steps.first, opt));
+      auto next = steps.next ? runtime::make_executor_runner(*steps.next, executor_options(*steps.next, opt)) : nullptr;
+      Progress progress = Progress::steps("verify: greedy, checkpoint reference", ctx.tokens * int64_t(ctx.prompts.size()), "tokens");
+      ctx.expected_tokens = runtime::generate(*first, next ? *next : *first, art.cache, ctx.prompts, so,
+                                              [&](size_t, int64_t) { progress.advance(1, 0); });
+      progress.finish();
+    }
+  }
 }
 
 VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {

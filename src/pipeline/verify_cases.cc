@@ -286,4 +286,48 @@ std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const st
   return what + "; every layer's output agrees";
 }
 
+std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
+    const ir::Graph& first, const runtime::ExecOptions& options, const runtime::CacheSpec& cache, int64_t vocab,
+    const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& tokens,
+    const runtime::SamplingOptions& sampling) {
+  if (sampling.temperature > 0 || tokens.size() != prompts.size() || tokens.empty()) return std::nullopt;
+  const size_t steps = tokens.front().size();
+  // Each row's real tokens: up to and including its first EOS; generate() pads it after that, and
+  // stops once every row has ended or max_new_tokens are out.
+  auto is_eos = [&](int64_t t) {
+    return std::find(sampling.eos_token_ids.begin(), sampling.eos_token_ids.end(), t) != sampling.eos_token_ids.end();
+  };
+  std::vector<size_t> real(tokens.size());
+  bool all_ended = true;
+  size_t longest = 0;
+  for (size_t b = 0; b < tokens.size(); ++b) {
+    const auto& row = tokens[b];
+    if (row.size() != steps) return std::nullopt;
+    real[b] = size_t(std::find_if(row.begin(), row.end(), is_eos) - row.begin());
+    const bool ended = real[b] < row.size();
+    if (ended) ++real[b];  // the EOS is the row's last real token
+    for (size_t i = real[b]; i < row.size(); ++i)
+      if (row[i] != sampling.pad_token_id) return std::nullopt;
+    all_ended = all_ended && ended;
+    longest = std::max(longest, real[b]);
+  }
+  if (steps != size_t(sampling.max_new_tokens) && !(all_ended && steps == longest)) return std::nullopt;
+  runtime::Executor reference(first, options);
+  for (size_t b = 0; b < tokens.size(); ++b) {
+    if (real[b] == 0) continue;
+    std::vector<int64_t> ids = prompts[b];
+    ids.insert(ids.end(), tokens[b].begin(), tokens[b].begin() + long(real[b] - 1));
+    const int64_t T = int64_t(ids.size());
+    auto in = make_inputs(first, {"teacher forcing", 1, T, 0}, cache, vocab, 0);  // one unpadded row, empty cache
+    in["input_ids"] = Tensor::from_vector<int64_t>(DType::I64, {1, T}, ids);
+    const Tensor logits = reference.run(own_inputs(first, std::move(in))).at("logits");
+    if (logits.numel() != T * vocab) return std::nullopt;  // a graph that returns the last position only
+    for (size_t i = 0; i < real[b]; ++i) {
+      const float* scores = logits.as<float>() + (int64_t(prompts[b].size()) - 1 + int64_t(i)) * vocab;
+      if (int64_t(std::max_element(scores, scores + vocab) - scores) != tokens[b][i]) return std::nullopt;  // first max, as generate()
+    }
+  }
+  return tokens;
+}
+
 }  // namespace hfx::pipeline

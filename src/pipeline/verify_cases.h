@@ -51,6 +51,18 @@ std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role,
 std::vector<std::vector<int64_t>> greedy_prompts(const StepBounds& b, const runtime::CacheSpec& cache, int64_t vocab,
                                                  bool batched, int64_t& tokens);
 
+// The reference's greedy tokens for `prompts`, found by teacher forcing on the artifact's `tokens`:
+// one run of the first step graph (`first`: the decoder or prefill graph) per row, at batch 1, over the
+// prompt and the row's tokens, reading the argmax at every generated position. When each argmax is the
+// artifact's token (up to and including the row's first EOS, padding after it), the reference's own
+// greedy decode gives exactly these tokens, and they are returned: one pass over the weights per row
+// instead of one per token. Otherwise (the paths part somewhere, or the rows' lengths are not those
+// generate() gives) nullopt: the caller decodes the reference step by step to see where.
+std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
+    const ir::Graph& first, const runtime::ExecOptions& options, const runtime::CacheSpec& cache, int64_t vocab,
+    const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& tokens,
+    const runtime::SamplingOptions& sampling);
+
 // `in` restricted to the graph's inputs.
 std::map<std::string, Tensor> own_inputs(const ir::Graph& g, std::map<std::string, Tensor> in);
 
