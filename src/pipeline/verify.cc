@@ -220,16 +220,19 @@ void build_verify_context(VerifyContext& ctx) {
     std::vector<std::pair<std::string, const ir::Graph*>> by_role;
     for (const auto& c : ref.components) by_role.emplace_back(c.role, &c.graph);
     const GreedySteps steps = greedy_steps(by_role, "the reference", out);
-    Progress forced = Progress::steps("verify: greedy, checkpoint reference (teacher forcing)", 1, "passes");
+    const int64_t total = ctx.tokens * int64_t(ctx.prompts.size());
+    Progress forced = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
     auto agreed = greedy_by_teacher_forcing(*steps.first, executor_options(*steps.first, opt), art.cache, ctx.vocab,
                                             ctx.prompts, ctx.artifact.tokens, so);
-    forced.finish();
     if (agreed) {
+      forced.advance(total, 0);
+      forced.finish();
       ctx.expected_tokens = std::move(*agreed);
     } else {
+      forced.finish();
       auto first = runtime::make_executor_runner(*steps.first, executor_options(*steps.first, opt));
       auto next = steps.next ? runtime::make_executor_runner(*steps.next, executor_options(*steps.next, opt)) : nullptr;
-      Progress progress = Progress::steps("verify: greedy, checkpoint reference", ctx.tokens * int64_t(ctx.prompts.size()), "tokens");
+      Progress progress = Progress::steps("verify: greedy, checkpoint reference, step by step", total, "tokens");
       ctx.expected_tokens = runtime::generate(*first, next ? *next : *first, art.cache, ctx.prompts, so,
                                               [&](size_t, int64_t) { progress.advance(1, 0); });
       progress.finish();
