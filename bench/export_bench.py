@@ -107,6 +107,22 @@ def largest_tensor(ckpt: Path) -> tuple[str, str, list[int], int]:
     return best
 
 
+def print_table(table: list) -> None:
+    """Rows of strings (the first is the header) in aligned columns."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+
+def print_markdown(table: list) -> None:
+    """The same rows as a Markdown table, for docs/benchmarks.md."""
+    print()
+    print("| " + " | ".join(table[0]) + " |")
+    print("|" + "---|" * len(table[0]))
+    for row in table[1:]:
+        print("| " + " | ".join(row) + " |")
+
+
 def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -177,9 +193,7 @@ def main() -> int:
             table.append((r, ROWS[r][0], f"{med[r]:.2f}", " / ".join(f"{t:.2f}" for t in times[r]),
                           f"{med[r] / med['cp']:.2f}", f"{rss[r] / MIB:.0f}",
                           "-" if r == "cp" else ("met" if rss[r] <= rss_goal else "NOT met"), f"{written[r] / MIB:.0f}"))
-        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-        for row in table:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        print_table(table)
         print("\ngoals (issue #21):")
         if "bf16" in rows:
             ratio = med["bf16"] / med["cp"]
@@ -191,11 +205,7 @@ def main() -> int:
         over = [r for r in rows if r != "cp" and rss[r] > rss_goal]
         print(f"  peak RSS <= {rss_goal / MIB:.0f} MiB in every row: {'met' if not over else 'NOT met: ' + ', '.join(over)}")
         if args.markdown:
-            print()
-            print("| " + " | ".join(table[0]) + " |")
-            print("|" + "---|" * len(table[0]))
-            for row in table[1:]:
-                print("| " + " | ".join(row) + " |")
+            print_markdown(table)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from export_bench import CONFIGS, MIB, ROOT, drop_caches_hint, make_checkpoint, measure  # noqa: E402
+from export_bench import (CONFIGS, MIB, ROOT, drop_caches_hint, make_checkpoint, measure, print_markdown,  # noqa: E402
+                          print_table)
 
 TOKENS = 64
 
@@ -84,18 +85,12 @@ def main() -> int:
         for r, cmd in rows.items():
             shown = " ".join(Path(c).name if i < 2 else c for i, c in enumerate(cmd))
             table.append([r, shown, f"{med[r]:.2f}", " / ".join(f"{t:.2f}" for t in times[r]), f"{rss[r] / MIB:.0f}"])
-        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         print(f"\nmodel {args.model}, {TOKENS} greedy tokens, batch 2")
-        for row in table:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        print_table(table)
         ratio = med["hfx verify"] / med["transformers"]
         print(f"\ngoal (issue #21): hfx verify / Transformers eager: {ratio:.2f}x (goal <= 1: {'met' if ratio <= 1 else 'NOT met'})")
         if args.markdown:
-            print()
-            print("| " + " | ".join(table[0]) + " |")
-            print("|" + "---|" * len(table[0]))
-            for row in table[1:]:
-                print("| " + " | ".join(row) + " |")
+            print_markdown(table)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -43,6 +43,9 @@ bool reads_in_place(const ir::Node& node, const ir::StoredMatrix& w);
 std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w,
                                            bool stream);
 
+// Linear's optional bias (in[2], [n]) added to each of the `rows` rows of c[rows, n].
+void add_linear_bias(const ir::Node& node, const KernelInputs& in, float* c, int64_t rows, int64_t n);
+
 // The dtype a Cast node converts to (its `to` attribute, a name or an ONNX code); nullopt when absent
 // or unknown.
 std::optional<DType> cast_target(const ir::Node& node);

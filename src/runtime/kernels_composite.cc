@@ -20,6 +20,20 @@ std::vector<Tensor> embedding_kernel(const ir::Node& node, const KernelInputs& i
   return primitive_kernels().at("Gather")(gather, in);
 }
 
+}  // namespace
+
+void add_linear_bias(const ir::Node& node, const KernelInputs& in, float* c, int64_t rows, int64_t n) {
+  if (in.size() <= 2 || !in[2]) return;
+  const Tensor& b = *in[2];
+  expect_dtype(node, b, DType::F32, "bias");
+  if (b.numel() != n) bad_input("Linear: bias {} for {} outputs", shape_string(b.shape()), n);
+  const float* pb = b.as<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) c[r * n + j] = c[r * n + j] + pb[j];
+}
+
+namespace {
+
 // Linear(x[..., in], weight[out, in], bias[out]?) = x @ weight^T + bias: one sgemm over all rows.
 std::vector<Tensor> linear_kernel(const ir::Node& node, const KernelInputs& in) {
   const Tensor& x = arg(node, in, 0);
@@ -35,14 +49,7 @@ std::vector<Tensor> linear_kernel(const ir::Node& node, const KernelInputs& in) 
   Tensor out(DType::F32, shape);
   float* c = out.as<float>();
   gemm(false, true, rows, n, k, 1.0f, x.as<float>(), k, w.as<float>(), k, c, n);
-  if (in.size() > 2 && in[2]) {
-    const Tensor& b = *in[2];
-    expect_dtype(node, b, DType::F32, "bias");
-    if (b.numel() != n) bad_input("Linear: bias {} for {} outputs", shape_string(b.shape()), n);
-    const float* pb = b.as<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < n; ++j) c[r * n + j] = c[r * n + j] + pb[j];
-  }
+  add_linear_bias(node, in, c, rows, n);
   return {std::move(out)};
 }
 

@@ -127,14 +127,7 @@ std::vector<Tensor> product(const ir::Node& node, const KernelInputs& in, const 
   if (out.numel() == 0) return {std::move(out)};
   float* c = out.as<float>();
   gemm_stored(rows, k, n, x.as<float>(), w, b_transposed, c, stream);
-  if (linear && in.size() > 2 && in[2]) {
-    const Tensor& b = *in[2];
-    expect_dtype(node, b, DType::F32, "bias");
-    if (b.numel() != n) bad_input("Linear: bias {} for {} outputs", shape_string(b.shape()), n);
-    const float* pb = b.as<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < n; ++j) c[r * n + j] = c[r * n + j] + pb[j];
-  }
+  if (linear) add_linear_bias(node, in, c, rows, n);
   return {std::move(out)};
 }
 
