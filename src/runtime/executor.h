@@ -2,8 +2,10 @@
 // and to run graphs read back from exported files.
 //
 // Compute dtypes: every float value (f32, f16, bf16, f64) is computed and stored as F32, every integer
-// value as I64, booleans as Bool (one byte, 0 or 1). Float weights are converted to F32 when first
-// used (once per Executor; the converted weights stay cached for later runs unless
+// value as I64, booleans as Bool (one byte, 0 or 1). A 2-D weight that MatMul, Linear or Gather reads
+// (through Transposes and widening Casts) is read where it lies in the mapped file, in its stored dtype,
+// block by block (kernels_stored.cc): no f32 copy of it is made. Other float weights are converted to
+// F32 when first used (once per Executor; the converted weights stay cached for later runs unless
 // ExecOptions::cache_weights is false), integer weights to I64.
 // A Cast to f16 or bf16 rounds each value to that type (round to nearest even) but stores the result
 // back as F32; a Cast to f64 is F32; a Cast to a narrower integer wraps into its range and stays I64.
@@ -39,12 +41,11 @@ struct ExecOptions {
   // dims, and symbols bound by the inputs). A mismatch is an Internal error: shape inference and the
   // kernels disagree.
   bool check_declared_shapes = true;
-  // true: weights are converted once and kept, with every value computed from weights only (a
-  // transposed weight, a folded constant), for later runs: fast, and holds the model in f32.
-  // false: each run reads a weight when a node needs it and drops it after its last use, releasing
-  // its mapped pages, and folds nothing across runs: a run holds one layer's weights, not the
-  // model's, at the cost of converting every weight every run. What verifying a model larger than a
-  // few GiB needs.
+  // true: weights are kept between runs (those read in place as their mapped pages, the others
+  // converted once), with every value computed from weights only (a folded constant): fastest, and
+  // holds the model's pages. false: each run reads a weight when a node needs it and releases its
+  // mapped pages after that node, and folds nothing across runs: a run holds one weight, not the
+  // model. What verifying a model of any size in bounded memory needs.
   bool cache_weights = true;
   // The most bytes one tensor a node computes may take (0: no limit). Above it the run fails with a
   // BadInput naming the node, its op and the shape, before the tensor is allocated. Callers that run
