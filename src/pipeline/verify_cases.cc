@@ -286,6 +286,23 @@ std::string diagnose_divergence(const std::vector<OutputDiff>& outputs, const st
   return what + "; every layer's output agrees";
 }
 
+// Whether every symbolic dim of `in` lies within the bounds `g` declares: a bounded contract (say
+// sequence_length 1:8) cannot take prompt + generated tokens in one pass, though it decodes them.
+static bool within_bounds(const ir::Graph& g, const std::map<std::string, Tensor>& in) {
+  for (auto id : g.inputs()) {
+    const auto& v = g.value(id);
+    auto it = in.find(v.name);
+    if (it == in.end() || it->second.rank() != int64_t(v.shape.size())) continue;
+    for (size_t d = 0; d < v.shape.size(); ++d) {
+      if (!v.shape[d].is_symbol() || !g.symbols().has(v.shape[d].symbol)) continue;
+      const auto& b = g.symbols().bounds(v.shape[d].symbol);
+      const int64_t got = it->second.shape()[d];
+      if ((b.min && got < *b.min) || (b.max && got > *b.max)) return false;
+    }
+  }
+  return true;
+}
+
 std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
     const ir::Graph& first, const runtime::ExecOptions& options, const runtime::CacheSpec& cache, int64_t vocab,
     const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& tokens,
@@ -320,6 +337,7 @@ std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
     const int64_t T = int64_t(ids.size());
     auto in = make_inputs(first, {"teacher forcing", 1, T, 0}, cache, vocab, 0);  // one unpadded row, empty cache
     in["input_ids"] = Tensor::from_vector<int64_t>(DType::I64, {1, T}, ids);
+    if (!within_bounds(first, in)) return std::nullopt;  // decoded step by step instead
     const Tensor logits = reference.run(own_inputs(first, std::move(in))).at("logits");
     if (logits.numel() != T * vocab) return std::nullopt;  // a graph that returns the last position only
     for (size_t i = 0; i < real[b]; ++i) {

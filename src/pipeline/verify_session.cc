@@ -157,12 +157,34 @@ RunSizes artifact_run_sizes(const Artifact& art, int64_t tokens) {
           std::max({int64_t(80), tokens + 16, art.cache.static_cache ? art.cache.max_cache_len : 0})};
 }
 
+// Per value of `g`: whether it is a table that only row lookups (Gather on axis 0, Embedding) read.
+static std::vector<bool> looked_up_only(const ir::Graph& g) {
+  std::vector<bool> only(g.num_values(), true);
+  for (const auto& n : g.nodes()) {
+    const bool lookup = n.op == "Embedding" || (n.op == "Gather" && n.attr_int("axis", 0) == 0);
+    for (size_t j = 0; j < n.inputs.size(); ++j)
+      if (n.inputs[j] != ir::kNone && !(lookup && j == 0)) only[size_t(n.inputs[j])] = false;
+  }
+  for (auto id : g.outputs()) only[size_t(id)] = false;
+  return only;
+}
+
 int64_t held_weight_bytes(const ir::Graph& g) {
+  const std::vector<bool> lookup = looked_up_only(g);
   int64_t bytes = 0;
   for (auto id : g.weights()) {
     const ir::WeightRef& w = *g.weight(id);
-    bytes += w.stored_matrix() ? int64_t(w.source_bytes()) : 4 * fixed_numel(g.value(id).shape).value_or(0);
+    if (!w.stored_matrix()) bytes += 4 * fixed_numel(g.value(id).shape).value_or(0);
+    else if (!lookup[size_t(id)]) bytes += int64_t(w.source_bytes());
   }
+  return bytes;
+}
+
+int64_t looked_up_weight_bytes(const ir::Graph& g) {
+  const std::vector<bool> lookup = looked_up_only(g);
+  int64_t bytes = 0;
+  for (auto id : g.weights())
+    if (lookup[size_t(id)]) bytes += int64_t(g.weight(id)->nbytes());
   return bytes;
 }
 

@@ -102,8 +102,13 @@ RunSizes artifact_run_sizes(const Artifact& art, int64_t tokens);
 
 // What the reference executor keeps resident for `g` when it holds its weights between runs: a weight
 // read in place (ir::WeightRef::stored_matrix: MatMul, Linear and Gather weights) costs its mapped
-// stored bytes, any other its f32 copy.
+// stored bytes, any other its f32 copy; a table that only row lookups read costs nothing (the few
+// rows a prompt reads are noise beside it).
 int64_t held_weight_bytes(const ir::Graph& g);
+
+// The bytes (as `g` writes them) of the weights only row lookups read: what an export of `g` holds
+// on disk but the reference executor, reading it back in place, leaves unpaged.
+int64_t looked_up_weight_bytes(const ir::Graph& g);
 // --reference-weights auto holds a graph's weights up to this much (a reference graph and an artifact
 // graph together: 1 GiB), and streams them above it, so a check's memory stays near the largest weight
 // whatever the model's size (issue #21: peak RSS <= 1 GiB + 2 x the largest tensor).

@@ -127,14 +127,16 @@ Preflight onnx_preflight(const LoadedModel& m, const std::vector<std::string>& p
   p.peak_memory_no_verify_bytes = baseline + std::max(config_held + worst_transient, config_parse);
   // The check runs the reference executor over the checkpoint's graph and the artifact's, one after
   // the other, reading MatMul and Gather weights in place (verify_session.h): held, each keeps its
-  // mapped weights (the checkpoint's stored bytes, the artifact's f32 data); streamed, past
+  // mapped weights (the checkpoint's stored bytes, the artifact's f32 data, but not the embedding tables
+  // a prompt reads a few rows of); streamed, past
   // kHeldWeightLimit, one weight's pages at a time. Beside them: OpenBLAS's packing buffers, the
   // widened block of a half-precision weight and the runs' activations (kCheckScratch, measured on the
   // tiny and medium llamas of test_resources.py).
   constexpr int64_t kCheckScratch = 32ll << 20;
   const int64_t reference_held = held_weight_bytes(m.components.at(0).graph);
-  const bool held = reference_held <= kHeldWeightLimit && f32_weights <= kHeldWeightLimit;
-  const int64_t check_weights = held ? reference_held + f32_weights : 2 * p.largest_tensor_bytes;
+  const int64_t artifact_held = f32_weights - looked_up_weight_bytes(g);
+  const bool held = reference_held <= kHeldWeightLimit && artifact_held <= kHeldWeightLimit;
+  const int64_t check_weights = held ? reference_held + artifact_held : 2 * p.largest_tensor_bytes;
   p.peak_memory_bytes = std::max({p.peak_memory_no_verify_bytes, baseline + config_held + config_parse,
                                   baseline + 2 * config_held + kCheckScratch + check_weights});
   return p;
