@@ -24,7 +24,10 @@ from hfx_decode import DecoderFacts, left_pad, main as decode_main, next_step, p
 
 
 class OrtGenerator:
-    def __init__(self, export_dir: str | Path, providers=("CPUExecutionProvider",), session_config: dict | None = None):
+    def __init__(self, export_dir: str | Path, providers=("CPUExecutionProvider",), session_config: dict | None = None,
+                 sessions: dict | None = None):
+        """`sessions`: already open sessions by their file's resolved path (hfx_ort_runner's, shared with
+        its shape cases); the other components' are opened here."""
         self.dir = Path(export_dir)
         self.facts = DecoderFacts.read(self.dir)
         self.manifest = self.facts.manifest
@@ -39,7 +42,9 @@ class OrtGenerator:
         self.sessions = {}
         for c in self.manifest["components"]:
             if c["format"] == "onnx":
-                self.sessions[c["role"]] = ort.InferenceSession(str(self.dir / c["file"]), opts, providers=list(providers))
+                path = (self.dir / c["file"]).resolve()
+                self.sessions[c["role"]] = (sessions or {}).get(path) or ort.InferenceSession(
+                    str(path), opts, providers=list(providers))
         self.first = self.sessions.get("prefill") or self.sessions["decoder"]
         self.next = self.sessions.get("decode") or self.sessions["decoder"]
 

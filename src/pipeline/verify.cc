@@ -11,6 +11,7 @@
 #include "passes/precision.h"
 #include "pipeline/backend.h"
 #include "pipeline/oracle_transformers.h"
+#include "pipeline/reference_memo.h"
 #include "pipeline/report_verdict.h"
 #include "pipeline/runtime_probe.h"
 #include "pipeline/verify_checks.h"
@@ -32,11 +33,14 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // the artifact's graphs differ in summation order only (a runtime's fused ops against the checkpoint's
 // graph), so rounding their activations to int8 would turn near-ties into int8 steps; in f32 both
 // compute the weights' own numbers, gated at fp32's tolerance.
-ir::Graph with_f32_activations(const ir::Graph& g) {
-  const bool any = std::any_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node& n) {
+bool rounds_activations(const ir::Graph& g) {
+  return std::any_of(g.nodes().begin(), g.nodes().end(), [](const ir::Node& n) {
     return n.op == "MatMulNBits" && n.attr_int("accuracy_level", 0) == 4;
   });
-  if (!any) return g;
+}
+
+ir::Graph with_f32_activations(const ir::Graph& g) {
+  if (!rounds_activations(g)) return g;
   ir::Rewriter r(g);
   for (const auto& node : g.nodes()) {
     ir::Node n = r.mapped(node);
@@ -116,7 +120,11 @@ void build_verify_context(VerifyContext& ctx) {
                                       ctx.backend->precision_target(ctx.recipe, c.role));
   ctx.session = ctx.backend->verify_session({art, opt, opt.runtime, ctx.open_s});
   ctx.facts = ctx.session->facts();
+  // How the reference graphs are prepared: passes whose runtimes prepare them alike share answers.
+  std::string variant = ctx.format;
   if (ctx.facts.int8_activations.empty()) {
+    for (const auto& c : ref.components)
+      if (rounds_activations(c.graph)) variant = ctx.format + ", f32 activations";
     for (auto& c : ref.components) c.graph = with_f32_activations(c.graph);
     for (auto& c : art.components) c.graph = with_f32_activations(c.graph);
   }
@@ -144,8 +152,9 @@ void build_verify_context(VerifyContext& ctx) {
     // A decoder step with no cache inputs holds its cache itself (openvino stateful, executorch's
     // mutable buffers).
     stateful = stateful || (ctx.causal && c.role == "decoder" && !cached);
-    // One executor over the reference component for every shape (it converts the weights once).
-    runtime::Executor expected(rc->graph, executor_options(rc->graph, opt));
+    // One executor over the reference component for every shape (it maps the weights once), made
+    // when a case is not in the memo.
+    std::optional<runtime::Executor> expected;
     std::vector<std::string> skipped;
     const auto cases = shape_matrix(c.graph, c.role, art.cache, opt.full_shape_matrix, positions || !cached, &skipped);
     // Said, not failed: the contract's bounds leave no room for these shapes, so no runtime can be asked them.
@@ -163,7 +172,15 @@ void build_verify_context(VerifyContext& ctx) {
         // has the prompt's few; no real position reads it (the greedy check runs padded prompts).
         r.inputs = make_inputs(ctx.facts.graphs_read_back ? c.graph : rc->graph, sc, art.cache, ctx.vocab, seed++,
                                ctx.on_transformers && art.cache.static_cache);
-      if (!ctx.on_transformers) r.expected = expected.run(r.inputs);
+      if (!ctx.on_transformers) {
+        if (const auto* known = opt.memo ? opt.memo->outputs(c.role, variant, r.inputs) : nullptr) {
+          r.expected = *known;
+        } else {
+          if (!expected) expected.emplace(rc->graph, executor_options(rc->graph, opt));
+          r.expected = expected->run(r.inputs);
+          if (opt.memo) opt.memo->keep_outputs(c.role, variant, r.inputs, r.expected);
+        }
+      }
       ctx.runs.push_back(std::move(r));
       progress.advance(1, 0);
     }
@@ -222,8 +239,12 @@ void build_verify_context(VerifyContext& ctx) {
     const GreedySteps steps = greedy_steps(by_role, "the reference", out);
     const int64_t total = ctx.tokens * int64_t(ctx.prompts.size());
     Progress forced = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
-    auto agreed = greedy_by_teacher_forcing(*steps.first, executor_options(*steps.first, opt), art.cache, ctx.vocab,
-                                            ctx.prompts, ctx.artifact.tokens, so);
+    auto agreed = opt.memo ? opt.memo->greedy(variant, ctx.prompts, ctx.artifact.tokens) : std::nullopt;
+    if (!agreed) {
+      agreed = greedy_by_teacher_forcing(*steps.first, executor_options(*steps.first, opt), art.cache, ctx.vocab,
+                                         ctx.prompts, ctx.artifact.tokens, so);
+      if (agreed && opt.memo) opt.memo->keep_greedy(variant, ctx.prompts, ctx.artifact.tokens, *agreed);
+    }
     if (agreed) {
       forced.advance(total, 0);
       forced.finish();

@@ -16,6 +16,8 @@
 
 namespace hfx::pipeline {
 
+class ReferenceMemo;  // pipeline/reference_memo.h
+
 struct VerifyOptions {
   std::string runtime = "reference";  // a runtime of a backend (BackendInfo::runtimes, `hfx formats`)
   int64_t tokens = 64;                // greedy tokens compared
@@ -38,6 +40,9 @@ struct VerifyOptions {
   std::string oracle = "reference";
   // The source checkpoint, when not where the manifest says (the folder moved, another machine).
   std::filesystem::path model_dir;
+  // The reference's answers shared between the passes of one export's check (one per runtime), not
+  // owned; null: every pass runs the reference itself.
+  ReferenceMemo* memo = nullptr;
 };
 
 struct CheckResult {

@@ -20,6 +20,7 @@
 #include "backends/onnx/onnx_verify.h"
 #include "pipeline/backend_support.h"
 #include "pipeline/manifest.h"
+#include "pipeline/reference_memo.h"
 #include "pipeline/runtime_probe.h"
 #include "pipeline/verify.h"
 #include "runtime/tested_runtimes.h"
@@ -344,6 +345,8 @@ class OnnxBackend final : public Backend {
     const CheckRuntimes plan = check_runtimes(opt);
     vo.python = plan.python;
     vo.model_dir = job.model.checkpoint->dir();  // the staged manifest's source.path is relative to the final folder
+    ReferenceMemo memo;  // the reference runs once, not once per runtime
+    vo.memo = &memo;
     size_t checks = 0;
     // Each runtime against hfx's reference executor, then (--verify-oracle) the last runtime against
     // Transformers: the summary names every oracle that ran.
