@@ -152,16 +152,13 @@ void build_verify_context(VerifyContext& ctx) {
     // A decoder step with no cache inputs holds its cache itself (openvino stateful, executorch's
     // mutable buffers).
     stateful = stateful || (ctx.causal && c.role == "decoder" && !cached);
-    // One executor over the reference component for every shape (it maps the weights once), made
-    // when a case is not in the memo.
-    std::optional<runtime::Executor> expected;
     std::vector<std::string> skipped;
     const auto cases = shape_matrix(c.graph, c.role, art.cache, opt.full_shape_matrix, positions || !cached, &skipped);
     // Said, not failed: the contract's bounds leave no room for these shapes, so no runtime can be asked them.
     if (!skipped.empty())
       ctx.case_notes.push_back({"shape cases skipped: " + c.role, true, fmt::format("{}", fmt::join(skipped, "; ")),
                                 "every case inside the contract's bounds", {}});
-    Progress progress = Progress::steps("verify: checkpoint reference, " + c.role, int64_t(cases.size()), "shape cases");
+    const size_t first = ctx.runs.size();
     for (const auto& sc : cases) {
       CaseRun r{&c, rc, sc, {}, {}, {}, std::nullopt, stateful};
       if (stateful)
@@ -172,17 +169,31 @@ void build_verify_context(VerifyContext& ctx) {
         // has the prompt's few; no real position reads it (the greedy check runs padded prompts).
         r.inputs = make_inputs(ctx.facts.graphs_read_back ? c.graph : rc->graph, sc, art.cache, ctx.vocab, seed++,
                                ctx.on_transformers && art.cache.static_cache);
-      if (!ctx.on_transformers) {
-        if (const auto* known = opt.memo ? opt.memo->outputs(c.role, variant, r.inputs) : nullptr) {
-          r.expected = *known;
-        } else {
-          if (!expected) expected.emplace(rc->graph, executor_options(rc->graph, opt));
-          r.expected = expected->run(r.inputs);
-          if (opt.memo) opt.memo->keep_outputs(c.role, variant, r.inputs, r.expected);
-        }
-      }
       ctx.runs.push_back(std::move(r));
-      progress.advance(1, 0);
+    }
+    if (ctx.on_transformers) continue;
+    // The reference's outputs: from the memo, else from one executor over the reference component
+    // (it maps the weights once), the cases run in lockstep groups (each weight read once per group).
+    std::vector<CaseRun*> todo;
+    for (size_t i = first; i < ctx.runs.size(); ++i) {
+      CaseRun& r = ctx.runs[i];
+      if (const auto* known = opt.memo ? opt.memo->outputs(c.role, variant, r.inputs) : nullptr) r.expected = *known;
+      else todo.push_back(&r);
+    }
+    if (todo.empty()) continue;
+    runtime::Executor expected(rc->graph, executor_options(rc->graph, opt));
+    Progress progress = Progress::steps("verify: checkpoint reference, " + c.role, int64_t(todo.size()), "shape cases");
+    std::vector<int64_t> sizes;
+    for (const auto* r : todo) sizes.push_back(r->sc.batch * (r->sc.seq + r->sc.past));
+    for (const auto& [begin, end] : lockstep_groups(sizes)) {
+      std::vector<const std::map<std::string, Tensor>*> group;
+      for (size_t i = begin; i < end; ++i) group.push_back(&todo[i]->inputs);
+      auto outs = expected.run_many(group);
+      for (size_t i = begin; i < end; ++i) {
+        todo[i]->expected = std::move(outs[i - begin]);
+        if (opt.memo) opt.memo->keep_outputs(c.role, variant, todo[i]->inputs, todo[i]->expected);
+      }
+      progress.advance(int64_t(end - begin), 0);
     }
     progress.finish();
   }
@@ -223,7 +234,7 @@ void build_verify_context(VerifyContext& ctx) {
   }
   // The artifact's side: the runtime's session runs the same cases and prompts.
   SessionWork work;
-  for (const auto& r : ctx.runs) work.cases.push_back({r.comp, r.inputs, r.prefix});
+  for (const auto& r : ctx.runs) work.cases.push_back({r.comp, r.inputs, r.prefix, r.sc.batch * (r.sc.seq + r.sc.past)});
   work.generate = ctx.causal;
   work.prompts = ctx.prompts;
   work.sampling = so;

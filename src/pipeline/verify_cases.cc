@@ -29,6 +29,20 @@ Tensor columns(const Tensor& t, int64_t from, int64_t to) {
 
 }  // namespace
 
+std::vector<std::pair<size_t, size_t>> lockstep_groups(const std::vector<int64_t>& sizes, int64_t budget) {
+  std::vector<std::pair<size_t, size_t>> groups;
+  int64_t held = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (groups.empty() || held + sizes[i] > budget) {
+      groups.push_back({i, i});
+      held = 0;
+    }
+    groups.back().second = i + 1;
+    held += sizes[i];
+  }
+  return groups;
+}
+
 std::optional<int64_t> bound(const ir::Graph& g, const std::string& sym, bool upper) {
   if (!g.symbols().has(sym)) return std::nullopt;
   const auto& b = g.symbols().bounds(sym);
@@ -329,7 +343,10 @@ std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
     longest = std::max(longest, real[b]);
   }
   if (steps != size_t(sampling.max_new_tokens) && !(all_ended && steps == longest)) return std::nullopt;
-  runtime::Executor reference(first, options);
+  // One run per row, the rows in lockstep groups (each weight read once per group).
+  std::vector<size_t> rows;
+  std::vector<std::map<std::string, Tensor>> inputs;
+  std::vector<int64_t> sizes;
   for (size_t b = 0; b < tokens.size(); ++b) {
     if (real[b] == 0) continue;
     std::vector<int64_t> ids = prompts[b];
@@ -338,11 +355,23 @@ std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
     auto in = make_inputs(first, {"teacher forcing", 1, T, 0}, cache, vocab, 0);  // one unpadded row, empty cache
     in["input_ids"] = Tensor::from_vector<int64_t>(DType::I64, {1, T}, ids);
     if (!within_bounds(first, in)) return std::nullopt;  // decoded step by step instead
-    const Tensor logits = reference.run(own_inputs(first, std::move(in))).at("logits");
-    if (logits.numel() != T * vocab) return std::nullopt;  // a graph that returns the last position only
-    for (size_t i = 0; i < real[b]; ++i) {
-      const float* scores = logits.as<float>() + (int64_t(prompts[b].size()) - 1 + int64_t(i)) * vocab;
-      if (int64_t(std::max_element(scores, scores + vocab) - scores) != tokens[b][i]) return std::nullopt;  // first max, as generate()
+    rows.push_back(b);
+    inputs.push_back(own_inputs(first, std::move(in)));
+    sizes.push_back(T);
+  }
+  runtime::Executor reference(first, options);
+  for (const auto& [begin, end] : lockstep_groups(sizes)) {
+    std::vector<const std::map<std::string, Tensor>*> group;
+    for (size_t i = begin; i < end; ++i) group.push_back(&inputs[i]);
+    const auto outs = reference.run_many(group);
+    for (size_t i = begin; i < end; ++i) {
+      const size_t b = rows[i];
+      const Tensor& logits = outs[i - begin].at("logits");
+      if (logits.numel() != sizes[i] * vocab) return std::nullopt;  // a graph that returns the last position only
+      for (size_t j = 0; j < real[b]; ++j) {
+        const float* scores = logits.as<float>() + (int64_t(prompts[b].size()) - 1 + int64_t(j)) * vocab;
+        if (int64_t(std::max_element(scores, scores + vocab) - scores) != tokens[b][j]) return std::nullopt;  // first max, as generate()
+      }
     }
   }
   return tokens;

@@ -21,6 +21,11 @@ struct ShapeCase {
   int64_t batch, seq, past;
 };
 
+// Cases run in lockstep (runtime::Executor::run_many: each weight read once for the group), as
+// [begin, end) ranges of consecutive indices whose sizes (batch x (sequence + past): positions, each
+// with a row of logits alive until the group ends) sum to at most `budget`; a larger case runs alone.
+std::vector<std::pair<size_t, size_t>> lockstep_groups(const std::vector<int64_t>& sizes, int64_t budget = 256);
+
 // A symbol's upper (or lower) bound in the graph's contract, if it has one.
 std::optional<int64_t> bound(const ir::Graph& g, const std::string& sym, bool upper);
 
@@ -55,9 +60,10 @@ std::vector<std::vector<int64_t>> greedy_prompts(const StepBounds& b, const runt
 // one run of the first step graph (`first`: the decoder or prefill graph) per row, at batch 1, over the
 // prompt and the row's tokens, reading the argmax at every generated position. When each argmax is the
 // artifact's token (up to and including the row's first EOS, padding after it), the reference's own
-// greedy decode gives exactly these tokens, and they are returned: one pass over the weights per row
-// instead of one per token. Otherwise (the paths part somewhere, or the rows' lengths are not those
-// generate() gives) nullopt: the caller decodes the reference step by step to see where.
+// greedy decode gives exactly these tokens, and they are returned: the rows' runs in lockstep, one
+// pass over the weights instead of one per token. Otherwise (the paths part somewhere, the rows'
+// lengths are not those generate() gives, or prompt and tokens do not fit the contract's bounds in one
+// step) nullopt: the caller decodes the reference step by step.
 std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
     const ir::Graph& first, const runtime::ExecOptions& options, const runtime::CacheSpec& cache, int64_t vocab,
     const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& tokens,

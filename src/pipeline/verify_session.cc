@@ -63,13 +63,26 @@ class ExecutorSession final : public VerifySession {
     const RunSizes sizes = artifact_run_sizes(art, ctx_.options.tokens);
     SessionResult r;
     {
+      // One executor per component; a component's consecutive cases run in lockstep groups (each
+      // weight read once per group).
       std::map<const ArtifactComponent*, std::unique_ptr<runtime::Executor>> execs;
       Progress progress = Progress::steps("verify: artifact on the reference executor", int64_t(w.cases.size()), "shape cases");
-      for (const auto& c : w.cases) {
-        auto& e = execs[c.component];
-        if (!e) e = std::make_unique<runtime::Executor>(c.component->graph, executor_options(c.component->graph, ctx_.options, sizes));
-        r.outputs.push_back(e->run(own_inputs(c.component->graph, c.inputs)));
-        progress.advance(1, 0);
+      for (size_t begin = 0; begin < w.cases.size();) {
+        const ArtifactComponent* comp = w.cases[begin].component;
+        size_t end = begin;
+        std::vector<int64_t> positions;
+        for (; end < w.cases.size() && w.cases[end].component == comp; ++end) positions.push_back(w.cases[end].positions);
+        auto& e = execs[comp];
+        if (!e) e = std::make_unique<runtime::Executor>(comp->graph, executor_options(comp->graph, ctx_.options, sizes));
+        for (const auto& [from, to] : lockstep_groups(positions)) {
+          std::vector<std::map<std::string, Tensor>> inputs;
+          for (size_t i = begin + from; i < begin + to; ++i) inputs.push_back(own_inputs(comp->graph, w.cases[i].inputs));
+          std::vector<const std::map<std::string, Tensor>*> group;
+          for (const auto& in : inputs) group.push_back(&in);
+          for (auto& out : e->run_many(group)) r.outputs.push_back(std::move(out));
+          progress.advance(int64_t(to - from), 0);
+        }
+        begin = end;
       }
       progress.finish();
     }

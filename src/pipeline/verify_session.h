@@ -46,6 +46,7 @@ struct SessionCase {
   const ArtifactComponent* component = nullptr;
   std::map<std::string, Tensor> inputs;
   std::optional<std::map<std::string, Tensor>> prefix;
+  int64_t positions = 0;  // batch x (sequence + past): its size, for lockstep groups (verify_cases.h)
 };
 
 // verify's work for the artifact's side, given in one piece (a driver runs it in one process).

@@ -337,7 +337,7 @@ struct Executor::Impl {
     return t;
   }
 
-  std::vector<Tensor> run_node(size_t i, const detail::KernelInputs& args) {
+  std::vector<Tensor> run_node(size_t i, const detail::KernelInputs& args, bool release = true) {
     const ir::Node& node = exec->nodes()[i];
     std::vector<Tensor> outs = with_context(fmt::format("node {} ({})", node.name, node.op), [&] {
       const TensorBudget budget(options.max_tensor_bytes);  // what the kernel allocates, not the weights
@@ -345,7 +345,7 @@ struct Executor::Impl {
       return kernels[i](node, args);
     });
     // Read again next run: RSS stays near one layer's weights.
-    if (stored[i] && !options.cache_weights) stored[i]->weight->release_source_pages();
+    if (release && stored[i] && !options.cache_weights) stored[i]->weight->release_source_pages();
     HFX_CHECK(outs.size() == node.outputs.size(), "kernel {} gave {} outputs for {}", node.op, outs.size(),
               node.outputs.size());
     return outs;
@@ -385,70 +385,91 @@ struct Executor::Impl {
     HFX_CHECK(false, "node {} does not compute {}", node.name, exec->value(id).name);
   }
 
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) {
-    const Bindings bound = validate_inputs(inputs);
-    std::vector<std::shared_ptr<const Tensor>> vals(exec->num_values());
-    // Inputs already in their compute dtype are borrowed, not copied (they outlive the run).
-    std::vector<bool> borrowed(exec->num_values(), false);
+  // One run's values: what it was given, what it computed so far.
+  struct RunState {
+    Bindings bound;
+    std::vector<std::shared_ptr<const Tensor>> vals;
+    std::vector<bool> borrowed;  // inputs already in their compute dtype: not copied (they outlive the run)
+  };
+
+  RunState start_run(const std::map<std::string, Tensor>& inputs) {
+    RunState r{validate_inputs(inputs), std::vector<std::shared_ptr<const Tensor>>(exec->num_values()),
+               std::vector<bool>(exec->num_values(), false)};
     for (auto id : source.inputs()) {
       const Tensor& t = inputs.at(source.value(id).name);
       const auto eid = size_t(map[size_t(id)]);
       if (detail::compute_dtype(t.dtype()) == t.dtype()) {
-        vals[eid] = std::shared_ptr<const Tensor>(&t, [](const Tensor*) {});
-        borrowed[eid] = true;
+        r.vals[eid] = std::shared_ptr<const Tensor>(&t, [](const Tensor*) {});
+        r.borrowed[eid] = true;
       } else {
-        vals[eid] = std::make_shared<Tensor>(detail::to_compute(t));
+        r.vals[eid] = std::make_shared<Tensor>(detail::to_compute(t));
       }
     }
+    return r;
+  }
 
+  std::vector<std::map<std::string, Tensor>> run_many(const std::vector<const std::map<std::string, Tensor>*>& inputs) {
+    std::vector<RunState> runs;
+    for (const auto* in : inputs) runs.push_back(start_run(*in));
     const auto& nodes = exec->nodes();
     const bool streamed = !options.cache_weights;
     detail::KernelInputs args;
-    std::vector<std::shared_ptr<const Tensor>> streamed_args;  // constant inputs computed for this node only
+    // A streamed run's constant inputs, computed for this node only and shared by the runs.
+    std::vector<std::shared_ptr<const Tensor>> streamed_args;
     for (size_t i = 0; i < nodes.size(); ++i) {
       const ir::Node& node = nodes[i];
       if (!needed[i] || ((folded || streamed) && constant_node[i])) continue;  // cached, or computed where read
-      args.clear();
-      streamed_args.clear();
-      for (size_t j = 0; j < node.inputs.size(); ++j) {
-        const ir::ValueId in = node.inputs[j];
-        if (in == ir::kNone || input_read_in_place(i, j)) {
-          args.push_back(nullptr);
-          continue;
+      streamed_args.assign(node.inputs.size(), nullptr);
+      for (auto& r : runs) {
+        args.clear();
+        for (size_t j = 0; j < node.inputs.size(); ++j) {
+          const ir::ValueId in = node.inputs[j];
+          if (in == ir::kNone || input_read_in_place(i, j)) {
+            args.push_back(nullptr);
+            continue;
+          }
+          if (streamed && is_const[size_t(in)]) {
+            if (!streamed_args[j]) streamed_args[j] = constant_value(in);
+            args.push_back(streamed_args[j].get());
+            continue;
+          }
+          auto& slot = r.vals[size_t(in)];
+          if (!slot) slot = constant_value(in);
+          args.push_back(slot.get());
         }
-        if (streamed && is_const[size_t(in)]) {
-          streamed_args.push_back(constant_value(in));
-          args.push_back(streamed_args.back().get());
-          continue;
+        std::vector<Tensor> outs = run_node(i, args, /*release=*/false);
+        for (size_t o = 0; o < outs.size(); ++o) {
+          if (options.check_declared_shapes) check_declared(node, node.outputs[o], outs[o], r.bound);
+          auto& slot = r.vals[size_t(node.outputs[o])];
+          slot = std::make_shared<Tensor>(std::move(outs[o]));
+          if (constant_node[i] && keep_cached[size_t(node.outputs[o])]) cache[size_t(node.outputs[o])] = slot;
         }
-        auto& slot = vals[size_t(in)];
-        if (!slot) slot = constant_value(in);
-        args.push_back(slot.get());
+        for (auto in : node.inputs)
+          if (in != ir::kNone && last_use[size_t(in)] == int32_t(i)) r.vals[size_t(in)].reset();
+        for (auto out : node.outputs)
+          if (last_use[size_t(out)] == int32_t(i)) r.vals[size_t(out)].reset();
       }
-      std::vector<Tensor> outs = run_node(i, args);
       streamed_args.clear();
-      for (size_t o = 0; o < outs.size(); ++o) {
-        if (options.check_declared_shapes) check_declared(node, node.outputs[o], outs[o], bound);
-        auto& slot = vals[size_t(node.outputs[o])];
-        slot = std::make_shared<Tensor>(std::move(outs[o]));
-        if (constant_node[i] && keep_cached[size_t(node.outputs[o])]) cache[size_t(node.outputs[o])] = slot;
-      }
-      for (auto in : node.inputs)
-        if (in != ir::kNone && last_use[size_t(in)] == int32_t(i)) vals[size_t(in)].reset();
-      for (auto out : node.outputs)
-        if (last_use[size_t(out)] == int32_t(i)) vals[size_t(out)].reset();
+      // Read again next time: RSS stays near one layer's weights.
+      if (stored[i] && streamed) stored[i]->weight->release_source_pages();
     }
 
     folded = options.cache_weights;  // constant values are cached only then
-    // Results are moved out when nothing else holds them (not cached, not borrowed, not returned
-    // twice), else copied.
+    std::vector<std::map<std::string, Tensor>> results_of_runs;
+    for (auto& r : runs) results_of_runs.push_back(finish_run(r));
+    return results_of_runs;
+  }
+
+  // Results are moved out when nothing else holds them (not cached, not borrowed, not returned
+  // twice), else copied.
+  std::map<std::string, Tensor> finish_run(RunState& r) {
     std::map<ir::ValueId, int> wanted;
-    for (const auto& r : results) ++wanted[r.second];
+    for (const auto& res : results) ++wanted[res.second];
     std::map<std::string, Tensor> result;
     for (const auto& [name, id] : results) {
-      auto& slot = vals[size_t(id)];
+      auto& slot = r.vals[size_t(id)];
       if (!slot) slot = constant_value(id);
-      if (--wanted[id] == 0 && slot.use_count() == 1 && !borrowed[size_t(id)]) {
+      if (--wanted[id] == 0 && slot.use_count() == 1 && !r.borrowed[size_t(id)]) {
         result[name] = std::move(const_cast<Tensor&>(*slot));
         slot.reset();
       } else {
@@ -497,7 +518,11 @@ Executor::Executor(const ir::Graph& graph, ExecOptions options)
 Executor::~Executor() = default;
 
 std::map<std::string, Tensor> Executor::run(const std::map<std::string, Tensor>& inputs) {
-  return impl_->run(inputs);
+  return std::move(impl_->run_many({&inputs}).front());
+}
+
+std::vector<std::map<std::string, Tensor>> Executor::run_many(const std::vector<const std::map<std::string, Tensor>*>& inputs) {
+  return impl_->run_many(inputs);
 }
 
 }  // namespace hfx::runtime

@@ -78,6 +78,12 @@ class Executor {
   // dtypes (see above).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs);
 
+  // Several runs in lockstep, node by node: each weight is read once for all of them (a streamed
+  // weight's pages are mapped once and released after the node's last run), so the cost of reading the
+  // weights, which streamed runs of a model-sized graph are bound by, is paid once. The same results
+  // as run() on each input set in turn; activations of every run are alive together.
+  std::vector<std::map<std::string, Tensor>> run_many(const std::vector<const std::map<std::string, Tensor>*>& inputs);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

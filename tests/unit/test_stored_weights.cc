@@ -197,3 +197,39 @@ TEST(StoredWeights, ATransposedTableIsGatheredFromItsMaterialisedForm) {
   ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, N}));
   for (int64_t n = 0; n < N; ++n) ASSERT_EQ(y.as<float>()[n], weights().values[size_t(n * K + 2)]);
 }
+
+TEST(StoredWeights, RunsInLockstepMatchRunsInTurn) {
+  // y = Linear(x, W) + bias, z = Transpose(Cast(W))-MatMul of y's first K columns: two stored weights,
+  // a value (y) read by two nodes, runs of different row counts through a symbolic dim.
+  ir::Graph g("lockstep");
+  ir::Builder b(g);
+  const ValueId in = g.add_input("x", DType::F32, {Dim::sym("rows"), Dim::fixed(K)});
+  Tensor bias(DType::F32, {N});
+  for (int64_t n = 0; n < N; ++n) bias.as<float>()[n] = float(n) / 8;
+  const ValueId y = b.add1("Linear", {in, g.add_weight("w", weights().weight(DType::BF16).cast(DType::F32)), b.constant(bias)}, {}, "y");
+  const ValueId cut = b.add1("Slice", {y, b.constant(Tensor::from_vector<int64_t>(DType::I64, {1}, {0})),
+                                       b.constant(Tensor::from_vector<int64_t>(DType::I64, {1}, {K})),
+                                       b.constant(Tensor::from_vector<int64_t>(DType::I64, {1}, {1}))});
+  const ValueId w16 = b.add1("Cast", {g.add_weight("w16", weights().weight(DType::F16))}, {{"to", std::string("f32")}});
+  g.add_output(y);
+  g.add_output(b.add1("MatMul", {cut, b.add1("Transpose", {w16}, {{"perm", std::vector<int64_t>{1, 0}}})}, {}, "z"));
+  const std::vector<std::map<std::string, Tensor>> inputs{
+      {{"x", random_input({1, K}, 11)}}, {{"x", random_input({6, K}, 12)}}, {{"x", random_input({2, K}, 13)}}};
+  for (bool stream : {false, true}) {
+    ExecOptions o;
+    o.cache_weights = !stream;
+    Executor one_by_one(g, o), lockstep(g, o);
+    const auto together = lockstep.run_many({&inputs[0], &inputs[1], &inputs[2]});
+    ASSERT_EQ(together.size(), inputs.size());
+    for (size_t r = 0; r < inputs.size(); ++r) {
+      const auto alone = one_by_one.run(inputs[r]);
+      for (const char* name : {"y", "z"}) {
+        const Tensor &a = alone.at(name), &t = together[r].at(name);
+        ASSERT_EQ(a.shape(), t.shape()) << name << " of run " << r << (stream ? ", streamed" : ", held");
+        for (int64_t i = 0; i < a.numel(); ++i)
+          ASSERT_EQ(a.as<float>()[i], t.as<float>()[i]) << name << " of run " << r << " at " << i;
+      }
+      EXPECT_EQ(together[r].at("y").shape()[0], inputs[r].at("x").shape()[0]);
+    }
+  }
+}
