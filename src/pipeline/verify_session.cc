@@ -187,7 +187,8 @@ int64_t held_weight_bytes(const ir::Graph& g) {
   int64_t bytes = 0;
   for (auto id : g.weights()) {
     const ir::WeightRef& w = *g.weight(id);
-    if (!w.stored_matrix()) bytes += 4 * fixed_numel(g.value(id).shape).value_or(0);
+    // Packed quantized bytes are kept as they are (runtime/executor.cc), other weights in f32.
+    if (!w.stored_matrix()) bytes += g.value(id).dtype == DType::U8 ? int64_t(w.nbytes()) : 4 * fixed_numel(g.value(id).shape).value_or(0);
     else if (!lookup[size_t(id)]) bytes += int64_t(w.source_bytes());
   }
   return bytes;

@@ -103,7 +103,7 @@ RunSizes artifact_run_sizes(const Artifact& art, int64_t tokens);
 
 // What the reference executor keeps resident for `g` when it holds its weights between runs: a weight
 // read in place (ir::WeightRef::stored_matrix: MatMul, Linear and Gather weights) costs its mapped
-// stored bytes, any other its f32 copy; a table that only row lookups read costs nothing (the few
+// stored bytes, a packed quantized weight its bytes, any other its f32 copy; a table that only row lookups read costs nothing (the few
 // rows a prompt reads are noise beside it).
 int64_t held_weight_bytes(const ir::Graph& g);
 

@@ -98,6 +98,10 @@ struct Executor::Impl {
   // node reads it, from its producer (or the weight), and dropped right after that node: a tied table
   // read by the embedding's Gather and by lm_head is read twice rather than held through the run.
   std::vector<bool> is_const;                       // per exec value: depends on weights only
+  // Per exec value: a weight only quantized-weight kernels read as packed bytes (MatMulNBits' B and
+  // zero points, GatherBlockQuantized's table and zero points): kept as its uint8 bytes, not widened
+  // to I64 like other integers (8x the bytes: a quantized vocabulary-sized table would be 600 MB).
+  std::vector<bool> packed_bytes;
   std::vector<int32_t> producer;                    // per exec value: the node computing it, or -1
   // A weight a node reads in place (kernels_stored.cc): the input it fills, where its stored bytes are,
   // and the weight (whose pages a streamed run releases after the node). The Transposes and widening
@@ -155,6 +159,14 @@ struct Executor::Impl {
     for (size_t i = 0; i < nodes.size(); ++i)
       for (auto out : nodes[i].outputs) producer[size_t(out)] = int32_t(i);
     for (auto id : exec->weights()) is_const[size_t(id)] = true;
+    packed_bytes.assign(exec->num_values(), false);
+    for (auto id : exec->weights()) packed_bytes[size_t(id)] = true;
+    for (const auto& n : nodes)
+      for (size_t j = 0; j < n.inputs.size(); ++j) {
+        const bool packed = (n.op == "MatMulNBits" && (j == 1 || j == 3)) || (n.op == "GatherBlockQuantized" && (j == 0 || j == 3));
+        if (n.inputs[j] != ir::kNone && !packed) packed_bytes[size_t(n.inputs[j])] = false;
+      }
+    for (const auto& [name, id] : results) packed_bytes[size_t(id)] = false;
     constant_node.assign(nodes.size(), false);
     keep_cached.assign(exec->num_values(), false);
     for (size_t i = 0; i < nodes.size(); ++i) {
@@ -330,8 +342,10 @@ struct Executor::Impl {
     const ir::WeightRef* w = exec->weight(id);
     if (!w && !options.cache_weights && producer[size_t(id)] >= 0) return computed_constant(id);
     HFX_CHECK(w, "value {} is read before it is computed", exec->value(id).name);
-    auto t = std::make_shared<Tensor>(
-        with_context("weight " + exec->value(id).name, [&] { return detail::to_compute(w->materialize()); }));
+    auto t = std::make_shared<Tensor>(with_context("weight " + exec->value(id).name, [&] {
+      Tensor m = w->materialize();
+      return packed_bytes[size_t(id)] && m.dtype() == DType::U8 ? m : detail::to_compute(std::move(m));
+    }));
     if (keep_cached[size_t(id)]) cache[size_t(id)] = t;
     if (!options.cache_weights) w->release_source_pages();  // read again next run: RSS stays near one layer
     return t;

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -167,5 +168,16 @@ void softmax_row(float* x, int64_t n);
 // lda/ldb/ldc are row strides as in cblas. Handles m, n or k of 0.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate = false);
+
+// f(begin, end) over [0, n) split between this thread and one more (the machines hfx checks on have a
+// few cores; the weight-reading products are memory-bound, and two readers saturate them).
+template <typename F>
+void split_in_two(int64_t n, F&& f) {
+  if (n < 64) return f(int64_t(0), n);
+  const int64_t half = n / 2;
+  std::thread other([&] { f(half, n); });
+  f(int64_t(0), half);
+  other.join();
+}
 
 }  // namespace hfx::runtime::detail

@@ -1,8 +1,8 @@
-// Weight-only quantization: DequantizeLinear (per tensor, per axis, blocked; opset 21) and
-// com.microsoft's MatMulNBits, which dequantizes B to f32 (quant/quantize.h) and runs one sgemm (with
-// accuracy_level 4, on A quantized to int8 as ONNX Runtime's CPU kernel does). The
-// reference executor holds integer values as I64 (see kernels.h), so the packed bytes arrive as I64
-// and are narrowed back to bytes here.
+// Weight-only quantization: DequantizeLinear (per tensor, per axis, blocked; opset 21),
+// com.microsoft's MatMulNBits, which dequantizes B a block of columns at a time into f32 and multiplies
+// (with accuracy_level 4, A quantized to int8 as ONNX Runtime's CPU kernel does), and
+// GatherBlockQuantized. The reference executor holds integer values as I64 (see kernels.h) but keeps
+// the packed weights these two read as their uint8 bytes; an I64 operand is narrowed back to bytes.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -14,14 +14,108 @@ namespace hfx::runtime::detail {
 
 namespace {
 
-std::vector<uint8_t> bytes_of(const ir::Node& node, const Tensor& t, const char* what) {
+// A packed operand's bytes: a U8 tensor as it is (the executor keeps the packed weights of these ops
+// as read: runtime/executor.cc), an I64 one narrowed after checking each value is a byte.
+struct PackedBytes {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::vector<uint8_t> owned;
+};
+
+PackedBytes bytes_of(const ir::Node& node, const Tensor& t, const char* what) {
+  PackedBytes b;
+  if (t.dtype() == DType::U8) {
+    b.data = t.data();
+    b.size = t.nbytes();
+    return b;
+  }
+  if (t.dtype() != DType::I64) bad_input("{} ({}): {} must be uint8, got {}", node.name, node.op, what, dtype_name(t.dtype()));
   const auto v = int_values(t);
-  std::vector<uint8_t> out(v.size());
+  b.owned.resize(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] < 0 || v[i] > 255) bad_input("{} ({}): {} holds {}, not a byte", node.name, node.op, what, v[i]);
-    out[i] = uint8_t(v[i]);
+    b.owned[i] = uint8_t(v[i]);
   }
-  return out;
+  b.data = b.owned.data();
+  b.size = b.owned.size();
+  return b;
+}
+
+// MatMulNBits' B as stored: column n of W [K, N] is row n of B, kb blocks of `blob` bytes, with its
+// scales (and zero points) per block.
+struct NBitsWeight {
+  const uint8_t* data;
+  const float* scales;
+  const uint8_t* zero_points;  // null: 2^(bits-1)
+  int64_t K, N, bits, block, kb, blob, zp_bytes;
+
+  // Column n of W, dequantized: w[k] = (q - zero point) * scale, as quant::dequantize_blockwise.
+  void column(int64_t n, float* w) const {
+    for (int64_t b = 0; b < kb; ++b) {
+      const float scale = scales[n * kb + b];
+      int zp = 1 << (bits - 1);
+      if (zero_points) {
+        const uint8_t z = zero_points[n * zp_bytes + b * bits / 8];
+        zp = bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF;
+      }
+      const uint8_t* src = data + (n * kb + b) * blob;
+      const int64_t k0 = b * block, count = std::min(K, k0 + block) - k0;
+      float* dst = w + k0;
+      if (bits == 8) {
+        for (int64_t i = 0; i < count; ++i) dst[i] = float(int(src[i]) - zp) * scale;
+      } else {
+        int64_t i = 0;
+        for (; i + 1 < count; i += 2) {
+          dst[i] = float(int(src[i / 2] & 0xF) - zp) * scale;
+          dst[i + 1] = float(int(src[i / 2] >> 4) - zp) * scale;
+        }
+        if (i < count) dst[i] = float(int(src[i / 2] & 0xF) - zp) * scale;
+      }
+    }
+  }
+};
+
+// out[r][n] = sum_k a[r][k] * w[k] for one dequantized column w: 16 partial sums per product, then added.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void dot_column(const float* w, int64_t k, int64_t m, const float* a, float* c, int64_t ldc) {
+  constexpr int kLanes = 16;
+  for (int64_t r = 0; r < m; ++r) {
+    const float* x = a + r * k;
+    float acc[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= k; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) acc[l] += x[i + l] * w[i + l];
+    float sum = 0.0f;
+    for (; i < k; ++i) sum += x[i] * w[i];
+    for (int l = 0; l < kLanes; ++l) sum += acc[l];
+    c[r * ldc] = sum;
+  }
+}
+
+// C[m, N] = A[m, K] x W with W dequantized from its packed columns a block of columns at a time (no
+// f32 copy of W: a vocabulary-sized lm_head would be 600 MB). A few rows (a decode step): each column
+// dequantized and dotted with the rows, the columns split between two threads. More rows: blocks of
+// columns dequantized (on two threads) and multiplied by sgemm.
+void nbits_product(const NBitsWeight& w, int64_t m, const float* a, float* c) {
+  constexpr int64_t kRowsForDots = 4, kColumnsPerBlock = 256;
+  if (m <= kRowsForDots) {
+    split_in_two(w.N, [&](int64_t n0, int64_t n1) {
+      std::vector<float> col(size_t(w.K));
+      for (int64_t n = n0; n < n1; ++n) {
+        w.column(n, col.data());
+        dot_column(col.data(), w.K, m, a, c + n, w.N);
+      }
+    });
+    return;
+  }
+  std::vector<float> block(size_t(kColumnsPerBlock * w.K));
+  for (int64_t n0 = 0; n0 < w.N; n0 += kColumnsPerBlock) {
+    const int64_t cols = std::min(kColumnsPerBlock, w.N - n0);
+    split_in_two(cols, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) w.column(n0 + j, block.data() + j * w.K);
+    });
+    gemm(false, true, m, cols, w.K, 1.0f, a, w.K, block.data(), w.K, c + n0, w.N);
+  }
 }
 
 // accuracy_level 4 lets ONNX Runtime's CPU kernel (MLAS, "CompInt8") compute in int8: it quantizes each
@@ -53,20 +147,19 @@ std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs
   if (block < 16 || (block & (block - 1)) != 0) bad_input("{}: MatMulNBits block_size {} is not a power of 2 >= 16", node.name, block);
   if (a.rank() < 1 || a.shape().back() != K) bad_input("{}: MatMulNBits input {} does not end in K = {}", node.name, shape_string(a.shape()), K);
   const int64_t kb = quant::k_blocks(K, block), blob = quant::blob_bytes(int(bits), block);
-  const auto b = bytes_of(node, arg(node, in, 1), "B");
+  const PackedBytes b = bytes_of(node, arg(node, in, 1), "B");
   const Tensor& s = arg(node, in, 2);
   expect_dtype(node, s, DType::F32, "scales");
-  if (int64_t(b.size()) != N * kb * blob || s.numel() != N * kb)
-    bad_input("{}: MatMulNBits B has {} bytes and {} scales; K {}, N {}, block {} need {} and {}", node.name, b.size(),
+  if (int64_t(b.size) != N * kb * blob || s.numel() != N * kb)
+    bad_input("{}: MatMulNBits B has {} bytes and {} scales; K {}, N {}, block {} need {} and {}", node.name, b.size,
               s.numel(), K, N, block, N * kb * blob, N * kb);
-  std::vector<uint8_t> zp;
+  PackedBytes zp;
+  const int64_t zp_bytes = quant::zero_point_bytes_per_column(int(bits), K, block);
   if (in.size() > 3 && in[3]) {
-    if (in[3]->dtype() != DType::I64) unsupported("{}: MatMulNBits with non-uint8 zero points", node.name);
     zp = bytes_of(node, *in[3], "zero_points");
-    if (int64_t(zp.size()) != N * quant::zero_point_bytes_per_column(int(bits), K, block))
-      bad_input("{}: MatMulNBits zero points have {} bytes", node.name, zp.size());
+    if (int64_t(zp.size) != N * zp_bytes) bad_input("{}: MatMulNBits zero points have {} bytes", node.name, zp.size);
   }
-  const auto w = quant::dequantize_blockwise(b.data(), s.as<float>(), zp.empty() ? nullptr : zp.data(), K, N, int(bits), block);
+  const NBitsWeight w{b.data, s.as<float>(), zp.data, K, N, bits, block, kb, blob, zp_bytes};
   std::vector<int64_t> out_shape = a.shape();
   out_shape.back() = N;
   Tensor out(DType::F32, out_shape);
@@ -78,7 +171,12 @@ std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs
     quantize_activations_int8(int8_a.data(), rows, K, block);
     lhs = int8_a.data();
   }
-  if (out.numel() > 0) gemm(false, false, rows, N, K, 1.0f, lhs, K, w.data(), N, out.as<float>(), N);
+  if (out.numel() == 0) return {std::move(out)};
+  if (K == 0) {
+    std::fill(out.as<float>(), out.as<float>() + out.numel(), 0.0f);
+    return {std::move(out)};
+  }
+  nbits_product(w, rows, lhs, out.as<float>());
   return {std::move(out)};
 }
 
@@ -136,7 +234,8 @@ std::vector<Tensor> gather_block_quantized_kernel(const ir::Node& node, const Ke
   const Tensor& s = arg(node, in, 2);
   expect_dtype(node, s, DType::F32, "scales");
   const int64_t bits = node.attr_int("bits", 4), block = node.attr_int("block_size", 128);
-  if (data.dtype() != DType::I64 || data.rank() != 2) bad_input("{}: GatherBlockQuantized data must be a uint8 [V, D] table", node.name);
+  if ((data.dtype() != DType::I64 && data.dtype() != DType::U8) || data.rank() != 2)
+    bad_input("{}: GatherBlockQuantized data must be a uint8 [V, D] table", node.name);
   if (bits != 4 && bits != 8) unsupported("{}: GatherBlockQuantized with bits = {}", node.name, bits);
   if (block < 16 || (block & (block - 1)) != 0) bad_input("{}: GatherBlockQuantized block_size {} is not a power of 2 >= 16", node.name, block);
   const int64_t V = data.shape()[0], row_bytes = data.shape()[1], D = row_bytes * (8 / bits);
@@ -144,23 +243,20 @@ std::vector<Tensor> gather_block_quantized_kernel(const ir::Node& node, const Ke
   const int64_t kb = D / block, zp_bytes = quant::zero_point_bytes_per_column(int(bits), D, block);
   if (s.numel() != V * kb) bad_input("{}: GatherBlockQuantized has {} scales, [{}, {}] needs {}", node.name, s.numel(), V, D, V * kb);
   const Tensor* z = in.size() > 3 ? in[3] : nullptr;
-  if (z && (z->dtype() != DType::I64 || z->numel() != V * zp_bytes))
+  if (z && ((z->dtype() != DType::I64 && z->dtype() != DType::U8) || z->numel() != V * zp_bytes))
     bad_input("{}: GatherBlockQuantized zero points must be {} uint8 values", node.name, V * zp_bytes);
+  const PackedBytes table = bytes_of(node, data, "data");
+  const PackedBytes zeros = z ? bytes_of(node, *z, "zero points") : PackedBytes{};
   const auto ids = int_values(idx);
   std::vector<int64_t> out_shape = idx.shape();
   out_shape.push_back(D);
   Tensor out(DType::F32, out_shape);
-  std::vector<uint8_t> row(static_cast<size_t>(row_bytes)), zrow(static_cast<size_t>(zp_bytes));
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t r = ids[i] < 0 ? ids[i] + V : ids[i];
     if (r < 0 || r >= V) bad_input("{}: index {} is out of range for a table of {} rows", node.name, ids[i], V);
-    const int64_t* src = data.as<int64_t>() + r * row_bytes;
-    for (int64_t b = 0; b < row_bytes; ++b) row[size_t(b)] = uint8_t(src[b]);
-    if (z)
-      for (int64_t b = 0; b < zp_bytes; ++b) zrow[size_t(b)] = uint8_t(z->as<int64_t>()[r * zp_bytes + b]);
     // One table row is one MatMulNBits column: W[D, 1].
-    const auto w = quant::dequantize_blockwise(row.data(), s.as<float>() + r * kb, z ? zrow.data() : nullptr, D, 1,
-                                               int(bits), block);
+    const auto w = quant::dequantize_blockwise(table.data + r * row_bytes, s.as<float>() + r * kb,
+                                               z ? zeros.data + r * zp_bytes : nullptr, D, 1, int(bits), block);
     std::copy(w.begin(), w.end(), out.as<float>() + int64_t(i) * D);
   }
   return {std::move(out)};

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <thread>
 
 #include "runtime/kernels.h"
 
@@ -61,17 +60,6 @@ void dot_bf16_rows(const uint16_t* w, int64_t j0, int64_t j1, int64_t k, int64_t
       c[r * ldc + j] = sum;
     }
   }
-}
-
-// f(begin, end) over [0, n) split between this thread and one more (the machines hfx checks on have a
-// few cores; the products are memory-bound, and two readers saturate them).
-template <typename F>
-void split_in_two(int64_t n, F&& f) {
-  if (n < 64) return f(int64_t(0), n);
-  const int64_t half = n / 2;
-  std::thread other([&] { f(half, n); });
-  f(int64_t(0), half);
-  other.join();
 }
 
 // C[m, n] = A[m, k] x B, B given by the stored matrix: [k, n] as stored, or [n, k] stored and read

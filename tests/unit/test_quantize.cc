@@ -1,6 +1,7 @@
 // Weight-only quantization: spec parsing, the quantizer's numbers (known values, ONNX Runtime's
 // rounding), pack/unpack round trips, the WeightRef parts, and the executor's DequantizeLinear and
 // MatMulNBits kernels.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -216,29 +217,35 @@ TEST(Quantize, ChunkedQuantizationOfATallWeightEqualsTheWhole) {
 }
 
 TEST(QuantKernels, MatMulNBitsEqualsMatMulOfTheDequantizedWeight) {
+  // Rows: a decode step's dot products (1) and sgemm on blocks of dequantized columns (6); N: one
+  // thread (6) and columns split between two threads across more than one block of 256 (300); K: whole
+  // blocks (48) and a partial, odd last block (41).
   for (bool sym : {true, false})
-    for (int bits : {4, 8}) {
-      const int64_t K = 48, N = 6;
-      auto w = random_matrix(K, N, 5);
-      auto parts = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w)).quantized({bits, 16, sym, DType::F32});
-      ir::Graph g;
-      ir::Builder b(g);
-      auto a = g.add_input("a", DType::F32, fixed_shape({2, 3, K}));
-      std::vector<ir::ValueId> ins = {a, b.weight("B", parts[0]), b.weight("scales", parts[1])};
-      if (!sym) ins.push_back(b.weight("zp", parts[2]));
-      g.add_output(b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(bits)}, {"block_size", int64_t(16)}}, "y"));
-      auto x = random_matrix(6, K, 6);
-      auto y = runtime::Executor(g).run({{"a", Tensor::from_vector<float>(DType::F32, {2, 3, K}, x)}}).at("y");
-      ASSERT_EQ(y.shape(), (std::vector<int64_t>{2, 3, N}));
-      auto q = quant::quantize_blockwise(w.data(), K, N, bits, 16, sym, DType::F32);
-      auto wd = quant::dequantize_blockwise(q.data.data(), q.scales.data(), sym ? nullptr : q.zero_points.data(), K, N, bits, 16);
-      for (int64_t r = 0; r < 6; ++r)
-        for (int64_t n = 0; n < N; ++n) {
-          double want = 0;
-          for (int64_t k = 0; k < K; ++k) want += double(x[size_t(r * K + k)]) * wd[size_t(k * N + n)];
-          EXPECT_NEAR(y.as<float>()[r * N + n], want, 1e-4);
-        }
-    }
+    for (int bits : {4, 8})
+      for (int64_t rows : {1, 6})
+        for (int64_t N : {6, 300})
+          for (int64_t K : {48, 41}) {
+            const std::string what = fmt::format("{} bits, {}, {} rows, N {}, K {}", bits, sym ? "sym" : "asym", rows, N, K);
+            auto w = random_matrix(K, N, 5);
+            auto parts = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w)).quantized({bits, 16, sym, DType::F32});
+            ir::Graph g;
+            ir::Builder b(g);
+            auto a = g.add_input("a", DType::F32, fixed_shape({rows, K}));
+            std::vector<ir::ValueId> ins = {a, b.weight("B", parts[0]), b.weight("scales", parts[1])};
+            if (!sym) ins.push_back(b.weight("zp", parts[2]));
+            g.add_output(b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(bits)}, {"block_size", int64_t(16)}}, "y"));
+            auto x = random_matrix(rows, K, 6);
+            auto y = runtime::Executor(g).run({{"a", Tensor::from_vector<float>(DType::F32, {rows, K}, x)}}).at("y");
+            ASSERT_EQ(y.shape(), (std::vector<int64_t>{rows, N})) << what;
+            auto q = quant::quantize_blockwise(w.data(), K, N, bits, 16, sym, DType::F32);
+            auto wd = quant::dequantize_blockwise(q.data.data(), q.scales.data(), sym ? nullptr : q.zero_points.data(), K, N, bits, 16);
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t n = 0; n < N; ++n) {
+                double want = 0;
+                for (int64_t k = 0; k < K; ++k) want += double(x[size_t(r * K + k)]) * wd[size_t(k * N + n)];
+                ASSERT_NEAR(y.as<float>()[r * N + n], want, 1e-4) << what << " at row " << r << ", column " << n;
+              }
+          }
 }
 
 TEST(QuantKernels, DequantizeLinearPerAxisAndBlocked) {
