@@ -81,6 +81,94 @@ std::string VerifyReport::to_markdown() const {
   return md;
 }
 
+namespace {
+
+// A reference component's shape cases (indices into VerifyContext::runs) the memo did not answer.
+struct PendingCases {
+  const tasks::Component* component;
+  std::vector<size_t> runs;
+};
+
+// The reference's side, after the artifact's: per component, its pending shape cases and, in the
+// decoder's (or prefill's) graph, the rows teacher-forced on the artifact's greedy tokens, all run in
+// lockstep groups (each weight read once per group: one pass over a streamed model for the check's
+// cases and greedy rows together). Where teacher forcing cannot stand for decoding, or the paths part,
+// the reference decodes step by step.
+void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending, const runtime::SamplingOptions& so,
+                   const std::string& variant) {
+  const VerifyOptions& opt = ctx.opt;
+  const LoadedModel& ref = *ctx.ref;
+  using Tokens = std::vector<std::vector<int64_t>>;
+  std::optional<GreedySteps> steps;
+  std::optional<Tokens> agreed;
+  std::optional<TeacherForcing> tf;
+  if (ctx.causal) {
+    std::vector<std::pair<std::string, const ir::Graph*>> by_role;
+    for (const auto& c : ref.components) by_role.emplace_back(c.role, &c.graph);
+    steps = greedy_steps(by_role, "the reference", ctx.out);
+    if (opt.memo) agreed = opt.memo->greedy(variant, ctx.prompts, ctx.artifact.tokens);
+    if (!agreed) tf = teacher_forcing(*steps->first, ctx.art.cache, ctx.vocab, ctx.prompts, ctx.artifact.tokens, so);
+  }
+  std::vector<std::map<std::string, Tensor>> forced_outputs;
+  for (const auto& rc : ref.components) {
+    std::vector<size_t> cases;
+    for (const auto& p : pending)
+      if (p.component == &rc) cases = p.runs;
+    const bool rows = tf && !tf->rows.empty() && &rc.graph == steps->first;
+    if (cases.empty() && !rows) continue;
+    std::vector<const std::map<std::string, Tensor>*> inputs;
+    std::vector<int64_t> sizes;
+    for (size_t i : cases) {
+      const ShapeCase& sc = ctx.runs[i].sc;
+      inputs.push_back(&ctx.runs[i].inputs);
+      sizes.push_back(sc.batch * (sc.seq + sc.past));
+    }
+    if (rows)
+      for (size_t k = 0; k < tf->inputs.size(); ++k) {
+        inputs.push_back(&tf->inputs[k]);
+        sizes.push_back(tf->lengths[k]);
+      }
+    runtime::Executor expected(rc.graph, executor_options(rc.graph, opt));
+    std::optional<Progress> progress;
+    if (!cases.empty()) progress.emplace(Progress::steps("verify: checkpoint reference, " + rc.role, int64_t(cases.size()), "shape cases"));
+    std::vector<std::map<std::string, Tensor>> outs;
+    for (const auto& [begin, end] : lockstep_groups(sizes)) {
+      auto group = expected.run_many({inputs.begin() + long(begin), inputs.begin() + long(end)});
+      for (auto& o : group) outs.push_back(std::move(o));
+      if (progress) progress->advance(int64_t(std::min(end, cases.size()) - std::min(begin, cases.size())), 0);
+    }
+    if (progress) progress->finish();
+    for (size_t j = 0; j < cases.size(); ++j) {
+      CaseRun& r = ctx.runs[cases[j]];
+      r.expected = std::move(outs[j]);
+      if (opt.memo) opt.memo->keep_outputs(rc.role, variant, r.inputs, r.expected);
+    }
+    if (rows) forced_outputs.assign(std::make_move_iterator(outs.begin() + long(cases.size())), std::make_move_iterator(outs.end()));
+  }
+  if (!ctx.causal) return;
+  const int64_t total = ctx.tokens * int64_t(ctx.prompts.size());
+  Progress forced = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
+  if (!agreed && tf) {
+    agreed = teacher_forced_tokens(*tf, forced_outputs, ctx.vocab, ctx.prompts, ctx.artifact.tokens);
+    if (agreed && opt.memo) opt.memo->keep_greedy(variant, ctx.prompts, ctx.artifact.tokens, *agreed);
+  }
+  if (agreed) {
+    forced.advance(total, 0);
+    forced.finish();
+    ctx.expected_tokens = std::move(*agreed);
+    return;
+  }
+  forced.finish();
+  auto first = runtime::make_executor_runner(*steps->first, executor_options(*steps->first, opt));
+  auto next = steps->next ? runtime::make_executor_runner(*steps->next, executor_options(*steps->next, opt)) : nullptr;
+  Progress progress = Progress::steps("verify: greedy, checkpoint reference, step by step", total, "tokens");
+  ctx.expected_tokens = runtime::generate(*first, next ? *next : *first, ctx.art.cache, ctx.prompts, so,
+                                          [&](size_t, int64_t) { progress.advance(1, 0); });
+  progress.finish();
+}
+
+}  // namespace
+
 void build_verify_context(VerifyContext& ctx) {
   const VerifyOptions& opt = ctx.opt;
   const fs::path& out = ctx.out;
@@ -131,8 +219,9 @@ void build_verify_context(VerifyContext& ctx) {
   ctx.vocab = ref.summary().vocab_size;
   ctx.causal = ref.task->generative();
 
-  // The shape cases per component, with the reference's outputs.
+  // The shape cases per component, with the reference's outputs where the memo has them.
   uint64_t seed = 1;
+  std::vector<PendingCases> pending;
   for (const auto& c : art.components) {
     const tasks::Component* rc = nullptr;
     for (const auto& x : ref.components)
@@ -172,30 +261,14 @@ void build_verify_context(VerifyContext& ctx) {
       ctx.runs.push_back(std::move(r));
     }
     if (ctx.on_transformers) continue;
-    // The reference's outputs: from the memo, else from one executor over the reference component
-    // (it maps the weights once), the cases run in lockstep groups (each weight read once per group).
-    std::vector<CaseRun*> todo;
+    // The reference's outputs: from the memo, else run after the artifact's side (run_reference).
+    std::vector<size_t> todo;
     for (size_t i = first; i < ctx.runs.size(); ++i) {
       CaseRun& r = ctx.runs[i];
       if (const auto* known = opt.memo ? opt.memo->outputs(c.role, variant, r.inputs) : nullptr) r.expected = *known;
-      else todo.push_back(&r);
+      else todo.push_back(i);
     }
-    if (todo.empty()) continue;
-    runtime::Executor expected(rc->graph, executor_options(rc->graph, opt));
-    Progress progress = Progress::steps("verify: checkpoint reference, " + c.role, int64_t(todo.size()), "shape cases");
-    std::vector<int64_t> sizes;
-    for (const auto* r : todo) sizes.push_back(r->sc.batch * (r->sc.seq + r->sc.past));
-    for (const auto& [begin, end] : lockstep_groups(sizes)) {
-      std::vector<const std::map<std::string, Tensor>*> group;
-      for (size_t i = begin; i < end; ++i) group.push_back(&todo[i]->inputs);
-      auto outs = expected.run_many(group);
-      for (size_t i = begin; i < end; ++i) {
-        todo[i]->expected = std::move(outs[i - begin]);
-        if (opt.memo) opt.memo->keep_outputs(c.role, variant, todo[i]->inputs, todo[i]->expected);
-      }
-      progress.advance(int64_t(end - begin), 0);
-    }
-    progress.finish();
+    if (!todo.empty()) pending.push_back({rc, std::move(todo)});
   }
   // $TMPDIR/hfx-verify-<pid>-XXXXXX, removed on return and on signals; one a SIGKILL left behind is
   // removed by the next verify (D23).
@@ -242,34 +315,9 @@ void build_verify_context(VerifyContext& ctx) {
   ctx.artifact = ctx.session->run(work);
   for (size_t i = 0; i < ctx.runs.size(); ++i) ctx.runs[i].actual = std::move(ctx.artifact.outputs.at(i));
   ctx.runs_s = seconds_since(runs_start);
-  // The reference's greedy tokens (decoders only), after the artifact's: teacher-forced on them, one
-  // pass per row where every step agrees, else decoded step by step to find where the paths part.
-  if (ctx.causal && !ctx.on_transformers) {
-    std::vector<std::pair<std::string, const ir::Graph*>> by_role;
-    for (const auto& c : ref.components) by_role.emplace_back(c.role, &c.graph);
-    const GreedySteps steps = greedy_steps(by_role, "the reference", out);
-    const int64_t total = ctx.tokens * int64_t(ctx.prompts.size());
-    Progress forced = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
-    auto agreed = opt.memo ? opt.memo->greedy(variant, ctx.prompts, ctx.artifact.tokens) : std::nullopt;
-    if (!agreed) {
-      agreed = greedy_by_teacher_forcing(*steps.first, executor_options(*steps.first, opt), art.cache, ctx.vocab,
-                                         ctx.prompts, ctx.artifact.tokens, so);
-      if (agreed && opt.memo) opt.memo->keep_greedy(variant, ctx.prompts, ctx.artifact.tokens, *agreed);
-    }
-    if (agreed) {
-      forced.advance(total, 0);
-      forced.finish();
-      ctx.expected_tokens = std::move(*agreed);
-    } else {
-      forced.finish();
-      auto first = runtime::make_executor_runner(*steps.first, executor_options(*steps.first, opt));
-      auto next = steps.next ? runtime::make_executor_runner(*steps.next, executor_options(*steps.next, opt)) : nullptr;
-      Progress progress = Progress::steps("verify: greedy, checkpoint reference, step by step", total, "tokens");
-      ctx.expected_tokens = runtime::generate(*first, next ? *next : *first, art.cache, ctx.prompts, so,
-                                              [&](size_t, int64_t) { progress.advance(1, 0); });
-      progress.finish();
-    }
-  }
+  // The reference's side last: its greedy rows are teacher-forced on the artifact's tokens, and run
+  // with its shape cases in one pass.
+  if (!ctx.on_transformers) run_reference(ctx, pending, so, variant);
 }
 
 VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {

@@ -317,10 +317,10 @@ static bool within_bounds(const ir::Graph& g, const std::map<std::string, Tensor
   return true;
 }
 
-std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
-    const ir::Graph& first, const runtime::ExecOptions& options, const runtime::CacheSpec& cache, int64_t vocab,
-    const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& tokens,
-    const runtime::SamplingOptions& sampling) {
+std::optional<TeacherForcing> teacher_forcing(const ir::Graph& first, const runtime::CacheSpec& cache, int64_t vocab,
+                                              const std::vector<std::vector<int64_t>>& prompts,
+                                              const std::vector<std::vector<int64_t>>& tokens,
+                                              const runtime::SamplingOptions& sampling) {
   if (sampling.temperature > 0 || tokens.size() != prompts.size() || tokens.empty()) return std::nullopt;
   const size_t steps = tokens.front().size();
   // Each row's real tokens: up to and including its first EOS; generate() pads it after that, and
@@ -328,50 +328,48 @@ std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
   auto is_eos = [&](int64_t t) {
     return std::find(sampling.eos_token_ids.begin(), sampling.eos_token_ids.end(), t) != sampling.eos_token_ids.end();
   };
-  std::vector<size_t> real(tokens.size());
+  TeacherForcing tf;
+  tf.real.resize(tokens.size());
   bool all_ended = true;
   size_t longest = 0;
   for (size_t b = 0; b < tokens.size(); ++b) {
     const auto& row = tokens[b];
     if (row.size() != steps) return std::nullopt;
-    real[b] = size_t(std::find_if(row.begin(), row.end(), is_eos) - row.begin());
-    const bool ended = real[b] < row.size();
-    if (ended) ++real[b];  // the EOS is the row's last real token
-    for (size_t i = real[b]; i < row.size(); ++i)
+    tf.real[b] = size_t(std::find_if(row.begin(), row.end(), is_eos) - row.begin());
+    const bool ended = tf.real[b] < row.size();
+    if (ended) ++tf.real[b];  // the EOS is the row's last real token
+    for (size_t i = tf.real[b]; i < row.size(); ++i)
       if (row[i] != sampling.pad_token_id) return std::nullopt;
     all_ended = all_ended && ended;
-    longest = std::max(longest, real[b]);
+    longest = std::max(longest, tf.real[b]);
   }
   if (steps != size_t(sampling.max_new_tokens) && !(all_ended && steps == longest)) return std::nullopt;
-  // One run per row, the rows in lockstep groups (each weight read once per group).
-  std::vector<size_t> rows;
-  std::vector<std::map<std::string, Tensor>> inputs;
-  std::vector<int64_t> sizes;
   for (size_t b = 0; b < tokens.size(); ++b) {
-    if (real[b] == 0) continue;
+    if (tf.real[b] == 0) continue;
     std::vector<int64_t> ids = prompts[b];
-    ids.insert(ids.end(), tokens[b].begin(), tokens[b].begin() + long(real[b] - 1));
+    ids.insert(ids.end(), tokens[b].begin(), tokens[b].begin() + long(tf.real[b] - 1));
     const int64_t T = int64_t(ids.size());
     auto in = make_inputs(first, {"teacher forcing", 1, T, 0}, cache, vocab, 0);  // one unpadded row, empty cache
     in["input_ids"] = Tensor::from_vector<int64_t>(DType::I64, {1, T}, ids);
     if (!within_bounds(first, in)) return std::nullopt;  // decoded step by step instead
-    rows.push_back(b);
-    inputs.push_back(own_inputs(first, std::move(in)));
-    sizes.push_back(T);
+    tf.rows.push_back(b);
+    tf.inputs.push_back(own_inputs(first, std::move(in)));
+    tf.lengths.push_back(T);
   }
-  runtime::Executor reference(first, options);
-  for (const auto& [begin, end] : lockstep_groups(sizes)) {
-    std::vector<const std::map<std::string, Tensor>*> group;
-    for (size_t i = begin; i < end; ++i) group.push_back(&inputs[i]);
-    const auto outs = reference.run_many(group);
-    for (size_t i = begin; i < end; ++i) {
-      const size_t b = rows[i];
-      const Tensor& logits = outs[i - begin].at("logits");
-      if (logits.numel() != sizes[i] * vocab) return std::nullopt;  // a graph that returns the last position only
-      for (size_t j = 0; j < real[b]; ++j) {
-        const float* scores = logits.as<float>() + (int64_t(prompts[b].size()) - 1 + int64_t(j)) * vocab;
-        if (int64_t(std::max_element(scores, scores + vocab) - scores) != tokens[b][j]) return std::nullopt;  // first max, as generate()
-      }
+  return tf;
+}
+
+std::optional<std::vector<std::vector<int64_t>>> teacher_forced_tokens(
+    const TeacherForcing& tf, const std::vector<std::map<std::string, Tensor>>& outputs, int64_t vocab,
+    const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& tokens) {
+  HFX_CHECK(outputs.size() == tf.rows.size(), "teacher forcing: {} outputs for {} rows", outputs.size(), tf.rows.size());
+  for (size_t i = 0; i < tf.rows.size(); ++i) {
+    const size_t b = tf.rows[i];
+    const Tensor& logits = outputs[i].at("logits");
+    if (logits.numel() != tf.lengths[i] * vocab) return std::nullopt;  // a graph that returns the last position only
+    for (size_t j = 0; j < tf.real[b]; ++j) {
+      const float* scores = logits.as<float>() + (int64_t(prompts[b].size()) - 1 + int64_t(j)) * vocab;
+      if (int64_t(std::max_element(scores, scores + vocab) - scores) != tokens[b][j]) return std::nullopt;  // first max, as generate()
     }
   }
   return tokens;

@@ -60,14 +60,27 @@ std::vector<std::vector<int64_t>> greedy_prompts(const StepBounds& b, const runt
 // one run of the first step graph (`first`: the decoder or prefill graph) per row, at batch 1, over the
 // prompt and the row's tokens, reading the argmax at every generated position. When each argmax is the
 // artifact's token (up to and including the row's first EOS, padding after it), the reference's own
-// greedy decode gives exactly these tokens, and they are returned: the rows' runs in lockstep, one
-// pass over the weights instead of one per token. Otherwise (the paths part somewhere, the rows'
-// lengths are not those generate() gives, or prompt and tokens do not fit the contract's bounds in one
-// step) nullopt: the caller decodes the reference step by step.
-std::optional<std::vector<std::vector<int64_t>>> greedy_by_teacher_forcing(
-    const ir::Graph& first, const runtime::ExecOptions& options, const runtime::CacheSpec& cache, int64_t vocab,
-    const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& tokens,
-    const runtime::SamplingOptions& sampling);
+// greedy decode gives exactly these tokens: one pass over the weights (the rows' runs in lockstep with
+// the reference's shape cases) instead of one per token. Otherwise the caller decodes the reference
+// step by step.
+struct TeacherForcing {
+  std::vector<size_t> rows;                          // the prompts with a real token to check
+  std::vector<std::map<std::string, Tensor>> inputs;  // per row: prompt + tokens, batch 1, empty cache
+  std::vector<int64_t> lengths;                      // per row: its sequence length
+  std::vector<size_t> real;                          // per prompt: its real tokens (through its first EOS)
+};
+
+// The runs, or nullopt when teacher forcing cannot stand for decoding: the rows' lengths are not those
+// generate() gives, sampling is on, or prompt and tokens do not fit the contract's bounds in one step.
+std::optional<TeacherForcing> teacher_forcing(const ir::Graph& first, const runtime::CacheSpec& cache, int64_t vocab,
+                                              const std::vector<std::vector<int64_t>>& prompts,
+                                              const std::vector<std::vector<int64_t>>& tokens,
+                                              const runtime::SamplingOptions& sampling);
+
+// `tokens` when every argmax of the runs' `outputs` is the artifact's token; nullopt where the paths part.
+std::optional<std::vector<std::vector<int64_t>>> teacher_forced_tokens(
+    const TeacherForcing& tf, const std::vector<std::map<std::string, Tensor>>& outputs, int64_t vocab,
+    const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& tokens);
 
 // `in` restricted to the graph's inputs.
 std::map<std::string, Tensor> own_inputs(const ir::Graph& g, std::map<std::string, Tensor> in);
