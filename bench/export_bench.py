@@ -9,13 +9,15 @@ cache, in this order per run so the load of the machine falls on every row alike
   - hfx bf16:   `hfx export --dtype bf16 --no-verify` (the same bytes as cp)
   - hfx int4:   `hfx export --quantize int4 --no-verify` (MatMulNBits blocks of 32)
   - hfx check:  `hfx export` with its default built-in check (what a user gets), against the f32 row
+  - hfx check-int4: `hfx export --quantize int4` with its check, against the int4 row
 Reports each row's wall time as a ratio to cp's, and the issue's goals: the bf16 export <= 1.5x cp, the
 export with its check <= 2x the --no-verify one, peak RSS <= 1 GiB + 2 x the checkpoint's largest tensor
 (read from its safetensors header) in every precision. Prints what hfx said about its check (the
 runtimes and oracle it ran).
 
 Usage: .venv/bin/python bench/export_bench.py [--model qwen3-0.6b|qwen3-1.7b] [--keep DIR] [--runs 3]
-                                              [--rows cp,f32,bf16,int4,check] [--hfx build/hfx] [--markdown]
+                                              [--rows cp,f32,bf16,int4,check,check-int4] [--hfx build/hfx]
+                                              [--markdown]
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ ROWS = {
     "bf16": ("hfx export --dtype bf16 --no-verify", ["--dtype", "bf16", "--no-verify"]),
     "int4": ("hfx export --quantize int4 --no-verify", ["--quantize", "int4", "--no-verify"]),
     "check": ("hfx export (its default check)", []),
+    "check-int4": ("hfx export --quantize int4 (its default check)", ["--quantize", "int4"]),
 }
 
 
@@ -202,6 +205,9 @@ def main() -> int:
             ratio = med["check"] / med["f32"]
             verdict = "met" if ratio <= 2 else "NOT met"
             print(f"  export with its check / --no-verify: {ratio:.2f}x (goal <= 2x: {verdict}); hfx said: {notice}")
+        if "check-int4" in rows and "int4" in rows:
+            ratio = med["check-int4"] / med["int4"]
+            print(f"  int4 export with its check / --no-verify: {ratio:.2f}x (goal <= 2x: {'met' if ratio <= 2 else 'NOT met'})")
         over = [r for r in rows if r != "cp" and rss[r] > rss_goal]
         print(f"  peak RSS <= {rss_goal / MIB:.0f} MiB in every row: {'met' if not over else 'NOT met: ' + ', '.join(over)}")
         if args.markdown:

@@ -218,27 +218,41 @@ Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int
   return out;
 }
 
+void dequantize_column(const uint8_t* data, const float* scales, const uint8_t* zero_points, int64_t K, int64_t n,
+                       int bits, int64_t block, float* w) {
+  const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
+  for (int64_t b = 0; b < kb; ++b) {
+    const float scale = scales[n * kb + b];
+    int zp = 1 << (bits - 1);
+    if (zero_points) {
+      const uint8_t z = zero_points[n * zb + b * bits / 8];
+      zp = bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF;
+    }
+    const uint8_t* src = data + (n * kb + b) * blob;
+    const int64_t k0 = b * block, count = std::min(K, k0 + block) - k0;
+    float* dst = w + k0;
+    if (bits == 8) {
+      for (int64_t i = 0; i < count; ++i) dst[i] = float(int(src[i]) - zp) * scale;
+    } else {  // two values a byte, the even one in the low nibble
+      int64_t i = 0;
+      for (; i + 1 < count; i += 2) {
+        dst[i] = float(int(src[i / 2] & 0xF) - zp) * scale;
+        dst[i + 1] = float(int(src[i / 2] >> 4) - zp) * scale;
+      }
+      if (i < count) dst[i] = float(int(src[i / 2] & 0xF) - zp) * scale;
+    }
+  }
+}
+
 std::vector<float> dequantize_blockwise(const uint8_t* data, const float* scales, const uint8_t* zero_points, int64_t K,
                                         int64_t N, int bits, int64_t block) {
   HFX_CHECK(bits == 4 || bits == 8, "dequantize_blockwise: {} bits", bits);
-  const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
   std::vector<float> w(size_t(K * N));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t b = 0; b < kb; ++b) {
-      const float scale = scales[n * kb + b];
-      int zp = 1 << (bits - 1);
-      if (zero_points) {
-        const uint8_t z = zero_points[n * zb + b * bits / 8];
-        zp = bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF;
-      }
-      const uint8_t* src = data + (n * kb + b) * blob;
-      const int64_t k0 = b * block, k1 = std::min(K, k0 + block);
-      for (int64_t k = k0; k < k1; ++k) {
-        const int64_t i = k - k0;
-        const int q = bits == 8 ? src[i] : (src[i / 2] >> (4 * (i % 2))) & 0xF;
-        w[size_t(k * N + n)] = float(q - zp) * scale;
-      }
-    }
+  std::vector<float> column(static_cast<size_t>(K));
+  for (int64_t n = 0; n < N; ++n) {
+    dequantize_column(data, scales, zero_points, K, n, bits, block, column.data());
+    for (int64_t k = 0; k < K; ++k) w[size_t(k * N + n)] = column[size_t(k)];
+  }
   return w;
 }
 

@@ -100,6 +100,10 @@ Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int
 // W[K, N] row major back from the blockwise layout (zero_points nullptr: 2^(bits-1)).
 std::vector<float> dequantize_blockwise(const uint8_t* data, const float* scales, const uint8_t* zero_points,
                                         int64_t K, int64_t N, int bits, int64_t block);
+// Column n of that W (K values, contiguous in `w`): w[k] = (q - zero point) * scale, read from the
+// column's own blocks, so a kernel dequantizes one column at a time.
+void dequantize_column(const uint8_t* data, const float* scales, const uint8_t* zero_points, int64_t K, int64_t n,
+                       int bits, int64_t block, float* w);
 
 // The blockwise (block > 0, MatMulNBits layout) or per-channel (block 0) result `q` of W[K, N] in layout
 // `to`: data packed two per byte for 4 bits (element 2i in the low nibble, row major in the new shape),

@@ -47,31 +47,11 @@ struct NBitsWeight {
   const uint8_t* data;
   const float* scales;
   const uint8_t* zero_points;  // null: 2^(bits-1)
-  int64_t K, N, bits, block, kb, blob, zp_bytes;
+  int64_t K, N, bits, block;
 
-  // Column n of W, dequantized: w[k] = (q - zero point) * scale, as quant::dequantize_blockwise.
+  // Column n of W, dequantized.
   void column(int64_t n, float* w) const {
-    for (int64_t b = 0; b < kb; ++b) {
-      const float scale = scales[n * kb + b];
-      int zp = 1 << (bits - 1);
-      if (zero_points) {
-        const uint8_t z = zero_points[n * zp_bytes + b * bits / 8];
-        zp = bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF;
-      }
-      const uint8_t* src = data + (n * kb + b) * blob;
-      const int64_t k0 = b * block, count = std::min(K, k0 + block) - k0;
-      float* dst = w + k0;
-      if (bits == 8) {
-        for (int64_t i = 0; i < count; ++i) dst[i] = float(int(src[i]) - zp) * scale;
-      } else {
-        int64_t i = 0;
-        for (; i + 1 < count; i += 2) {
-          dst[i] = float(int(src[i / 2] & 0xF) - zp) * scale;
-          dst[i + 1] = float(int(src[i / 2] >> 4) - zp) * scale;
-        }
-        if (i < count) dst[i] = float(int(src[i / 2] & 0xF) - zp) * scale;
-      }
-    }
+    quant::dequantize_column(data, scales, zero_points, K, n, int(bits), block, w);
   }
 };
 
@@ -159,7 +139,7 @@ std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs
     zp = bytes_of(node, *in[3], "zero_points");
     if (int64_t(zp.size) != N * zp_bytes) bad_input("{}: MatMulNBits zero points have {} bytes", node.name, zp.size);
   }
-  const NBitsWeight w{b.data, s.as<float>(), zp.data, K, N, bits, block, kb, blob, zp_bytes};
+  const NBitsWeight w{b.data, s.as<float>(), zp.data, K, N, bits, block};
   std::vector<int64_t> out_shape = a.shape();
   out_shape.back() = N;
   Tensor out(DType::F32, out_shape);
