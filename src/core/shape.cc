@@ -59,12 +59,16 @@ std::string SymbolTable::sum_of(const std::string& a, const std::string& b) cons
   return a + " + " + b;
 }
 
-void SymbolTable::check(const std::string& name, int64_t value, const std::string& where) const {
+bool SymbolTable::admits(const std::string& name, int64_t value) const {
   auto it = bounds_.find(name);
-  if (it == bounds_.end()) return;
+  if (it == bounds_.end()) return true;
   const auto& b = it->second;
-  if ((b.min && value < *b.min) || (b.max && value > *b.max))
-    bad_input("{}: dim `{}` = {} is outside the contract's bounds {}", where, name, value, b.str());
+  return !(b.min && value < *b.min) && !(b.max && value > *b.max);
+}
+
+void SymbolTable::check(const std::string& name, int64_t value, const std::string& where) const {
+  if (!admits(name, value))
+    bad_input("{}: dim `{}` = {} is outside the contract's bounds {}", where, name, value, bounds_.at(name).str());
 }
 
 }  // namespace hfx

@@ -55,6 +55,8 @@ class SymbolTable {
   };
   const std::vector<Relation>& relations() const { return relations_; }
 
+  // Whether `value` lies within the symbol's bounds (an undeclared symbol admits any value).
+  bool admits(const std::string& name, int64_t value) const;
   // Throws BadInput naming the dim, its value and its bounds when `value` is outside them.
   void check(const std::string& name, int64_t value, const std::string& where) const;
 

@@ -119,9 +119,8 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
     std::vector<const std::map<std::string, Tensor>*> inputs;
     std::vector<int64_t> sizes;
     for (size_t i : cases) {
-      const ShapeCase& sc = ctx.runs[i].sc;
       inputs.push_back(&ctx.runs[i].inputs);
-      sizes.push_back(sc.batch * (sc.seq + sc.past));
+      sizes.push_back(ctx.runs[i].sc.positions());
     }
     if (rows)
       for (size_t k = 0; k < tf->inputs.size(); ++k) {
@@ -307,7 +306,7 @@ void build_verify_context(VerifyContext& ctx) {
   }
   // The artifact's side: the runtime's session runs the same cases and prompts.
   SessionWork work;
-  for (const auto& r : ctx.runs) work.cases.push_back({r.comp, r.inputs, r.prefix, r.sc.batch * (r.sc.seq + r.sc.past)});
+  for (const auto& r : ctx.runs) work.cases.push_back({r.comp, r.inputs, r.prefix, r.sc.positions()});
   work.generate = ctx.causal;
   work.prompts = ctx.prompts;
   work.sampling = so;

@@ -307,12 +307,8 @@ static bool within_bounds(const ir::Graph& g, const std::map<std::string, Tensor
     const auto& v = g.value(id);
     auto it = in.find(v.name);
     if (it == in.end() || it->second.rank() != int64_t(v.shape.size())) continue;
-    for (size_t d = 0; d < v.shape.size(); ++d) {
-      if (!v.shape[d].is_symbol() || !g.symbols().has(v.shape[d].symbol)) continue;
-      const auto& b = g.symbols().bounds(v.shape[d].symbol);
-      const int64_t got = it->second.shape()[d];
-      if ((b.min && got < *b.min) || (b.max && got > *b.max)) return false;
-    }
+    for (size_t d = 0; d < v.shape.size(); ++d)
+      if (v.shape[d].is_symbol() && !g.symbols().admits(v.shape[d].symbol, it->second.shape()[d])) return false;
   }
   return true;
 }

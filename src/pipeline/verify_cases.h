@@ -19,6 +19,7 @@ namespace hfx::pipeline {
 struct ShapeCase {
   std::string name;
   int64_t batch, seq, past;
+  int64_t positions() const { return batch * (seq + past); }  // its size, for lockstep groups
 };
 
 // Cases run in lockstep (runtime::Executor::run_many: each weight read once for the group), as

@@ -98,9 +98,7 @@ struct Executor::Impl {
   // node reads it, from its producer (or the weight), and dropped right after that node: a tied table
   // read by the embedding's Gather and by lm_head is read twice rather than held through the run.
   std::vector<bool> is_const;                       // per exec value: depends on weights only
-  // Per exec value: a weight only quantized-weight kernels read as packed bytes (MatMulNBits' B and
-  // zero points, GatherBlockQuantized's table and zero points): kept as its uint8 bytes, not widened
-  // to I64 like other integers (8x the bytes: a quantized vocabulary-sized table would be 600 MB).
+  // Per exec value: a weight only read as packed bytes (detail::reads_packed_bytes): kept as its uint8 bytes.
   std::vector<bool> packed_bytes;
   std::vector<int32_t> producer;                    // per exec value: the node computing it, or -1
   // A weight a node reads in place (kernels_stored.cc): the input it fills, where its stored bytes are,
@@ -162,10 +160,8 @@ struct Executor::Impl {
     packed_bytes.assign(exec->num_values(), false);
     for (auto id : exec->weights()) packed_bytes[size_t(id)] = true;
     for (const auto& n : nodes)
-      for (size_t j = 0; j < n.inputs.size(); ++j) {
-        const bool packed = (n.op == "MatMulNBits" && (j == 1 || j == 3)) || (n.op == "GatherBlockQuantized" && (j == 0 || j == 3));
-        if (n.inputs[j] != ir::kNone && !packed) packed_bytes[size_t(n.inputs[j])] = false;
-      }
+      for (size_t j = 0; j < n.inputs.size(); ++j)
+        if (n.inputs[j] != ir::kNone && !detail::reads_packed_bytes(n, j)) packed_bytes[size_t(n.inputs[j])] = false;
     for (const auto& [name, id] : results) packed_bytes[size_t(id)] = false;
     constant_node.assign(nodes.size(), false);
     keep_cached.assign(exec->num_values(), false);

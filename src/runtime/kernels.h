@@ -38,6 +38,11 @@ void register_composite_kernels(KernelTable& table);
 // that input read from `w` (in[that input] is not read); `stream`: each block of the weight's pages is
 // released once read (ExecOptions::cache_weights false).
 std::optional<size_t> stored_weight_input(const ir::Node& node);
+
+// Whether the kernel of `node` reads input `i` as packed uint8 bytes (MatMulNBits' B and zero points,
+// GatherBlockQuantized's table and zero points): the executor keeps such a weight as its bytes, not
+// widened to I64 like other integers (8x the bytes: a quantized vocabulary-sized table would be 600 MB).
+bool reads_packed_bytes(const ir::Node& node, size_t i);
 // Whether the node can read that input from `w` (a lookup reads the table's stored rows, so not a
 // transposed one).
 bool reads_in_place(const ir::Node& node, const ir::StoredMatrix& w);

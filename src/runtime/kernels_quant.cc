@@ -244,6 +244,10 @@ std::vector<Tensor> gather_block_quantized_kernel(const ir::Node& node, const Ke
 
 }  // namespace
 
+bool reads_packed_bytes(const ir::Node& node, size_t i) {
+  return (node.op == "MatMulNBits" && (i == 1 || i == 3)) || (node.op == "GatherBlockQuantized" && (i == 0 || i == 3));
+}
+
 void register_quant_kernels(KernelTable& t) {
   t["MatMulNBits"] = matmul_nbits_kernel;
   t["DequantizeLinear"] = dequantize_linear_kernel;
