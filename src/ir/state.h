@@ -64,4 +64,8 @@ std::vector<StateSpec> kv_cache_states(const KvCacheGeometry& g, const std::stri
 // whole by each step. The same with a static or a growing attention cache: it has no length axis.
 StateSpec conv_state(int64_t layer, int64_t channels, int64_t width);
 
+// A selective state-space scan's state (Mamba-2's SSD): [batch_size, heads, head_dim, state_size], in
+// Transformers' cache layout (Mamba2's recurrent_states), replaced whole by each step.
+StateSpec ssm_state(int64_t layer, int64_t heads, int64_t head_dim, int64_t state_size);
+
 }  // namespace hfx::ir

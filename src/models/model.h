@@ -26,15 +26,16 @@ struct CausalLmInputs {
   // cache (prefill). With a static cache they are [batch, kv_heads, max_cache_len, head_dim] buffers
   // and cache_position (i64 [seq]) says which slots this step writes.
   // Indexed by layer: a hybrid's layers without attention hold kNone (and those without a
-  // convolution kNone in past_conv, [batch, channels, kernel - 1] where there is one).
-  std::vector<ir::ValueId> past_key, past_value, past_conv;
+  // convolution kNone in past_conv, [batch, channels, kernel - 1] where there is one; past_ssm holds
+  // a state-space layer's scan state [batch, heads, head_dim, state_size]).
+  std::vector<ir::ValueId> past_key, past_value, past_conv, past_ssm;
   ir::ValueId cache_position = ir::kNone;
 };
 
 struct CausalLmOutputs {
   ir::ValueId logits = ir::kNone;  // f32 [batch, seq, vocab]
   // Indexed by layer, as the inputs (kNone where the layer carries no such state).
-  std::vector<ir::ValueId> present_key, present_value, present_conv;
+  std::vector<ir::ValueId> present_key, present_value, present_conv, present_ssm;
 };
 
 // How the task lays out the state a step carries: the key/value cache growing (its length the

@@ -8,6 +8,7 @@
 #include "models/gpt2.h"
 #include "models/gpt_neox.h"
 #include "models/lfm2.h"
+#include "models/mamba2.h"
 
 namespace hfx::models {
 
@@ -176,6 +177,11 @@ const std::vector<ModelEntry>& model_registry() {
                         "hybrid: short-convolution layers (a causal depthwise conv whose last conv_L_cache - 1 inputs "
                         "are carried as past_conv.{i}) and GQA attention layers with q/k RMSNorm, per layer_types",
                         make_lfm2),
+      own_decoder_entry("mamba2", "Mamba2ForCausalLM",
+                        "state-space: every layer a Mamba-2 mixer (a causal depthwise conv carried as past_conv.{i}, "
+                        "the chunked SSD scan carried as past_ssm.{i} [batch, heads, head_dim, state_size], a gated "
+                        "group RMSNorm); no attention",
+                        make_mamba2),
       encoder_entry("bert", "BertModel",
                     "post-norm encoder; token_type_ids input; BertForSequenceClassification head (pooler + classifier)",
                     make_bert),

@@ -215,8 +215,9 @@ void validate_states(const Schema& s, const json& model) {
 void validate_model(const Schema& s, const json& m) {
   const json& model = s.object(m, "", "model");
   s.optional_string(model, "/model", "task");
-  // An encoder (feature-extraction) has no KV cache: its manifest records heads and head_dim 0.
-  const bool causal = model.value("task", std::string("causal-lm")) == "causal-lm";
+  // An encoder (feature-extraction) has no KV cache: its manifest records heads and head_dim 0; nor
+  // has a state-space model, whose manifest lists its states (those sized from heads are checked there).
+  const bool causal = model.value("task", std::string("causal-lm")) == "causal-lm" && !model.contains("states");
   s.integer(model, "/model", "num_layers", 1, ManifestLimits::kMaxLayers,
             " (ten times the deepest released model: the number sizes per-layer caches)");
   const int64_t heads = s.integer(model, "/model", "num_kv_heads", causal ? 1 : 0, ManifestLimits::kMaxHeadsOrDim);

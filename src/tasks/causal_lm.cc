@@ -47,6 +47,7 @@ std::vector<ir::ValueId>& past_slot(models::CausalLmInputs& in, StateKind kind) 
     case StateKind::SelfAttentionKey: return in.past_key;
     case StateKind::SelfAttentionValue: return in.past_value;
     case StateKind::Convolution: return in.past_conv;
+    case StateKind::Recurrent: return in.past_ssm;
     default: unsupported("the causal-LM task carries no {} yet", state_kind_name(kind));
   }
 }
@@ -55,6 +56,7 @@ const std::vector<ir::ValueId>& present_slot(const models::CausalLmOutputs& out,
     case StateKind::SelfAttentionKey: return out.present_key;
     case StateKind::SelfAttentionValue: return out.present_value;
     case StateKind::Convolution: return out.present_conv;
+    case StateKind::Recurrent: return out.present_ssm;
     default: unsupported("the causal-LM task carries no {} yet", state_kind_name(kind));
   }
 }

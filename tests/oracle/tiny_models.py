@@ -170,7 +170,7 @@ PARITY_CASES: dict[str, tuple[str, dict]] = {
 }
 
 # Hybrids: per-layer state beyond the key/value cache, with their own parity test
-# (test_hybrid_lfm2.py); kept out of CASES, whose tests thread a key/value cache only.
+# (test_hybrid_lfm2.py, test_ssm_mamba2.py); kept out of CASES, whose tests thread a key/value cache only.
 HYBRID_CASES: dict[str, tuple[str, dict]] = {
     # conv layer first (the state ports do not start with a key), attention in the middle, kernel 3;
     # Lfm2MLP's auto-adjusted feed-forward size (int(2 * 96 / 3) = 64, rounded up to block_multiple_of)
@@ -180,6 +180,14 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
     "lfm2-bias-k4": ("lfm2", dict(num_hidden_layers=3, layer_types=["full_attention", "conv", "conv"],
                                   conv_L_cache=4, conv_bias=True, block_auto_adjust_ff_dim=False,
                                   tie_word_embeddings=False, norm_eps=1e-5)),
+    # Mamba-2 (test_ssm_mamba2.py): chunk 4 (the 10-token prompt spans 3 chunks, the last padded),
+    # 2 groups over 8 heads, conv biases, kernel 4 (longer than the 3 decode steps), untied head
+    "mamba2": ("mamba2", dict(num_heads=8, head_dim=16, expand=2, state_size=16, n_groups=2, conv_kernel=4,
+                              chunk_size=4, layer_norm_epsilon=1e-5)),
+    # one group, biased projections, tied head, a time_step_limit that clamps, kernel 2
+    "mamba2-g1-tied": ("mamba2", dict(num_heads=4, head_dim=32, expand=2, state_size=8, n_groups=1, conv_kernel=2,
+                                      chunk_size=3, use_bias=True, tie_word_embeddings=True,
+                                      time_step_limit=(0.2, 1.0), layer_norm_epsilon=1e-5)),
 }
 
 
