@@ -1,0 +1,170 @@
+#include "models/mamba2_mixer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "models/blocks.h"
+#include "models/short_conv.h"
+#include "models/ssd.h"
+#include "models/weights.h"
+
+namespace hfx::models {
+
+namespace {
+
+std::string file_name(const io::JsonFile& f) { return f.path.filename().string(); }
+
+// One bound of time_step_limit: a number, or Transformers' {"__float__": "Infinity"} for an
+// unbounded one (config.json cannot spell infinity).
+double time_step_bound(const io::JsonFile& f, const nlohmann::json& v, size_t i) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_object() && v.size() == 1 && v.contains("__float__") && v["__float__"].is_string()) {
+    const auto s = v["__float__"].get<std::string>();
+    if (s == "Infinity") return std::numeric_limits<double>::infinity();
+    if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+  }
+  bad_input("{}: time_step_limit[{}] is {}, not a number", file_name(f), i, v.dump());
+}
+
+ir::ValueId silu(ir::Builder& b, ir::ValueId x) { return b.times(x, b.add1("Sigmoid", {x})); }
+
+// F.softplus (threshold 20: x itself above it), then time_step_limit's clamp where it bounds. The
+// clamp is mamba2_chunk_scan's: Transformers' one-token step (mamba2_selective_state_update) does
+// not clamp, so neither does a step of one token here (nor a decode graph, one token by its shape).
+ir::ValueId discretize(ir::Builder& b, const Mamba2MixerSpec& sp, ir::ValueId dt, ir::ValueId input_ids) {
+  ir::ValueId soft = b.add1("Log", {b.plus(b.add1("Exp", {dt}), b.f32(1.0f))});
+  dt = b.add1("Where", {b.add1("Greater", {dt, b.f32(20.0f)}), dt, soft});
+  const bool bounded = sp.dt_min > 0 || std::isfinite(sp.dt_max);
+  const Shape ids = b.graph().value(input_ids).shape;  // a copy: adding nodes may reallocate
+  if (!bounded || (ids.size() == 2 && ids[1].is_fixed() && ids[1].value == 1)) return dt;
+  ir::ValueId clamped = dt;
+  if (sp.dt_min > 0)
+    clamped = b.add1("Where", {b.add1("Less", {clamped, b.f32(float(sp.dt_min))}), b.f32(float(sp.dt_min)), clamped});
+  if (std::isfinite(sp.dt_max))
+    clamped = b.add1("Where", {b.add1("Greater", {clamped, b.f32(float(sp.dt_max))}), b.f32(float(sp.dt_max)), clamped});
+  ir::ValueId one_token = b.add1("Equal", {b.shape_of(input_ids, 1, 2), b.i64s({1})});
+  return b.add1("Where", {one_token, dt, clamped});
+}
+
+// [b, s, groups * state] -> [b, s, heads, state]: each group's row repeated over its heads
+// (repeat_interleave over the head axis).
+ir::ValueId per_head(ir::Builder& b, const Mamba2MixerSpec& sp, ir::ValueId v) {
+  const int64_t G = sp.groups, N = sp.state_size, per = sp.heads / sp.groups;
+  v = b.reshape(v, {0, 0, G, 1, N});
+  if (per > 1) v = b.add1("Expand", {v, b.concat({b.shape_of(v, 0, 2), b.i64s({G, per, N})}, 0)});
+  return b.reshape(v, {0, 0, sp.heads, N});
+}
+
+}  // namespace
+
+std::vector<ir::StateSpec> Mamba2MixerSpec::states(int64_t layer) const {
+  return {ir::conv_state(layer, conv_dim(), conv_kernel - 1), ir::ssm_state(layer, heads, head_dim, state_size)};
+}
+
+std::string Mamba2MixerSpec::describe() const {
+  return fmt::format("{} heads x head_dim {}, state {}, {} groups, chunk {}; conv kernel {} over {} channels{}; "
+                     "time_step_limit [{}, {}]",
+                     heads, head_dim, state_size, groups, chunk, conv_kernel, conv_dim(), conv_bias ? " (biases)" : "",
+                     dt_min, dt_max);
+}
+
+Mamba2MixerSpec parse_mamba2_mixer(const io::JsonFile& f, int64_t hidden, const Mamba2MixerKeys& k,
+                                   const Mamba2MixerDefaults& d) {
+  const auto& j = f.json;
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  auto int_or = [&](const std::string& key, int64_t fallback, int64_t max) {
+    return key.empty() ? fallback : io::optional_int(f, j, key, 1, max).value_or(fallback);
+  };
+  auto bool_or = [&](const std::string& key, bool fallback) {
+    return key.empty() ? fallback : io::optional_bool(f, j, key).value_or(fallback);
+  };
+  Mamba2MixerSpec s;
+  s.hidden = hidden;
+  s.heads = int_or(k.heads, d.heads, kMaxDim);
+  s.state_size = int_or(k.state_size, d.state_size, 1 << 16);
+  s.groups = int_or(k.groups, d.groups, kMaxDim);
+  const int64_t expand = int_or(k.expand, d.expand, 64);
+  const int64_t intermediate = expand * hidden;  // int(expand * hidden_size)
+  const bool head_dim_auto = d.head_dim_auto && (!j.contains(k.head_dim) || j[k.head_dim].is_null() ||
+                                                 (j[k.head_dim].is_string() && j[k.head_dim].get<std::string>() == "auto"));
+  s.head_dim = head_dim_auto ? intermediate / s.heads : int_or(k.head_dim, d.head_dim, kMaxDim);
+  if (intermediate != s.heads * s.head_dim)
+    bad_input("{}: hidden_size * {} ({}) must equal {} * {} ({} x {})", file_name(f), k.expand, intermediate, k.heads,
+              k.head_dim, s.heads, s.head_dim);
+  if (s.heads % s.groups)
+    bad_input("{}: {} ({}) must be a multiple of {} ({})", file_name(f), k.heads, s.heads, k.groups, s.groups);
+  s.conv_kernel = int_or(k.conv_kernel, d.conv_kernel, 4096);
+  if (s.conv_kernel < 2)
+    unsupported("{}: {} {} (a kernel of 1 carries no state; hfx supports 2 and more)", file_name(f), k.conv_kernel,
+                s.conv_kernel);
+  s.chunk = int_or(k.chunk, d.chunk, 1 << 16);
+  s.eps = k.eps.empty() ? d.eps : norm_eps(f, j, k.eps, d.eps);
+  s.proj_bias = bool_or(k.proj_bias, d.proj_bias);
+  s.conv_bias = bool_or(k.conv_bias, d.conv_bias);
+  if (auto act = io::optional_string(f, j, "hidden_act"); act && *act != "silu" && *act != "swish")
+    unsupported("{}: hidden_act \"{}\" (the Mamba-2 mixer's conv activation; hfx supports silu)", file_name(f), *act);
+  if (j.contains("time_step_limit") && !j["time_step_limit"].is_null()) {
+    const auto& lim = j["time_step_limit"];
+    if (!lim.is_array() || lim.size() != 2) bad_input("{}: time_step_limit must be a pair [min, max]", file_name(f));
+    s.dt_min = time_step_bound(f, lim[0], 0);
+    s.dt_max = time_step_bound(f, lim[1], 1);
+    if (std::isnan(s.dt_min) || std::isnan(s.dt_max) || s.dt_min > s.dt_max)
+      bad_input("{}: time_step_limit [{}, {}] is not a range", file_name(f), s.dt_min, s.dt_max);
+  }
+  return s;
+}
+
+Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& p,
+                            const Mamba2MixerSpec& sp, ir::ValueId past_conv, ir::ValueId past_ssm,
+                            const std::optional<ir::ValueId>& pad_mask, ir::ValueId input_ids) {
+  const int64_t I = sp.intermediate(), CD = sp.conv_dim(), H = sp.heads, GN = sp.groups * sp.state_size,
+                K = sp.conv_kernel;
+  const std::string why = fmt::format("hidden_size={}, heads={}, head_dim={}, groups={}, state_size={}", sp.hidden, H,
+                                      sp.head_dim, sp.groups, sp.state_size);
+  if (pad_mask) x = b.times(x, *pad_mask);
+  ir::ValueId proj;
+  {
+    auto s = b.scope("in_proj");
+    proj = linear(b, ckpt, x, p + "in_proj", sp.hidden, I + CD + H, sp.proj_bias, why);
+  }
+  ir::ValueId gate = b.slice(proj, 0, I, 2), xbc = b.slice(proj, I, I + CD, 2), dt = b.slice(proj, I + CD, I + CD + H, 2);
+
+  Mamba2MixerOut r;
+  {
+    auto s = b.scope("conv1d");
+    // conv1d.weight is torch's depthwise [channels, 1, kernel]: read as [channels, kernel].
+    ir::ValueId w = bind_weight(b, ckpt, p + "conv1d.weight", {CD, 1, K}, why,
+                                [&](ir::WeightRef ref) { return ref.reshaped({CD, K}); });
+    ir::ValueId bias = sp.conv_bias ? bind_weight(b, ckpt, p + "conv1d.bias", {CD}, why) : ir::kNone;
+    ConvOut cv = causal_depthwise_conv(b, b.transpose(xbc, {0, 2, 1}), past_conv, w, bias, CD, K);
+    r.conv_state = cv.present;
+    xbc = silu(b, b.transpose(cv.out, {0, 2, 1}));  // [b, s, conv_dim]
+    if (pad_mask) xbc = b.times(xbc, *pad_mask);
+  }
+  ir::ValueId xs = b.reshape(b.slice(xbc, 0, I, 2), {0, 0, H, sp.head_dim});
+  ir::ValueId Bs = per_head(b, sp, b.slice(xbc, I, I + GN, 2)), Cs = per_head(b, sp, b.slice(xbc, I + GN, I + 2 * GN, 2));
+  dt = discretize(b, sp, b.plus(dt, bind_weight(b, ckpt, p + "dt_bias", {H}, why)), input_ids);
+  ir::ValueId A = b.add1("Neg", {b.add1("Exp", {bind_weight(b, ckpt, p + "A_log", {H}, why)})});
+  ir::ValueId D = bind_weight(b, ckpt, p + "D", {H}, why);
+  SsdOut ssd = ssd_chunk_scan(b, xs, dt, A, Bs, Cs, D, past_ssm, {H, sp.head_dim, sp.state_size, sp.chunk});
+  r.ssm_state = ssd.final_state;
+
+  // MambaRMSNormGated: y * silu(gate), RMS-normalized per group of intermediate / groups, times weight.
+  ir::ValueId y = b.times(b.reshape(ssd.out, {0, 0, I}), silu(b, gate));
+  {
+    auto s = b.scope("norm");
+    const int64_t group = I / sp.groups;
+    const Tensor ones = Tensor::from_vector<float>(DType::F32, {group}, std::vector<float>(size_t(group), 1.0f));
+    y = b.add1("RMSNorm", {b.reshape(y, {0, 0, sp.groups, group}), b.constant(ones, "group_norm_ones")},
+               {{"epsilon", sp.eps}});
+    y = b.times(b.reshape(y, {0, 0, I}), bind_weight(b, ckpt, p + "norm.weight", {I}, why));
+  }
+  auto s = b.scope("out_proj");
+  r.out = linear(b, ckpt, y, p + "out_proj", I, sp.hidden, sp.proj_bias, why);
+  return r;
+}
+
+}  // namespace hfx::models

@@ -1,0 +1,66 @@
+// The Mamba-2 mixer as one block, shared by the families that wire it: Mamba2Mixer (mamba2),
+// GraniteMoeHybridMambaLayer (granitemoehybrid) and the others built on Transformers' torch_forward:
+//
+//   x ─ (padding zeroed) ─ in_proj ─┬─ gate ─────────────────────────────────────────────┐
+//                                   ├─ xBC ─ causal depthwise conv ─ silu ─ (zeroed) ─┐  │
+//                                   └─ dt ─ + dt_bias ─ softplus ─ limits ───────────┴─ SSD scan ─ * silu(gate)
+//   ─ group RMSNorm ─ out_proj
+//
+// Its state: the conv's last kernel - 1 inputs [batch, conv_dim, kernel - 1] (a Convolution state)
+// and the scan's [batch, heads, head_dim, state_size] (a Recurrent state), both replaced each step.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "io/json_fields.h"
+#include "ir/builder.h"
+#include "ir/state.h"
+
+namespace hfx::models {
+
+struct Mamba2MixerSpec {
+  int64_t hidden = 0, heads = 0, head_dim = 0, state_size = 0, groups = 1, conv_kernel = 4, chunk = 256;
+  double eps = 1e-5;  // the gated group norm's
+  bool proj_bias = false, conv_bias = true;
+  double dt_min = 0.0, dt_max = std::numeric_limits<double>::infinity();  // time_step_limit
+
+  int64_t intermediate() const { return heads * head_dim; }
+  int64_t conv_dim() const { return intermediate() + 2 * groups * state_size; }
+  std::vector<ir::StateSpec> states(int64_t layer) const;  // its conv state, then its scan state
+  std::string describe() const;                              // for a model summary's features
+};
+
+// The config keys a family names the mixer's numbers by (mamba2: "num_heads"; granitemoehybrid:
+// "mamba_n_heads", ...). Empty: the family has no such key and `fallback` holds.
+struct Mamba2MixerKeys {
+  std::string heads, head_dim, state_size, groups, expand, conv_kernel, chunk, proj_bias, conv_bias, eps;
+};
+struct Mamba2MixerDefaults {
+  int64_t heads = 128, head_dim = 64, state_size = 128, groups = 8, expand = 2, conv_kernel = 4, chunk = 256;
+  bool proj_bias = false, conv_bias = true;
+  double eps = 1e-5;
+  bool head_dim_auto = false;  // head_dim "auto" or absent: expand * hidden / heads
+};
+// Reads and checks the mixer's numbers (heads * head_dim = expand * hidden, heads a multiple of
+// groups, a kernel of 2 or more, time_step_limit a range) from `config`, naming the file and key.
+Mamba2MixerSpec parse_mamba2_mixer(const io::JsonFile& config, int64_t hidden, const Mamba2MixerKeys& keys,
+                                   const Mamba2MixerDefaults& defaults);
+
+struct Mamba2MixerOut {
+  ir::ValueId out = ir::kNone;                                   // [b, s, hidden]
+  ir::ValueId conv_state = ir::kNone, ssm_state = ir::kNone;     // the states the next step reads
+};
+
+// x [b, s, hidden] (normalized); weights under `prefix` (in_proj, conv1d, dt_bias, A_log, D, norm,
+// out_proj); `past_conv`, `past_ssm` the carried states or kNone (zeros); `pad_mask` the step's
+// padding mask [b, s, 1] (models/short_conv.h) or nullopt; `input_ids` for the step's length.
+Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                            const Mamba2MixerSpec& spec, ir::ValueId past_conv, ir::ValueId past_ssm,
+                            const std::optional<ir::ValueId>& pad_mask, ir::ValueId input_ids);
+
+}  // namespace hfx::models
