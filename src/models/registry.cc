@@ -7,6 +7,7 @@
 #include "models/decoder.h"
 #include "models/gpt2.h"
 #include "models/gpt_neox.h"
+#include "models/granitemoehybrid.h"
 #include "models/lfm2.h"
 #include "models/mamba2.h"
 
@@ -182,6 +183,11 @@ const std::vector<ModelEntry>& model_registry() {
                         "the chunked SSD scan carried as past_ssm.{i} [batch, heads, head_dim, state_size], a gated "
                         "group RMSNorm); no attention",
                         make_mamba2),
+      own_decoder_entry("granitemoehybrid", "GraniteMoeHybridForCausalLM",
+                        "hybrid (Granite 4.0-H, dense): Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention "
+                        "layers scaled by attention_multiplier, rope or none, per layer_types; a shared gated MLP; "
+                        "embedding/residual multipliers and logits_scaling (num_local_experts > 0 refused)",
+                        make_granitemoehybrid),
       encoder_entry("bert", "BertModel",
                     "post-norm encoder; token_type_ids input; BertForSequenceClassification head (pooler + classifier)",
                     make_bert),

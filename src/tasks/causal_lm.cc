@@ -230,13 +230,23 @@ std::optional<ContextLimit> model_context(const io::JsonFile& config, const std:
       break;
     }
   if (limit.field.empty()) return std::nullopt;
-  bool rotary = false;
-  for (const auto& c : built)
-    for (const auto& node : c.graph.nodes())
+  bool rotary = false, reads_positions = false;
+  for (const auto& c : built) {
+    ir::ValueId positions = ir::kNone;
+    for (ir::ValueId id : c.graph.inputs())
+      if (c.graph.value(id).name == "position_ids") positions = id;
+    for (const auto& node : c.graph.nodes()) {
       if (node.op == "RopeCosSin") {
         if (node.attr_int("dynamic", 0)) return std::nullopt;
         rotary = true;
       }
+      if (positions != ir::kNone)
+        reads_positions = reads_positions || std::find(node.inputs.begin(), node.inputs.end(), positions) != node.inputs.end();
+    }
+  }
+  // A model that reads no positions (a state-space model, attention without rope) has no context
+  // to keep within: max_position_embeddings is nominal there, as Transformers runs it.
+  if (!reads_positions) return std::nullopt;
   limit.learned = !rotary;
   return limit;
 }

@@ -188,6 +188,21 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
     "mamba2-g1-tied": ("mamba2", dict(num_heads=4, head_dim=32, expand=2, state_size=8, n_groups=1, conv_kernel=2,
                                       chunk_size=3, use_bias=True, tie_word_embeddings=True,
                                       time_step_limit=(0.2, 1.0), layer_norm_epsilon=1e-5)),
+    # Granite 4.0-H dense: mamba first, attention in the middle (rope), every multiplier away from 1,
+    # chunk 4, 2 groups
+    "granitemoehybrid": ("granitemoehybrid", dict(
+        num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
+        num_local_experts=0, shared_intermediate_size=96, position_embedding_type="rope",
+        embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=4.0,
+        mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4, mamba_chunk_size=4,
+        rms_norm_eps=1e-5)),
+    # no rope, attention first, biased attention and mamba projections, no conv bias, one group, tied
+    "granitemoehybrid-nope-tied": ("granitemoehybrid", dict(
+        num_hidden_layers=3, layer_types=["full_attention", "linear_attention", "linear_attention"],
+        num_local_experts=0, shared_intermediate_size=48, position_embedding_type=None, attention_bias=True,
+        mamba_proj_bias=True, mamba_conv_bias=False, mamba_n_heads=4, mamba_d_head="auto", mamba_d_state=8,
+        mamba_n_groups=1, mamba_d_conv=3, mamba_chunk_size=3, tie_word_embeddings=True, attention_multiplier=0.25,
+        rms_norm_eps=1e-5)),
 }
 
 

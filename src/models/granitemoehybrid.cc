@@ -1,0 +1,234 @@
+#include "models/granitemoehybrid.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "models/blocks.h"
+#include "models/mamba2_mixer.h"
+#include "models/rope.h"
+#include "models/short_conv.h"
+#include "models/weights.h"
+
+namespace hfx::models {
+
+namespace {
+
+struct GraniteHybridConfig {
+  int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0,
+          shared_intermediate_size = 0;
+  double eps = 1e-6, embedding_multiplier = 1.0, residual_multiplier = 1.0, attention_multiplier = 1.0,
+         logits_scaling = 1.0;
+  bool tie_word_embeddings = false, attention_bias = false;
+  std::optional<RopeSpec> rope;  // position_embedding_type "rope"; none otherwise
+  std::vector<bool> layer_is_attention;
+  Activation act = Activation::Silu;
+  Mamba2MixerSpec mixer;
+  std::vector<int64_t> eos_token_ids;
+  std::optional<int64_t> bos_token_id, pad_token_id;
+};
+
+std::string file_name(const io::JsonFile& f) { return f.path.filename().string(); }
+
+double multiplier(const io::JsonFile& f, const nlohmann::json& j, std::string_view key) {
+  return io::optional_number(f, j, key).value_or(1.0);
+}
+
+GraniteHybridConfig parse_config(const io::Checkpoint& ckpt) {
+  const io::JsonFile& f = ckpt.config();
+  const auto& j = f.json;
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  GraniteHybridConfig c;
+  c.vocab_size = io::require_int(f, j, "vocab_size", 1, int64_t(1) << 26);
+  c.hidden_size = io::require_int(f, j, "hidden_size", 1, kMaxDim);
+  c.num_layers = io::require_int(f, j, "num_hidden_layers", 1, 4096);
+  c.num_heads = io::require_int(f, j, "num_attention_heads", 1, 4096);
+  c.num_kv_heads = io::optional_int(f, j, "num_key_value_heads", 1, 4096).value_or(c.num_heads);
+  if (c.num_heads % c.num_kv_heads)
+    bad_input("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", file_name(f), c.num_heads,
+              c.num_kv_heads);
+  if (c.hidden_size % c.num_heads)
+    bad_input("{}: hidden_size ({}) is not a multiple of num_attention_heads ({})", file_name(f), c.hidden_size,
+              c.num_heads);
+  c.head_dim = c.hidden_size / c.num_heads;  // GraniteMoeHybridAttention: config has no head_dim
+  if (const auto experts = io::optional_int(f, j, "num_local_experts", 0, 1 << 16).value_or(8); experts > 0)
+    unsupported("{}: num_local_experts {} (a sparse mixture of experts; hfx supports the dense Granite 4.0-H "
+                "models, num_local_experts 0)",
+                file_name(f), experts);
+  c.shared_intermediate_size = io::optional_int(f, j, "shared_intermediate_size", 1, kMaxDim).value_or(1024);
+  c.eps = norm_eps(f, j, "rms_norm_eps", 1e-6);
+  c.embedding_multiplier = multiplier(f, j, "embedding_multiplier");
+  c.residual_multiplier = multiplier(f, j, "residual_multiplier");
+  c.attention_multiplier = multiplier(f, j, "attention_multiplier");
+  c.logits_scaling = multiplier(f, j, "logits_scaling");
+  if (c.logits_scaling == 0) bad_input("{}: logits_scaling is 0 (the logits are divided by it)", file_name(f));
+  c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(false);
+  c.attention_bias = io::optional_bool(f, j, "attention_bias").value_or(false);
+  c.act = parse_activation(f, "hidden_act", io::optional_string(f, j, "hidden_act").value_or("silu"));
+  const auto pos = io::optional_string(f, j, "position_embedding_type");
+  if (pos && *pos == "rope") {
+    const int64_t max_pos = io::optional_int(f, j, "max_position_embeddings", 1).value_or(2048);
+    c.rope = parse_rope(f, c.head_dim, max_pos);
+  } else if (pos && *pos != "nope") {
+    unsupported("{}: position_embedding_type \"{}\" (supported: rope, nope or none)", file_name(f), *pos);
+  }
+  // layer_types (layers_block_type in older configs), with Transformers' legacy names remapped.
+  const char* key = j.contains("layer_types") && !j["layer_types"].is_null() ? "layer_types" : "layers_block_type";
+  auto types = io::optional_string_list(f, j, key);
+  if (!types) types = std::vector<std::string>(size_t(c.num_layers), "linear_attention");
+  if (int64_t(types->size()) != c.num_layers)
+    bad_input("{}: {} has {} entries, num_hidden_layers is {}", file_name(f), key, types->size(), c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const auto& t = (*types)[size_t(i)];
+    const bool attention = t == "attention" || t == "full_attention";
+    if (!attention && t != "mamba" && t != "linear_attention")
+      unsupported("{}: {}[{}] = \"{}\" (supported: mamba / linear_attention, attention / full_attention)",
+                  file_name(f), key, i, t);
+    c.layer_is_attention.push_back(attention);
+  }
+  // GraniteMoeHybridConfig's mamba_* names and defaults.
+  c.mixer = parse_mamba2_mixer(f, c.hidden_size,
+                               {.heads = "mamba_n_heads", .head_dim = "mamba_d_head", .state_size = "mamba_d_state",
+                                .groups = "mamba_n_groups", .expand = "mamba_expand", .conv_kernel = "mamba_d_conv",
+                                .chunk = "mamba_chunk_size", .proj_bias = "mamba_proj_bias",
+                                .conv_bias = "mamba_conv_bias", .eps = "rms_norm_eps"},
+                               {.heads = 128, .state_size = 256, .groups = 1, .eps = 1e-6, .head_dim_auto = true});
+  read_generation_ids(ckpt, c.vocab_size, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
+  return c;
+}
+
+class GraniteHybrid final : public CausalLm {
+ public:
+  GraniteHybrid(const io::Checkpoint& ckpt, GraniteHybridConfig cfg) : ckpt_(ckpt), c_(std::move(cfg)) {
+    s_ = summary_of(c_, "granitemoehybrid", "GraniteMoeHybridForCausalLM");
+    const auto attention = std::count(c_.layer_is_attention.begin(), c_.layer_is_attention.end(), true);
+    s_.features = {
+        {"layers", fmt::format("{} Mamba-2, {} attention", c_.num_layers - attention, attention)},
+        {"mixer", c_.mixer.describe()},
+        {"attention", fmt::format("{} heads, {} kv heads, head_dim {}, scale attention_multiplier {}{}", c_.num_heads,
+                                  c_.num_kv_heads, c_.head_dim, c_.attention_multiplier,
+                                  c_.rope ? fmt::format(", rope theta {}", c_.rope->theta) : ", no rope")},
+        {"multipliers", fmt::format("embedding {}, residual {}, logits / {}", c_.embedding_multiplier,
+                                    c_.residual_multiplier, c_.logits_scaling)},
+        {"mlp", fmt::format("dense shared_mlp {}", c_.shared_intermediate_size)},
+        {"tie_word_embeddings", c_.tie_word_embeddings ? "yes" : "no"},
+    };
+  }
+
+  const ModelSummary& summary() const override { return s_; }
+  // The attention layers' geometry; every layer is counted, as the layer index names the ports.
+  CacheGeometry cache() const override {
+    return {c_.num_layers, c_.num_kv_heads, c_.head_dim, std::vector<int64_t>(size_t(c_.num_layers), 0)};
+  }
+
+  std::vector<ir::StateSpec> states(const StateLayout& l) const override {
+    std::vector<ir::StateSpec> out;
+    for (int64_t i = 0; i < c_.num_layers; ++i) {
+      if (!c_.layer_is_attention[size_t(i)]) {
+        for (auto& s : c_.mixer.states(i)) out.push_back(s);
+        continue;
+      }
+      for (auto s : ir::kv_cache_states({1, c_.num_kv_heads, c_.head_dim, l.static_cache, l.max_cache_len}, l.length)) {
+        s.layer = i;
+        out.push_back(s);
+      }
+    }
+    return out;
+  }
+  std::string_view state_names() const override { return "js-hybrid"; }
+
+  CausalLmOutputs build(ir::Builder& b, const CausalLmInputs& in) const override {
+    auto model_scope = b.scope("model");
+    ir::ValueId embed = bind_weight(b, ckpt_, "model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size},
+                                    fmt::format("vocab_size, hidden_size={}", c_.hidden_size));
+    ir::ValueId h = b.add1("Embedding", {embed, in.input_ids});
+    if (c_.embedding_multiplier != 1.0) h = b.times(h, b.f32(float(c_.embedding_multiplier)));
+    StepTables tables(b, in);
+    std::optional<std::optional<ir::ValueId>> pad_mask;  // built on the first mamba layer
+    const ir::ValueId residual_scale = b.f32(float(c_.residual_multiplier));
+    CausalLmOutputs out;
+    for (int64_t i = 0; i < c_.num_layers; ++i) {
+      auto layer_scope = b.scope(fmt::format("layers.{}", i));
+      const std::string p = fmt::format("model.layers.{}.", i);
+      ir::ValueId x = rms(b, h, p + "input_layernorm", "input_layernorm");
+      ir::ValueId mixed = ir::kNone;
+      out.present_key.push_back(ir::kNone);
+      out.present_value.push_back(ir::kNone);
+      out.present_conv.push_back(ir::kNone);
+      out.present_ssm.push_back(ir::kNone);
+      if (c_.layer_is_attention[size_t(i)]) {
+        AttentionOut a = attention(b, x, p + "self_attn.", in, i, tables);
+        out.present_key.back() = a.present_key;
+        out.present_value.back() = a.present_value;
+        mixed = a.out;
+      } else {
+        if (!pad_mask) pad_mask = padding_states_mask(b, in);
+        auto s = b.scope("mamba");
+        Mamba2MixerOut m = mamba2_mixer(b, ckpt_, x, p + "mamba.", c_.mixer,
+                                        in.past_conv.empty() ? ir::kNone : in.past_conv[size_t(i)],
+                                        in.past_ssm.empty() ? ir::kNone : in.past_ssm[size_t(i)], *pad_mask, in.input_ids);
+        out.present_conv.back() = m.conv_state;
+        out.present_ssm.back() = m.ssm_state;
+        mixed = m.out;
+      }
+      h = b.plus(h, b.times(mixed, residual_scale));
+      h = b.plus(h, b.times(shared_mlp(b, rms(b, h, p + "post_attention_layernorm", "post_attention_layernorm"), p),
+                            residual_scale));
+      b.graph().rename(h, fmt::format("/model/layers.{}/output", i));
+    }
+    h = rms(b, h, "model.norm", "norm");
+    out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size);
+    if (c_.logits_scaling != 1.0) out.logits = b.divide(out.logits, b.f32(float(c_.logits_scaling)));
+    return out;
+  }
+
+ private:
+  ir::ValueId rms(ir::Builder& b, ir::ValueId x, const std::string& prefix, const std::string& scope) const {
+    return norm(b, ckpt_, x, prefix, c_.hidden_size, NormKind::Rms, c_.eps, false, scope);
+  }
+
+  AttentionOut attention(ir::Builder& b, ir::ValueId x, const std::string& a, const CausalLmInputs& in, int64_t layer,
+                         StepTables& tables) const {
+    auto s = b.scope("self_attn");
+    const std::string why = fmt::format("hidden_size={}, heads={}, kv_heads={}, head_dim={}", c_.hidden_size,
+                                        c_.num_heads, c_.num_kv_heads, c_.head_dim);
+    auto heads = [&](const std::string& proj, int64_t n_heads) {
+      auto ps = b.scope(proj);
+      return split_heads(b, linear(b, ckpt_, x, a + proj, c_.hidden_size, n_heads * c_.head_dim, c_.attention_bias, why),
+                         n_heads, c_.head_dim);
+    };
+    ir::ValueId q = heads("q_proj", c_.num_heads), k = heads("k_proj", c_.num_kv_heads), v = heads("v_proj", c_.num_kv_heads);
+    if (c_.rope) {
+      const auto& cos_sin = tables.rope(*c_.rope);
+      q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});
+      k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});
+    }
+    AttentionOut r = cached_attention(b, in, layer, q, k, v, tables.mask(0), c_.attention_multiplier);
+    auto os = b.scope("o_proj");
+    r.out = linear(b, ckpt_, r.out, a + "o_proj", c_.num_heads * c_.head_dim, c_.hidden_size, c_.attention_bias, why);
+    return r;
+  }
+
+  // GraniteMoeHybridMLP: input_linear [2 S, hidden] chunked into (gate, up), act(gate) * up, output_linear.
+  ir::ValueId shared_mlp(ir::Builder& b, ir::ValueId x, const std::string& p) const {
+    auto s = b.scope("shared_mlp");
+    const int64_t S = c_.shared_intermediate_size;
+    const std::string why = fmt::format("hidden_size={}, shared_intermediate_size={}", c_.hidden_size, S);
+    ir::ValueId both = linear(b, ckpt_, x, p + "shared_mlp.input_linear", c_.hidden_size, 2 * S, false, why);
+    ir::ValueId y = gated_activation(b, b.slice(both, 0, S, 2), b.slice(both, S, 2 * S, 2), c_.act);
+    return linear(b, ckpt_, y, p + "shared_mlp.output_linear", S, c_.hidden_size, false, why);
+  }
+
+  const io::Checkpoint& ckpt_;
+  GraniteHybridConfig c_;
+  ModelSummary s_;
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLm> make_granitemoehybrid(const io::Checkpoint& ckpt) {
+  return std::make_unique<GraniteHybrid>(ckpt, parse_config(ckpt));
+}
+
+}  // namespace hfx::models
