@@ -41,9 +41,22 @@ def load_model(job):
     return model.eval()
 
 
+def is_recurrent(model, layer):
+    """A layer whose state is a convolution's (LFM2's "conv") or a Mamba mixer's ("linear_attention";
+    Mamba2Config names every layer so)."""
+    types = getattr(model.config, "layer_types", None) or []
+    return layer < len(types) and types[layer] in ("conv", "linear_attention", "mamba")
+
+
 def is_hybrid(model):
-    """A model with convolution layers beside attention (LFM2): its cache has a layer of each kind."""
-    return "conv" in (getattr(model.config, "layer_types", None) or [])
+    """A model with recurrent layers (LFM2, Mamba-2, Granite 4.0-H): its cache has a layer of each kind."""
+    return any(is_recurrent(model, i) for i in range(len(getattr(model.config, "layer_types", None) or [])))
+
+
+def cache_argument(model):
+    """The name forward() takes its cache by: cache_params (Mamba2ForCausalLM) or past_key_values."""
+    import inspect
+    return "cache_params" if "cache_params" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def empty_cache(model):
@@ -69,14 +82,19 @@ def cache_of(model, feeds, layers):
         elif f"past_conv.{layer}" in feeds and started:
             state = feeds[f"past_conv.{layer}"].to(torch.float32)
             cache.update_conv_state(torch.nn.functional.pad(state, (1, 0)), layer, conv_kernel_size=state.shape[-1] + 1)
+            if f"past_ssm.{layer}" in feeds:
+                cache.update_recurrent_state(feeds[f"past_ssm.{layer}"].to(torch.float32).contiguous(), layer)
     return cache
 
 
 def cache_tensors(model, cache, layers):
     out = {}
     for layer in range(layers):
-        if is_hybrid(model) and model.config.layer_types[layer] == "conv":
+        if is_recurrent(model, layer):
             out[f"present_conv.{layer}"] = cache.get_conv_state(layer)[:, :, 1:]
+            ssm = cache.get_recurrent_state(layer)
+            if ssm is not None:
+                out[f"present_ssm.{layer}"] = ssm
             continue
         if hasattr(cache, "layers"):
             k, v = cache.layers[layer].keys, cache.layers[layer].values
@@ -127,10 +145,9 @@ def run_step(model, feeds, layers):
     causal = "position_ids" in feeds
     if causal:
         args["position_ids"] = feeds["position_ids"]
-        args["past_key_values"] = cache_of(model, feeds, layers)
+        cache = cache_of(model, feeds, layers)
+        args[cache_argument(model)] = cache if cache is not None else empty_cache(model)
         args["use_cache"] = True
-        if args["past_key_values"] is None:
-            args["past_key_values"] = empty_cache(model)
     elif "token_type_ids" in feeds:
         args["token_type_ids"] = feeds["token_type_ids"]
     if not causal:
@@ -140,7 +157,7 @@ def run_step(model, feeds, layers):
     if getattr(out, "logits", None) is not None:
         result["logits"] = out.logits
     if causal:
-        result.update(cache_tensors(model, out.past_key_values, layers))
+        result.update(cache_tensors(model, getattr(out, cache_argument(model)), layers))
     else:
         hidden = getattr(out, "last_hidden_state", None)
         result["last_hidden_state"] = hidden if hidden is not None else out.hidden_states[-1]

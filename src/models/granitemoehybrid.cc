@@ -167,7 +167,7 @@ class GraniteHybrid final : public CausalLm {
         auto s = b.scope("mamba");
         Mamba2MixerOut m = mamba2_mixer(b, ckpt_, x, p + "mamba.", c_.mixer,
                                         in.past_conv.empty() ? ir::kNone : in.past_conv[size_t(i)],
-                                        in.past_ssm.empty() ? ir::kNone : in.past_ssm[size_t(i)], *pad_mask, in.input_ids);
+                                        in.past_ssm.empty() ? ir::kNone : in.past_ssm[size_t(i)], *pad_mask, in);
         out.present_conv.back() = m.conv_state;
         out.present_ssm.back() = m.ssm_state;
         mixed = m.out;

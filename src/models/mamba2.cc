@@ -80,7 +80,7 @@ class Mamba2 final : public CausalLm {
       {
         auto s = b.scope("mixer");
         m = mamba2_mixer(b, ckpt_, x, p + "mixer.", c_.mixer, in.past_conv.empty() ? ir::kNone : in.past_conv[size_t(i)],
-                         in.past_ssm.empty() ? ir::kNone : in.past_ssm[size_t(i)], pad_mask, in.input_ids);
+                         in.past_ssm.empty() ? ir::kNone : in.past_ssm[size_t(i)], pad_mask, in);
       }
       out.present_key.push_back(ir::kNone);
       out.present_value.push_back(ir::kNone);

@@ -32,21 +32,24 @@ double time_step_bound(const io::JsonFile& f, const nlohmann::json& v, size_t i)
 ir::ValueId silu(ir::Builder& b, ir::ValueId x) { return b.times(x, b.add1("Sigmoid", {x})); }
 
 // F.softplus (threshold 20: x itself above it), then time_step_limit's clamp where it bounds. The
-// clamp is mamba2_chunk_scan's: Transformers' one-token step (mamba2_selective_state_update) does
-// not clamp, so neither does a step of one token here (nor a decode graph, one token by its shape).
-ir::ValueId discretize(ir::Builder& b, const Mamba2MixerSpec& sp, ir::ValueId dt, ir::ValueId input_ids) {
+// clamp is mamba2_chunk_scan's, which Transformers runs for every step but one: a one-token step
+// after a cached past (mamba2_selective_state_update, which does not clamp). A step is that one when
+// it is one token and the mask (or, with a static cache, cache_position) says positions came before.
+ir::ValueId discretize(ir::Builder& b, const Mamba2MixerSpec& sp, ir::ValueId dt, const CausalLmInputs& in) {
   ir::ValueId soft = b.add1("Log", {b.plus(b.add1("Exp", {dt}), b.f32(1.0f))});
   dt = b.add1("Where", {b.add1("Greater", {dt, b.f32(20.0f)}), dt, soft});
-  const bool bounded = sp.dt_min > 0 || std::isfinite(sp.dt_max);
-  const Shape ids = b.graph().value(input_ids).shape;  // a copy: adding nodes may reallocate
-  if (!bounded || (ids.size() == 2 && ids[1].is_fixed() && ids[1].value == 1)) return dt;
+  if (!(sp.dt_min > 0 || std::isfinite(sp.dt_max))) return dt;
   ir::ValueId clamped = dt;
   if (sp.dt_min > 0)
     clamped = b.add1("Where", {b.add1("Less", {clamped, b.f32(float(sp.dt_min))}), b.f32(float(sp.dt_min)), clamped});
   if (std::isfinite(sp.dt_max))
     clamped = b.add1("Where", {b.add1("Greater", {clamped, b.f32(float(sp.dt_max))}), b.f32(float(sp.dt_max)), clamped});
-  ir::ValueId one_token = b.add1("Equal", {b.shape_of(input_ids, 1, 2), b.i64s({1})});
-  return b.add1("Where", {one_token, dt, clamped});
+  ir::ValueId seq = b.shape_of(in.input_ids, 1, 2);  // [1]
+  ir::ValueId after_past = in.cache_position != ir::kNone
+                               ? b.add1("Greater", {b.slice(in.cache_position, 0, 1, 0), b.i64s({0})})
+                               : b.add1("Greater", {b.shape_of(in.attention_mask, 1, 2), seq});
+  ir::ValueId recurrent_step = b.add1("And", {b.add1("Equal", {seq, b.i64s({1})}), after_past});
+  return b.add1("Where", {recurrent_step, dt, clamped});
 }
 
 // [b, s, groups * state] -> [b, s, heads, state]: each group's row repeated over its heads
@@ -119,7 +122,7 @@ Mamba2MixerSpec parse_mamba2_mixer(const io::JsonFile& f, int64_t hidden, const 
 
 Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& p,
                             const Mamba2MixerSpec& sp, ir::ValueId past_conv, ir::ValueId past_ssm,
-                            const std::optional<ir::ValueId>& pad_mask, ir::ValueId input_ids) {
+                            const std::optional<ir::ValueId>& pad_mask, const CausalLmInputs& in) {
   const int64_t I = sp.intermediate(), CD = sp.conv_dim(), H = sp.heads, GN = sp.groups * sp.state_size,
                 K = sp.conv_kernel;
   const std::string why = fmt::format("hidden_size={}, heads={}, head_dim={}, groups={}, state_size={}", sp.hidden, H,
@@ -146,7 +149,7 @@ Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::Valu
   }
   ir::ValueId xs = b.reshape(b.slice(xbc, 0, I, 2), {0, 0, H, sp.head_dim});
   ir::ValueId Bs = per_head(b, sp, b.slice(xbc, I, I + GN, 2)), Cs = per_head(b, sp, b.slice(xbc, I + GN, I + 2 * GN, 2));
-  dt = discretize(b, sp, b.plus(dt, bind_weight(b, ckpt, p + "dt_bias", {H}, why)), input_ids);
+  dt = discretize(b, sp, b.plus(dt, bind_weight(b, ckpt, p + "dt_bias", {H}, why)), in);
   ir::ValueId A = b.add1("Neg", {b.add1("Exp", {bind_weight(b, ckpt, p + "A_log", {H}, why)})});
   ir::ValueId D = bind_weight(b, ckpt, p + "D", {H}, why);
   SsdOut ssd = ssd_chunk_scan(b, xs, dt, A, Bs, Cs, D, past_ssm, {H, sp.head_dim, sp.state_size, sp.chunk});

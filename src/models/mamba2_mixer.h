@@ -20,6 +20,7 @@
 #include "io/json_fields.h"
 #include "ir/builder.h"
 #include "ir/state.h"
+#include "models/model.h"
 
 namespace hfx::models {
 
@@ -58,9 +59,10 @@ struct Mamba2MixerOut {
 
 // x [b, s, hidden] (normalized); weights under `prefix` (in_proj, conv1d, dt_bias, A_log, D, norm,
 // out_proj); `past_conv`, `past_ssm` the carried states or kNone (zeros); `pad_mask` the step's
-// padding mask [b, s, 1] (models/short_conv.h) or nullopt; `input_ids` for the step's length.
+// padding mask [b, s, 1] (models/short_conv.h) or nullopt; `in` the step's inputs (its length and
+// whether positions came before it choose Transformers' recurrent or chunked form's dt limits).
 Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
                             const Mamba2MixerSpec& spec, ir::ValueId past_conv, ir::ValueId past_ssm,
-                            const std::optional<ir::ValueId>& pad_mask, ir::ValueId input_ids);
+                            const std::optional<ir::ValueId>& pad_mask, const CausalLmInputs& in);
 
 }  // namespace hfx::models
