@@ -36,32 +36,34 @@ SsdOut ssd_chunk_scan(ir::Builder& b, ir::ValueId x, ir::ValueId dt, ir::ValueId
             sh.heads, sh.head_dim, sh.state_size, sh.chunk);
   auto scope = b.scope("ssd");
   const int64_t H = sh.heads, P = sh.head_dim, N = sh.state_size, L = sh.chunk;
-  // Pad the sequence to whole chunks: n = ceil(s / L) chunks, pad = n * L - s zero positions.
+  // Chunks of c = min(s, chunk) positions: a prompt longer than a chunk is cut as Transformers cuts
+  // it, a shorter step (a decode step: c = 1) is one chunk of its own length, not padded to `chunk`
+  // (the same sums, so only rounding can differ). The sequence is padded to whole chunks:
+  // n = ceil(s / c) chunks, pad = n * c - s zero positions.
   ir::ValueId s = b.shape_of(x, 1, 2);  // [1]
-  ir::ValueId n = b.divide(b.plus(s, b.i64s({L - 1})), b.i64s({L}));
-  ir::ValueId pad = b.minus(b.times(n, b.i64s({L})), s);
-  auto chunked = [&](ir::ValueId v, std::vector<int64_t> tail) {  // [b, s, tail...] -> [b, n, L, tail...]
+  ir::ValueId c = b.add1("Where", {b.add1("Less", {s, b.i64s({L})}), s, b.i64s({L})});
+  ir::ValueId n = b.divide(b.minus(b.plus(s, c), b.i64s({1})), c);
+  ir::ValueId pad = b.minus(b.times(n, c), s);
+  auto chunked = [&](ir::ValueId v, std::vector<int64_t> tail) {  // [b, s, tail...] -> [b, n, c, tail...]
     v = b.concat({v, zeros(b, v, pad, tail)}, 1);
-    std::vector<int64_t> to = {0, -1, L};
-    to.insert(to.end(), tail.begin(), tail.end());
-    return b.reshape(v, to);
+    return b.add1("Reshape", {v, b.concat({b.i64s({0, -1}), c, b.i64s(tail)}, 0)});
   };
-  ir::ValueId xdt = chunked(b.times(x, b.unsqueeze(dt, {3})), {H, P});  // [b, n, L, H, P]
-  ir::ValueId adt = chunked(b.times(dt, A), {H});                        // [b, n, L, H]
-  ir::ValueId Bc = b.transpose(chunked(B, {H, N}), {0, 1, 3, 2, 4});    // [b, n, H, L, N]
-  ir::ValueId Cc = b.transpose(chunked(C, {H, N}), {0, 1, 3, 2, 4});    // [b, n, H, L, N]
-  ir::ValueId xc = b.transpose(xdt, {0, 1, 3, 2, 4});                    // [b, n, H, L, P]
-  ir::ValueId a = b.transpose(adt, {0, 1, 3, 2});                        // [b, n, H, L]
+  ir::ValueId xdt = chunked(b.times(x, b.unsqueeze(dt, {3})), {H, P});  // [b, n, c, H, P]
+  ir::ValueId adt = chunked(b.times(dt, A), {H});                        // [b, n, c, H]
+  ir::ValueId Bc = b.transpose(chunked(B, {H, N}), {0, 1, 3, 2, 4});    // [b, n, H, c, N]
+  ir::ValueId Cc = b.transpose(chunked(C, {H, N}), {0, 1, 3, 2, 4});    // [b, n, H, c, N]
+  ir::ValueId xc = b.transpose(xdt, {0, 1, 3, 2, 4});                    // [b, n, H, c, P]
+  ir::ValueId a = b.transpose(adt, {0, 1, 3, 2});                        // [b, n, H, c]
   ir::ValueId a_cum = b.add1("CumSum", {a, b.i64(3)});
 
   // 1. Within each chunk: (C B^T masked by the decays) x.
-  ir::ValueId decay = exp_segment_sum(b, a, b.i64(L));                   // [b, n, H, L, L]
+  ir::ValueId decay = exp_segment_sum(b, a, b.squeeze(c, {0}));         // [b, n, H, c, c]
   ir::ValueId scores = b.times(b.matmul(Cc, b.transpose(Bc, {0, 1, 2, 4, 3})), decay);
-  ir::ValueId y_diag = b.matmul(scores, xc);                             // [b, n, H, L, P]
+  ir::ValueId y_diag = b.matmul(scores, xc);                             // [b, n, H, c, P]
 
   // 2. Each chunk's own contribution to the state at its end.
   ir::ValueId a_last = b.slice(a_cum, -1, INT64_MAX, 3);                 // [b, n, H, 1]
-  ir::ValueId to_end = b.add1("Exp", {b.minus(a_last, a_cum)});          // [b, n, H, L]
+  ir::ValueId to_end = b.add1("Exp", {b.minus(a_last, a_cum)});          // [b, n, H, c]
   ir::ValueId states = b.matmul(b.transpose(xc, {0, 1, 2, 4, 3}), b.times(Bc, b.unsqueeze(to_end, {4})));  // [b, n, H, P, N]
 
   // 3. The state at each chunk's start: the carried state and the chunks before, decayed.
@@ -79,7 +81,7 @@ SsdOut ssd_chunk_scan(ir::Builder& b, ir::ValueId x, ir::ValueId dt, ir::ValueId
   // 4. The start state read out at each position, decayed to it.
   ir::ValueId y_off = b.times(b.matmul(Cc, b.transpose(start, {0, 1, 2, 4, 3})), b.unsqueeze(b.add1("Exp", {a_cum}), {4}));
 
-  ir::ValueId y = b.reshape(b.transpose(b.plus(y_diag, y_off), {0, 1, 3, 2, 4}), {0, -1, H, P});  // [b, n L, H, P]
+  ir::ValueId y = b.reshape(b.transpose(b.plus(y_diag, y_off), {0, 1, 3, 2, 4}), {0, -1, H, P});  // [b, n c, H, P]
   y = b.add1("Slice", {y, b.i64s({0}), s, b.i64s({1})});                // [b, s, H, P]
   if (D != ir::kNone) y = b.plus(y, b.times(x, b.reshape(D, {H, 1})));
   r.out = y;

@@ -1,9 +1,10 @@
 // Mamba-2's state-space duality (SSD) scan in primitives: Transformers' mamba2_chunk_scan (the
 // torch_forward path of modeling_mamba2.py), which needs no loop. A prompt is cut into chunks of
-// `chunk` positions (the last padded with zeros, which neither decay nor feed the state); within a
-// chunk the scan is a masked, decayed attention-like product, and the chunks' start states come
-// from one more such product over the chunk index, seeded with the carried state. The same
-// graph serves a prompt and a one-token step (padded to one chunk), so prefill and decode share it.
+// `chunk` positions (the last padded with zeros, which neither decay nor feed the state; a step
+// shorter than `chunk` is one chunk of its own length); within a chunk the scan is a masked, decayed
+// attention-like product, and the chunks' start states come from one more such product over the
+// chunk index, seeded with the carried state. The same graph serves a prompt and a one-token step
+// (one chunk of one position: Transformers' recurrent update), so prefill and decode share it.
 #pragma once
 
 #include <cstdint>

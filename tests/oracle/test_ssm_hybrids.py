@@ -307,3 +307,12 @@ def test_granite_legacy_layer_type_names_build_the_same_graph(tiny_checkpoint, t
     for src, out in ((tiny_checkpoint("granitemoehybrid"), tmp_path / "new"), (folder, tmp_path / "old")):
         run_hfx("export", "--model", src, "--format", "onnx", "--onnx-profile", "portable", "--quiet", "--no-verify", out)
     assert (tmp_path / "new" / "onnx" / "model.onnx").read_bytes() == (tmp_path / "old" / "onnx" / "model.onnx").read_bytes()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_genai_config_for_a_model_genai_cannot_run(case, tiny_checkpoint, tmp_path):
+    """onnxruntime-genai has no Mamba model: the default (ort-requested) export writes no
+    genai_config.json for these families rather than one genai would misread."""
+    run_hfx("export", "--model", tiny_checkpoint(case), "--format", "onnx", "--quiet", "--no-verify", tmp_path / "out")
+    assert (tmp_path / "out" / "onnx" / "model.onnx").exists()
+    assert not (tmp_path / "out" / "onnx" / "genai_config.json").exists()
