@@ -7,9 +7,9 @@
 #include "models/decoder.h"
 #include "models/gpt2.h"
 #include "models/gpt_neox.h"
-#include "models/granitemoehybrid.h"
 #include "models/lfm2.h"
 #include "models/mamba2.h"
+#include "models/mamba2_hybrid.h"
 
 namespace hfx::models {
 
@@ -188,6 +188,10 @@ const std::vector<ModelEntry>& model_registry() {
                         "layers scaled by attention_multiplier, rope or none, per layer_types; a shared gated MLP; "
                         "embedding/residual multipliers and logits_scaling (num_local_experts > 0 refused)",
                         make_granitemoehybrid),
+      own_decoder_entry("bamba", "BambaForCausalLM",
+                        "hybrid: Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention layers at "
+                        "attn_layer_indices with partial rotary; a Llama MLP after pre_ff_layernorm",
+                        make_bamba),
       encoder_entry("bert", "BertModel",
                     "post-norm encoder; token_type_ids input; BertForSequenceClassification head (pooler + classifier)",
                     make_bert),

@@ -1,5 +1,5 @@
 """Mamba-2 mixers against Transformers eager, fp32, on tiny random checkpoints: mamba2 (a pure
-state-space model) and granitemoehybrid (Granite 4.0-H: Mamba-2 and attention layers).
+state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers).
 
 Each case: a left-padded batch of 2 whose 10-token prompt spans several scan chunks (chunk sizes 3
 and 4, the last chunk padded), then 3 single-token steps, each fed the previous step's present
@@ -27,7 +27,7 @@ from test_decoder_parity import assert_close, decode_feeds
 from test_hybrid_lfm2 import NEW_TOKENS, PROMPTS, ort_greedy, present_name, transformers_greedy
 from tiny_models import HYBRID_CASES, load_reference
 
-FAMILIES = ("mamba2", "granitemoehybrid")
+FAMILIES = ("mamba2", "granitemoehybrid", "bamba")
 CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in FAMILIES)
 MAX_CACHE_LEN = 80
 

@@ -77,7 +77,7 @@ def test_oracle_passes_on_every_decoder_family(case, family_export):
     assert "Oracle: Transformers" in (out / "verify" / "onnxruntime" / "report.md").read_text()
 
 
-@pytest.mark.parametrize("case", ["llama", "gemma2", "lfm2", "lfm2-bias-k4", "mamba2-g1-tied", "granitemoehybrid"])
+@pytest.mark.parametrize("case", ["llama", "gemma2", "lfm2", "lfm2-bias-k4", "mamba2-g1-tied", "granitemoehybrid", "bamba"])
 @pytest.mark.parametrize("layout", ["growing", "static", "split"])
 def test_oracle_on_every_layout_and_a_hybrid(case, layout, tiny_checkpoint, tmp_path):
     """The oracle on a static cache with left-padded rows (its padding in the step's past: a padded
@@ -95,9 +95,9 @@ def test_oracle_on_every_layout_and_a_hybrid(case, layout, tiny_checkpoint, tmp_
     numbers = [c for c in report["checks"] if c["name"].startswith("numbers:")]
     assert numbers and all("against Transformers" in c["tolerance"] for c in numbers)
     compared = {name for c in numbers for name in c["measured"]["outputs"]}
-    if case.startswith(("lfm2", "mamba2", "granitemoehybrid")):
+    if case.startswith(("lfm2", "mamba2", "granitemoehybrid", "bamba")):
         assert any(n.startswith("present_conv.") for n in compared), compared
-    if case.startswith(("mamba2", "granitemoehybrid")):
+    if case.startswith(("mamba2", "granitemoehybrid", "bamba")):
         assert any(n.startswith("present_ssm.") for n in compared), compared
     (greedy,) = checks_of(report, "greedy generation")
     assert greedy["measured"]["expected"] == greedy["measured"]["actual"]

@@ -203,6 +203,16 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
         mamba_proj_bias=True, mamba_conv_bias=False, mamba_n_heads=4, mamba_d_head="auto", mamba_d_state=8,
         mamba_n_groups=1, mamba_d_conv=3, mamba_chunk_size=3, tie_word_embeddings=True, attention_multiplier=0.25,
         rms_norm_eps=1e-5)),
+    # Bamba: attention in the middle (partial rotary 0.5 by default), a Llama MLP, chunk 4, 2 groups
+    "bamba": ("bamba", dict(num_hidden_layers=3, attn_layer_indices=[1], mamba_n_heads=8, mamba_d_head=16,
+                            mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4, mamba_chunk_size=4,
+                            rms_norm_eps=1e-5)),
+    # attention first and last, full rotary, biased MLP and attention, tied, one group
+    "bamba-rotary-tied": ("bamba", dict(num_hidden_layers=3, attn_layer_indices=[0, 2], mamba_n_heads=4,
+                                        mamba_d_head="auto", mamba_d_state=8, mamba_n_groups=1, mamba_d_conv=3,
+                                        mamba_chunk_size=3, mlp_bias=True, attention_bias=True,
+                                        tie_word_embeddings=True, rope_parameters=dict(rope_type="default",
+                                        rope_theta=500.0, partial_rotary_factor=1.0), rms_norm_eps=1e-5)),
 }
 
 

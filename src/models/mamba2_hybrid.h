@@ -1,3 +1,5 @@
+// Mamba-2 + attention hybrids, one network told apart by per-family traits:
+//
 // Granite 4.0-H: Transformers' GraniteMoeHybridForCausalLM (modeling_granitemoehybrid.py), dense
 // variants (num_local_experts 0: granite-4.0-h-1b, h-350m, h-micro). Each layer is a Mamba-2 mixer
 // or GQA attention (per layer_types: "mamba"/"linear_attention" or "attention"/"full_attention"),
@@ -11,6 +13,11 @@
 // position_embedding_type is "rope". A mamba layer carries past_conv.{i} and past_ssm.{i}, an
 // attention layer past_key_values.{i}.key|value (the js-hybrid name set transformers.js loads).
 // Sparse-MoE variants (num_local_experts > 0) are refused.
+//
+// Bamba: Transformers' BambaForCausalLM (modeling_bamba.py): the same two layer kinds (attention at
+// attn_layer_indices), a Llama MLP (feed_forward.gate/up/down_proj) after pre_ff_layernorm, no
+// multipliers, scores scaled by head_dim^-0.5, partial rotary (rope_parameters' factor, 0.5 by
+// default), final_layernorm.
 #pragma once
 
 #include <memory>
@@ -20,5 +27,6 @@
 namespace hfx::models {
 
 std::unique_ptr<CausalLm> make_granitemoehybrid(const io::Checkpoint& ckpt);
+std::unique_ptr<CausalLm> make_bamba(const io::Checkpoint& ckpt);
 
 }  // namespace hfx::models

@@ -1,8 +1,9 @@
-#include "models/granitemoehybrid.h"
+#include "models/mamba2_hybrid.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "models/blocks.h"
@@ -15,7 +16,18 @@ namespace hfx::models {
 
 namespace {
 
-struct GraniteHybridConfig {
+// What tells the families apart (the rest of the network is one).
+struct HybridTraits {
+  std::string model_type, hf_class;
+  std::string ffn_norm;    // post_attention_layernorm (Granite) | pre_ff_layernorm (Bamba)
+  std::string final_norm;  // model.norm | model.final_layernorm
+  bool granite = false;    // multipliers, shared_mlp, attention_multiplier, optional rope, layer_types
+};
+
+struct HybridConfig {
+  HybridTraits traits;
+  bool mlp_bias = false;  // Bamba's feed_forward
+  int64_t intermediate_size = 0;  // Bamba's feed_forward
   int64_t vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0,
           shared_intermediate_size = 0;
   double eps = 1e-6, embedding_multiplier = 1.0, residual_multiplier = 1.0, attention_multiplier = 1.0,
@@ -35,11 +47,39 @@ double multiplier(const io::JsonFile& f, const nlohmann::json& j, std::string_vi
   return io::optional_number(f, j, key).value_or(1.0);
 }
 
-GraniteHybridConfig parse_config(const io::Checkpoint& ckpt) {
+// Attention layers from layer_types (Granite; layers_block_type in older configs, legacy names
+// remapped as Transformers does) or attn_layer_indices (Bamba); every other layer is a mixer.
+std::vector<bool> attention_layers(const io::JsonFile& f, const nlohmann::json& j, int64_t num_layers) {
+  std::vector<bool> out;
+  if (j.contains("attn_layer_indices") && !j["attn_layer_indices"].is_null()) {
+    auto idxs = io::optional_int_list(f, j, "attn_layer_indices", 0, num_layers - 1);
+    for (int64_t i = 0; i < num_layers; ++i)
+      out.push_back(idxs && std::find(idxs->begin(), idxs->end(), i) != idxs->end());
+    return out;
+  }
+  const char* key = j.contains("layer_types") && !j["layer_types"].is_null() ? "layer_types" : "layers_block_type";
+  auto types = io::optional_string_list(f, j, key);
+  if (!types) types = std::vector<std::string>(size_t(num_layers), "linear_attention");
+  if (int64_t(types->size()) != num_layers)
+    bad_input("{}: {} has {} entries, num_hidden_layers is {}", file_name(f), key, types->size(), num_layers);
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const auto& t = (*types)[size_t(i)];
+    const bool attention = t == "attention" || t == "full_attention";
+    if (!attention && t != "mamba" && t != "linear_attention")
+      unsupported("{}: {}[{}] = \"{}\" (supported: mamba / linear_attention, attention / full_attention)",
+                  file_name(f), key, i, t);
+    out.push_back(attention);
+  }
+  return out;
+}
+
+HybridConfig parse_config(const io::Checkpoint& ckpt, HybridTraits traits) {
   const io::JsonFile& f = ckpt.config();
   const auto& j = f.json;
   constexpr int64_t kMaxDim = int64_t(1) << 24;
-  GraniteHybridConfig c;
+  HybridConfig c;
+  c.traits = std::move(traits);
+  const bool granite = c.traits.granite;
   c.vocab_size = io::require_int(f, j, "vocab_size", 1, int64_t(1) << 26);
   c.hidden_size = io::require_int(f, j, "hidden_size", 1, kMaxDim);
   c.num_layers = io::require_int(f, j, "num_hidden_layers", 1, 4096);
@@ -51,67 +91,66 @@ GraniteHybridConfig parse_config(const io::Checkpoint& ckpt) {
   if (c.hidden_size % c.num_heads)
     bad_input("{}: hidden_size ({}) is not a multiple of num_attention_heads ({})", file_name(f), c.hidden_size,
               c.num_heads);
-  c.head_dim = c.hidden_size / c.num_heads;  // GraniteMoeHybridAttention: config has no head_dim
-  if (const auto experts = io::optional_int(f, j, "num_local_experts", 0, 1 << 16).value_or(8); experts > 0)
-    unsupported("{}: num_local_experts {} (a sparse mixture of experts; hfx supports the dense Granite 4.0-H "
-                "models, num_local_experts 0)",
-                file_name(f), experts);
-  c.shared_intermediate_size = io::optional_int(f, j, "shared_intermediate_size", 1, kMaxDim).value_or(1024);
-  c.eps = norm_eps(f, j, "rms_norm_eps", 1e-6);
-  c.embedding_multiplier = multiplier(f, j, "embedding_multiplier");
-  c.residual_multiplier = multiplier(f, j, "residual_multiplier");
-  c.attention_multiplier = multiplier(f, j, "attention_multiplier");
-  c.logits_scaling = multiplier(f, j, "logits_scaling");
-  if (c.logits_scaling == 0) bad_input("{}: logits_scaling is 0 (the logits are divided by it)", file_name(f));
+  c.head_dim = c.hidden_size / c.num_heads;  // the attention reads no head_dim from the config
+  if (granite) {
+    if (const auto experts = io::optional_int(f, j, "num_local_experts", 0, 1 << 16).value_or(8); experts > 0)
+      unsupported("{}: num_local_experts {} (a sparse mixture of experts; hfx supports the dense Granite 4.0-H "
+                  "models, num_local_experts 0)",
+                  file_name(f), experts);
+    c.shared_intermediate_size = io::optional_int(f, j, "shared_intermediate_size", 1, kMaxDim).value_or(1024);
+  } else {
+    c.intermediate_size = io::optional_int(f, j, "intermediate_size", 1, kMaxDim).value_or(14336);
+    c.mlp_bias = io::optional_bool(f, j, "mlp_bias").value_or(false);
+  }
+  c.eps = norm_eps(f, j, "rms_norm_eps", granite ? 1e-6 : 1e-5);
+  if (granite) {
+    c.embedding_multiplier = multiplier(f, j, "embedding_multiplier");
+    c.residual_multiplier = multiplier(f, j, "residual_multiplier");
+    c.attention_multiplier = multiplier(f, j, "attention_multiplier");
+    c.logits_scaling = multiplier(f, j, "logits_scaling");
+    if (c.logits_scaling == 0) bad_input("{}: logits_scaling is 0 (the logits are divided by it)", file_name(f));
+  } else {
+    c.attention_multiplier = 1.0 / std::sqrt(double(c.head_dim));  // BambaAttention: head_dim ** -0.5
+  }
   c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(false);
   c.attention_bias = io::optional_bool(f, j, "attention_bias").value_or(false);
   c.act = parse_activation(f, "hidden_act", io::optional_string(f, j, "hidden_act").value_or("silu"));
-  const auto pos = io::optional_string(f, j, "position_embedding_type");
-  if (pos && *pos == "rope") {
-    const int64_t max_pos = io::optional_int(f, j, "max_position_embeddings", 1).value_or(2048);
+  const int64_t max_pos = io::optional_int(f, j, "max_position_embeddings", 1).value_or(granite ? 2048 : 262144);
+  if (!granite) {
+    c.rope = parse_rope(f, c.head_dim, max_pos, {.partial_rotary_factor = 0.5});  // BambaConfig's default
+  } else if (const auto pos = io::optional_string(f, j, "position_embedding_type"); pos && *pos == "rope") {
     c.rope = parse_rope(f, c.head_dim, max_pos);
   } else if (pos && *pos != "nope") {
     unsupported("{}: position_embedding_type \"{}\" (supported: rope, nope or none)", file_name(f), *pos);
   }
-  // layer_types (layers_block_type in older configs), with Transformers' legacy names remapped.
-  const char* key = j.contains("layer_types") && !j["layer_types"].is_null() ? "layer_types" : "layers_block_type";
-  auto types = io::optional_string_list(f, j, key);
-  if (!types) types = std::vector<std::string>(size_t(c.num_layers), "linear_attention");
-  if (int64_t(types->size()) != c.num_layers)
-    bad_input("{}: {} has {} entries, num_hidden_layers is {}", file_name(f), key, types->size(), c.num_layers);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const auto& t = (*types)[size_t(i)];
-    const bool attention = t == "attention" || t == "full_attention";
-    if (!attention && t != "mamba" && t != "linear_attention")
-      unsupported("{}: {}[{}] = \"{}\" (supported: mamba / linear_attention, attention / full_attention)",
-                  file_name(f), key, i, t);
-    c.layer_is_attention.push_back(attention);
-  }
-  // GraniteMoeHybridConfig's mamba_* names and defaults.
+  c.layer_is_attention = attention_layers(f, j, c.num_layers);
+  // GraniteMoeHybridConfig's and BambaConfig's mamba_* names and defaults.
   c.mixer = parse_mamba2_mixer(f, c.hidden_size,
                                {.heads = "mamba_n_heads", .head_dim = "mamba_d_head", .state_size = "mamba_d_state",
                                 .groups = "mamba_n_groups", .expand = "mamba_expand", .conv_kernel = "mamba_d_conv",
                                 .chunk = "mamba_chunk_size", .proj_bias = "mamba_proj_bias",
                                 .conv_bias = "mamba_conv_bias", .eps = "rms_norm_eps"},
-                               {.heads = 128, .state_size = 256, .groups = 1, .eps = 1e-6, .head_dim_auto = true});
+                               {.heads = 128, .state_size = 256, .groups = 1, .eps = c.eps, .head_dim_auto = true});
   read_generation_ids(ckpt, c.vocab_size, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
   return c;
 }
 
-class GraniteHybrid final : public CausalLm {
+class Mamba2Hybrid final : public CausalLm {
  public:
-  GraniteHybrid(const io::Checkpoint& ckpt, GraniteHybridConfig cfg) : ckpt_(ckpt), c_(std::move(cfg)) {
-    s_ = summary_of(c_, "granitemoehybrid", "GraniteMoeHybridForCausalLM");
+  Mamba2Hybrid(const io::Checkpoint& ckpt, HybridConfig cfg) : ckpt_(ckpt), c_(std::move(cfg)) {
+    s_ = summary_of(c_, c_.traits.model_type, c_.traits.hf_class);
     const auto attention = std::count(c_.layer_is_attention.begin(), c_.layer_is_attention.end(), true);
     s_.features = {
         {"layers", fmt::format("{} Mamba-2, {} attention", c_.num_layers - attention, attention)},
         {"mixer", c_.mixer.describe()},
-        {"attention", fmt::format("{} heads, {} kv heads, head_dim {}, scale attention_multiplier {}{}", c_.num_heads,
-                                  c_.num_kv_heads, c_.head_dim, c_.attention_multiplier,
-                                  c_.rope ? fmt::format(", rope theta {}", c_.rope->theta) : ", no rope")},
+        {"attention", fmt::format("{} heads, {} kv heads, head_dim {}, scale {}{}", c_.num_heads, c_.num_kv_heads,
+                                  c_.head_dim, c_.attention_multiplier,
+                                  c_.rope ? fmt::format(", rope theta {} over {} dims", c_.rope->theta, c_.rope->rotary_dim)
+                                          : ", no rope")},
         {"multipliers", fmt::format("embedding {}, residual {}, logits / {}", c_.embedding_multiplier,
                                     c_.residual_multiplier, c_.logits_scaling)},
-        {"mlp", fmt::format("dense shared_mlp {}", c_.shared_intermediate_size)},
+        {"mlp", c_.traits.granite ? fmt::format("dense shared_mlp {}", c_.shared_intermediate_size)
+                                  : fmt::format("feed_forward {}{}", c_.intermediate_size, c_.mlp_bias ? ", biases" : "")},
         {"tie_word_embeddings", c_.tie_word_embeddings ? "yes" : "no"},
     };
   }
@@ -146,7 +185,10 @@ class GraniteHybrid final : public CausalLm {
     if (c_.embedding_multiplier != 1.0) h = b.times(h, b.f32(float(c_.embedding_multiplier)));
     StepTables tables(b, in);
     std::optional<std::optional<ir::ValueId>> pad_mask;  // built on the first mamba layer
-    const ir::ValueId residual_scale = b.f32(float(c_.residual_multiplier));
+    // Granite's residual_multiplier (x * 1.0 is exact: left out when it is 1, as for Bamba).
+    auto scaled = [&](ir::ValueId v) {
+      return c_.residual_multiplier == 1.0 ? v : b.times(v, b.f32(float(c_.residual_multiplier)));
+    };
     CausalLmOutputs out;
     for (int64_t i = 0; i < c_.num_layers; ++i) {
       auto layer_scope = b.scope(fmt::format("layers.{}", i));
@@ -172,12 +214,12 @@ class GraniteHybrid final : public CausalLm {
         out.present_ssm.back() = m.ssm_state;
         mixed = m.out;
       }
-      h = b.plus(h, b.times(mixed, residual_scale));
-      h = b.plus(h, b.times(shared_mlp(b, rms(b, h, p + "post_attention_layernorm", "post_attention_layernorm"), p),
-                            residual_scale));
+      h = b.plus(h, scaled(mixed));
+      ir::ValueId x2 = rms(b, h, p + c_.traits.ffn_norm, c_.traits.ffn_norm);
+      h = b.plus(h, scaled(c_.traits.granite ? shared_mlp(b, x2, p) : feed_forward(b, x2, p)));
       b.graph().rename(h, fmt::format("/model/layers.{}/output", i));
     }
-    h = rms(b, h, "model.norm", "norm");
+    h = rms(b, h, c_.traits.final_norm, c_.traits.final_norm.substr(6));
     out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size);
     if (c_.logits_scaling != 1.0) out.logits = b.divide(out.logits, b.f32(float(c_.logits_scaling)));
     return out;
@@ -220,15 +262,28 @@ class GraniteHybrid final : public CausalLm {
     return linear(b, ckpt_, y, p + "shared_mlp.output_linear", S, c_.hidden_size, false, why);
   }
 
+  // BambaMLP: down(act(gate(x)) * up(x)).
+  ir::ValueId feed_forward(ir::Builder& b, ir::ValueId x, const std::string& p) const {
+    auto s = b.scope("feed_forward");
+    return gated_mlp(b, ckpt_, x, p + "feed_forward.", {}, c_.hidden_size, c_.intermediate_size, c_.mlp_bias, c_.act,
+                     fmt::format("hidden_size={}, intermediate_size={}", c_.hidden_size, c_.intermediate_size));
+  }
+
   const io::Checkpoint& ckpt_;
-  GraniteHybridConfig c_;
+  HybridConfig c_;
   ModelSummary s_;
 };
 
 }  // namespace
 
 std::unique_ptr<CausalLm> make_granitemoehybrid(const io::Checkpoint& ckpt) {
-  return std::make_unique<GraniteHybrid>(ckpt, parse_config(ckpt));
+  return std::make_unique<Mamba2Hybrid>(
+      ckpt, parse_config(ckpt, {"granitemoehybrid", "GraniteMoeHybridForCausalLM", "post_attention_layernorm", "model.norm", true}));
+}
+
+std::unique_ptr<CausalLm> make_bamba(const io::Checkpoint& ckpt) {
+  return std::make_unique<Mamba2Hybrid>(
+      ckpt, parse_config(ckpt, {"bamba", "BambaForCausalLM", "pre_ff_layernorm", "model.final_layernorm", false}));
 }
 
 }  // namespace hfx::models
