@@ -316,3 +316,15 @@ def test_no_genai_config_for_a_model_genai_cannot_run(case, tiny_checkpoint, tmp
     run_hfx("export", "--model", tiny_checkpoint(case), "--format", "onnx", "--quiet", "--no-verify", tmp_path / "out")
     assert (tmp_path / "out" / "onnx" / "model.onnx").exists()
     assert not (tmp_path / "out" / "onnx" / "genai_config.json").exists()
+
+
+@pytest.mark.parametrize("fmt", ["pt2", "executorch"])
+def test_program_formats_refuse_the_scan_in_one_line(fmt, tiny_checkpoint, tmp_path):
+    """.pt2 and .pte cannot hold the scan's chunk count yet: one line naming the format and the state,
+    and no output folder."""
+    proc = run_hfx("export", "--model", tiny_checkpoint("granitemoehybrid"), "--format", fmt, "--static-cache",
+                   "--max-cache-len", "32", tmp_path / "out", check=False)
+    assert proc.returncode != 0, proc.stderr
+    assert f"format {fmt} does not write a Mamba-2 scan yet (past_ssm.0" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -76,6 +76,7 @@ std::string runtime_version(const std::string& python) {
 // The one shape of a component this format writes, or BadInput saying what to ask for.
 void check_component(const tasks::Component& c) {
   if (is_encoder(c)) return;
+  refuse_ssd_scan(c, "executorch");
   if (c.role != "decoder" && c.role != "prefill" && c.role != "decode")
     unsupported("format executorch writes decoders and encoders, not a {} component: export it as onnx, openvino or pt2", c.role);
   if (c.role != "decoder")

@@ -112,6 +112,7 @@ class Pt2Backend final : public Backend {
       unsupported("format pt2 writes f32 programs; --dtype/--quantize ({}) are not implemented for it yet: export pt2 "
                   "without them, or in a separate export",
                   precision.str());
+    refuse_ssd_scan(c, "pt2");
     std::vector<std::string> passes_run;
     ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(c.graph, passes(), &passes_run); });
     pt2_backend::Pt2WriteOptions o;
