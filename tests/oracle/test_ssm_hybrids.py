@@ -328,3 +328,17 @@ def test_program_formats_refuse_the_scan_in_one_line(fmt, tiny_checkpoint, tmp_p
     assert f"format {fmt} does not write a Mamba-2 scan yet (past_ssm.0" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+@pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
+                                       ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
+@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba"])
+def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
+    """Every precision hfx offers, on each family: the export's own check (the artifact's numbers and
+    greedy tokens against the reference executor at the precision's stated gate, docs/verify.md, on
+    ONNX Runtime or OpenVINO as well as hfx's reference executor) passes, or nothing is published."""
+    out = tmp_path / "out"
+    proc = run_hfx("export", "--model", tiny_checkpoint(case), "--format", fmt, *precision, out)
+    assert "checks passed" in proc.stdout or "identical" in proc.stdout, proc.stdout + proc.stderr
+    assert (out / "hfx.json").exists()
