@@ -235,7 +235,8 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
 // A case for an artifact that keeps its cache as state (OpenVINO's stateful decoder): the cache is
 // filled by really running the first `past` tokens. Returns the inputs of that first step (nullopt
 // when past is 0) and sets `step` to the second step's inputs, whose state inputs are the
-// reference's state outputs after the first step, so the reference runs the step exactly as the state
+// reference's state outputs after the first step (replaced by the state the artifact's runtime held,
+// where it shows it: verify.cc's start_from_held_state), so the reference runs the step as the state
 // holder does. Rows are left-padded as make_inputs does, over the whole past + sequence.
 std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref, const ShapeCase& c,
                                                            const runtime::CacheSpec& cache, int64_t vocab, uint64_t seed,

@@ -131,6 +131,7 @@ class StepSession final : public VerifySession {
           r.load_s += seconds_since(t0);
         }
         if (c.prefix) runner->run(*c.prefix);
+        r.held.push_back(c.prefix ? runner->held_state() : std::map<std::string, Tensor>{});
         r.outputs.push_back(runner->run(c.inputs));
         progress.advance(1, 0);
       }

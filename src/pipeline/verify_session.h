@@ -68,6 +68,9 @@ struct PlacementReport {
 
 struct SessionResult {
   std::vector<std::map<std::string, Tensor>> outputs;  // per case, in order
+  // Per case with a prefix, the state the runtime held after it (StepRunner::held_state); may be
+  // shorter than `outputs` or hold empty maps where a runtime cannot show its state.
+  std::vector<std::map<std::string, Tensor>> held;
   double cases_s = 0;                                  // the cases' wall time
   std::vector<std::vector<int64_t>> tokens;            // per prompt (empty without generate)
   double generate_s = 0;

@@ -22,6 +22,9 @@ class StepRunner {
   virtual ~StepRunner() = default;
   virtual std::vector<std::string> input_names() const = 0;
   virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) = 0;
+  // The state a runner holds itself after its last run (a stateful runtime's variables), by the
+  // runtime's own name for each; empty when it holds none or cannot show it.
+  virtual std::map<std::string, Tensor> held_state() { return {}; }
 };
 
 // The reference executor as a step runner.

@@ -120,6 +120,21 @@ class OpenVinoRunner final : public StepRunner {
     return out;
   }
 
+  // The stateful IR's variables (named by tasks::openvino_variable_id), as the next run reads them.
+  std::map<std::string, Tensor> held_state() override {
+    std::map<std::string, Tensor> held;
+    if (!stateful_) return held;
+    for (auto& state : request_.query_state()) {
+      const ov::Tensor t = state.get_state();
+      if (t.get_element_type() != ov::element::f32) continue;  // hfx's states are f32
+      const ov::Shape dims = t.get_shape();
+      Tensor r(DType::F32, std::vector<int64_t>(dims.begin(), dims.end()));
+      std::memcpy(r.data(), t.data(), r.nbytes());
+      held.emplace(state.get_name(), std::move(r));
+    }
+    return held;
+  }
+
  private:
   std::filesystem::path xml_;
   ov::CompiledModel compiled_;
