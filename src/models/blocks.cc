@@ -178,6 +178,19 @@ void warn_once(const std::string& message) {
 
 }  // namespace
 
+HeadCounts parse_head_counts(const io::JsonFile& f, int64_t hidden_size) {
+  const auto& j = f.json;
+  HeadCounts h;
+  h.heads = io::require_int(f, j, "num_attention_heads", 1, 4096);
+  h.kv_heads = io::optional_int(f, j, "num_key_value_heads", 1, 4096).value_or(h.heads);
+  const std::string file = f.path.filename().string();
+  if (h.heads % h.kv_heads)
+    bad_input("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", file, h.heads, h.kv_heads);
+  if (hidden_size % h.heads)
+    bad_input("{}: hidden_size ({}) is not a multiple of num_attention_heads ({})", file, hidden_size, h.heads);
+  return h;
+}
+
 void read_generation_ids(const io::Checkpoint& ckpt, int64_t vocab_size, std::vector<int64_t>& eos,
                          std::optional<int64_t>& bos, std::optional<int64_t>& pad) {
   const io::JsonFile& f = ckpt.config();

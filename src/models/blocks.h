@@ -86,6 +86,13 @@ AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t 
 ir::ValueId lm_head(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId h, ir::ValueId embed, bool tied,
                     int64_t vocab, int64_t hidden, const std::string& head_name = "lm_head.weight", bool bias = false);
 
+// num_attention_heads and num_key_value_heads (default: the heads) from `config`, checked: kv heads
+// divide heads, heads divide hidden_size (errors name the file and both numbers).
+struct HeadCounts {
+  int64_t heads = 0, kv_heads = 0;
+};
+HeadCounts parse_head_counts(const io::JsonFile& config, int64_t hidden_size);
+
 // eos/bos/pad ids: generation_config.json wins over config.json, as in Transformers' generate(). An
 // id at or past `vocab_size` is dropped with a warning naming the file and field: no step can produce
 // it, and as padding it would index past the embedding.

@@ -53,14 +53,9 @@ Lfm2Config parse_lfm2_config(const io::Checkpoint& ckpt) {
   }
   if (c.intermediate_size < 1) bad_input("{}: the adjusted feed-forward size is {}", file_name(f), c.intermediate_size);
   c.num_layers = io::require_int(f, j, "num_hidden_layers", 1, 4096);
-  c.num_heads = io::require_int(f, j, "num_attention_heads", 1, 4096);
-  c.num_kv_heads = io::optional_int(f, j, "num_key_value_heads", 1, 4096).value_or(c.num_heads);
-  if (c.num_heads % c.num_kv_heads)
-    bad_input("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", file_name(f), c.num_heads,
-              c.num_kv_heads);
-  if (c.hidden_size % c.num_heads)
-    bad_input("{}: hidden_size ({}) is not a multiple of num_attention_heads ({})", file_name(f), c.hidden_size,
-              c.num_heads);
+  const HeadCounts heads = parse_head_counts(f, c.hidden_size);
+  c.num_heads = heads.heads;
+  c.num_kv_heads = heads.kv_heads;
   c.head_dim = c.hidden_size / c.num_heads;  // Lfm2Attention: hidden_size // num_attention_heads
   c.eps = norm_eps(f, j, "norm_eps", 1e-5);
   c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings")
@@ -117,18 +112,9 @@ class Lfm2 final : public CausalLm {
   }
 
   std::vector<ir::StateSpec> states(const StateLayout& l) const override {
-    std::vector<ir::StateSpec> out;
-    for (int64_t i = 0; i < c_.num_layers; ++i) {
-      if (!c_.layer_is_attention[size_t(i)]) {
-        out.push_back(ir::conv_state(i, c_.hidden_size, c_.conv_kernel - 1));
-        continue;
-      }
-      for (auto s : ir::kv_cache_states({1, c_.num_kv_heads, c_.head_dim, l.static_cache, l.max_cache_len}, l.length)) {
-        s.layer = i;
-        out.push_back(s);
-      }
-    }
-    return out;
+    return hybrid_states(c_.layer_is_attention, c_.num_kv_heads, c_.head_dim, l, [&](int64_t i) {
+      return std::vector<ir::StateSpec>{ir::conv_state(i, c_.hidden_size, c_.conv_kernel - 1)};
+    });
   }
   std::string_view state_names() const override { return "js-hybrid"; }
 

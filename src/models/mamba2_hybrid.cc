@@ -83,14 +83,9 @@ HybridConfig parse_config(const io::Checkpoint& ckpt, HybridTraits traits) {
   c.vocab_size = io::require_int(f, j, "vocab_size", 1, int64_t(1) << 26);
   c.hidden_size = io::require_int(f, j, "hidden_size", 1, kMaxDim);
   c.num_layers = io::require_int(f, j, "num_hidden_layers", 1, 4096);
-  c.num_heads = io::require_int(f, j, "num_attention_heads", 1, 4096);
-  c.num_kv_heads = io::optional_int(f, j, "num_key_value_heads", 1, 4096).value_or(c.num_heads);
-  if (c.num_heads % c.num_kv_heads)
-    bad_input("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", file_name(f), c.num_heads,
-              c.num_kv_heads);
-  if (c.hidden_size % c.num_heads)
-    bad_input("{}: hidden_size ({}) is not a multiple of num_attention_heads ({})", file_name(f), c.hidden_size,
-              c.num_heads);
+  const HeadCounts heads = parse_head_counts(f, c.hidden_size);
+  c.num_heads = heads.heads;
+  c.num_kv_heads = heads.kv_heads;
   c.head_dim = c.hidden_size / c.num_heads;  // the attention reads no head_dim from the config
   if (granite) {
     if (const auto experts = io::optional_int(f, j, "num_local_experts", 0, 1 << 16).value_or(8); experts > 0)
@@ -162,18 +157,8 @@ class Mamba2Hybrid final : public CausalLm {
   }
 
   std::vector<ir::StateSpec> states(const StateLayout& l) const override {
-    std::vector<ir::StateSpec> out;
-    for (int64_t i = 0; i < c_.num_layers; ++i) {
-      if (!c_.layer_is_attention[size_t(i)]) {
-        for (auto& s : c_.mixer.states(i)) out.push_back(s);
-        continue;
-      }
-      for (auto s : ir::kv_cache_states({1, c_.num_kv_heads, c_.head_dim, l.static_cache, l.max_cache_len}, l.length)) {
-        s.layer = i;
-        out.push_back(s);
-      }
-    }
-    return out;
+    return hybrid_states(c_.layer_is_attention, c_.num_kv_heads, c_.head_dim, l,
+                         [&](int64_t i) { return c_.mixer.states(i); });
   }
   std::string_view state_names() const override { return "js-hybrid"; }
 

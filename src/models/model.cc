@@ -10,6 +10,23 @@ std::vector<ir::StateSpec> CausalLm::states(const StateLayout& l) const {
   return ir::kv_cache_states({g.num_layers, g.num_kv_heads, g.head_dim, l.static_cache, l.max_cache_len}, l.length);
 }
 
+std::vector<ir::StateSpec> hybrid_states(const std::vector<bool>& is_attention, int64_t kv_heads, int64_t head_dim,
+                                         const StateLayout& l,
+                                         const std::function<std::vector<ir::StateSpec>(int64_t)>& own) {
+  std::vector<ir::StateSpec> out;
+  for (int64_t i = 0; i < int64_t(is_attention.size()); ++i) {
+    if (!is_attention[size_t(i)]) {
+      for (auto& s : own(i)) out.push_back(s);
+      continue;
+    }
+    for (auto s : ir::kv_cache_states({1, kv_heads, head_dim, l.static_cache, l.max_cache_len}, l.length)) {
+      s.layer = i;
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
 std::string_view module_name(ModuleKind kind) {
   switch (kind) {
     case ModuleKind::Decoder: return "a decoder";

@@ -5,6 +5,7 @@
 // inputs, call build(), and name the outputs by the contract.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -67,6 +68,12 @@ ModelSummary summary_of(const Config& c, std::string model_type, std::string hf_
   s.pad_token_id = c.pad_token_id;
   return s;
 }
+
+// A hybrid's state: per layer, an attention layer's key and value (kv_heads x head_dim, laid out
+// as `layout` says) or the layer's own states (`own(i)`: a convolution's, a scan's).
+std::vector<ir::StateSpec> hybrid_states(const std::vector<bool>& is_attention, int64_t kv_heads, int64_t head_dim,
+                                         const StateLayout& layout,
+                                         const std::function<std::vector<ir::StateSpec>(int64_t)>& own);
 
 class CausalLm {
  public:

@@ -246,6 +246,21 @@ def test_inspect_names_the_family_and_its_mixer(case, tiny_checkpoint):
     assert model_type in out and "Mamba-2" in out and "state" in out, out
 
 
+def assert_refused(case, edit, message, tiny_checkpoint, tmp_path):
+    """`case`'s checkpoint with config.json edited is refused naming config.json and `message`, and
+    leaves no output folder."""
+    import json
+    import shutil
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint(case), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(edit)
+    (folder / "config.json").write_text(json.dumps(config))
+    proc = run_hfx("export", "--model", folder, "--format", "onnx", tmp_path / "out", check=False)
+    assert proc.returncode != 0 and message in proc.stderr and "config.json" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("edit, message", [
     (dict(expand=3), "must equal num_heads * head_dim"),
     (dict(n_groups=3), "must be a multiple of n_groups"),
@@ -254,16 +269,7 @@ def test_inspect_names_the_family_and_its_mixer(case, tiny_checkpoint):
     (dict(time_step_limit=[0.0, {"__float__": "NaN"}]), "time_step_limit[1]"),
 ])
 def test_inconsistent_configs_are_refused(edit, message, tiny_checkpoint, tmp_path):
-    import json
-    import shutil
-    folder = tmp_path / "ckpt"
-    shutil.copytree(tiny_checkpoint("mamba2"), folder)
-    config = json.loads((folder / "config.json").read_text())
-    config.update(edit)
-    (folder / "config.json").write_text(json.dumps(config))
-    proc = run_hfx("export", "--model", folder, "--format", "onnx", tmp_path / "out", check=False)
-    assert proc.returncode != 0 and message in proc.stderr and "config.json" in proc.stderr, proc.stderr
-    assert not (tmp_path / "out").exists()
+    assert_refused("mamba2", edit, message, tiny_checkpoint, tmp_path)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -274,16 +280,7 @@ def test_inconsistent_configs_are_refused(edit, message, tiny_checkpoint, tmp_pa
     (dict(mamba_n_heads=3), "must equal mamba_n_heads * mamba_d_head"),
 ])
 def test_granite_hybrid_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tmp_path):
-    import json
-    import shutil
-    folder = tmp_path / "ckpt"
-    shutil.copytree(tiny_checkpoint("granitemoehybrid"), folder)
-    config = json.loads((folder / "config.json").read_text())
-    config.update(edit)
-    (folder / "config.json").write_text(json.dumps(config))
-    proc = run_hfx("export", "--model", folder, "--format", "onnx", tmp_path / "out", check=False)
-    assert proc.returncode != 0 and message in proc.stderr and "config.json" in proc.stderr, proc.stderr
-    assert not (tmp_path / "out").exists()
+    assert_refused("granitemoehybrid", edit, message, tiny_checkpoint, tmp_path)
 
 
 def test_granite_legacy_layer_type_names_build_the_same_graph(tiny_checkpoint, tmp_path):
