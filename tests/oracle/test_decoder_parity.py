@@ -66,6 +66,16 @@ def run_steps(run_one, steps, num_layers, kv_heads, head_dim):
     return results
 
 
+def reference_step_runner(ckpt, scratch, decomposed=False):
+    """One step on hfx's reference executor over the checkpoint (`hfx run`), as run_one(feed) -> outputs."""
+    def run_one(feed):
+        inputs, outputs = scratch / "in.safetensors", scratch / "out.safetensors"
+        save_file({k: np.ascontiguousarray(v) for k, v in feed.items()}, str(inputs))
+        run_hfx("run", "--model", ckpt, "--inputs", inputs, "--output", outputs, *(["--decomposed"] if decomposed else []))
+        return load_file(str(outputs))
+    return run_one
+
+
 def assert_close(name, ours, ref):
     assert ours.shape == ref.shape, f"{name}: shape {ours.shape} vs Transformers {ref.shape}"
     diff = np.abs(ours.astype(np.float64) - ref.astype(np.float64))
@@ -119,12 +129,7 @@ def test_reference_executor_matches_transformers(case, decomposed, tiny_checkpoi
     steps = decode_feeds(model.config.vocab_size)
     ref = transformers_steps(model, steps)
 
-    def run_one(feed):
-        inputs, outputs = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
-        save_file({k: np.ascontiguousarray(v) for k, v in feed.items()}, str(inputs))
-        run_hfx("run", "--model", ckpt, "--inputs", inputs, "--output", outputs, *(["--decomposed"] if decomposed else []))
-        return load_file(str(outputs))
-
+    run_one = reference_step_runner(ckpt, tmp_path, decomposed)
     ours = run_steps(run_one, steps, *geometry(model))
     worst = compare(case, ours, ref)
     record_coverage(case, "reference" + ("-decomposed" if decomposed else ""), "logits max abs diff", worst)

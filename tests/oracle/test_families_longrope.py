@@ -12,10 +12,9 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from safetensors.numpy import load_file, save_file
 
 from conftest import run_hfx
-from test_decoder_parity import compare, decode_feeds, geometry, run_steps, transformers_steps
+from test_decoder_parity import compare, decode_feeds, geometry, reference_step_runner, run_steps, transformers_steps
 from tiny_models import PARITY_CASES, load_reference
 
 CASE = "phi3-longrope-switch"
@@ -52,11 +51,6 @@ def test_reference_executor_across_the_switch(decomposed, tiny_checkpoint, tmp_p
     _steps_cross_the_switch(model, steps)
     ref = transformers_steps(model, steps)
 
-    def run_one(feed):
-        inputs, outputs = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
-        save_file({k: np.ascontiguousarray(v) for k, v in feed.items()}, str(inputs))
-        run_hfx("run", "--model", ckpt, "--inputs", inputs, "--output", outputs, *(["--decomposed"] if decomposed else []))
-        return load_file(str(outputs))
-
+    run_one = reference_step_runner(ckpt, tmp_path, decomposed)
     ours = run_steps(run_one, steps, *geometry(model))
     print(f"{CASE}: reference executor ({'decomposed' if decomposed else 'fused'}) max abs diff {compare(CASE, ours, ref):.2e}")

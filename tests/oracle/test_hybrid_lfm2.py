@@ -19,12 +19,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from safetensors.numpy import load_file, save_file
 
 import decode_inputs as D
 from conftest import export_once, hfx_has_openvino, record_coverage, run_hfx
 from tiny_models import HYBRID_CASES, load_reference
-from test_decoder_parity import assert_close, decode_feeds
+from test_decoder_parity import assert_close, decode_feeds, reference_step_runner
 
 CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type == "lfm2")
 LAYOUTS = ["growing", "static"]
@@ -158,12 +157,7 @@ def test_reference_executor_matches_transformers(case, decomposed, tiny_checkpoi
     steps = decode_feeds(model.config.vocab_size)
     ref = transformers_steps(model, steps)
 
-    def run_one(feed):
-        inputs, outputs = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
-        save_file({k: np.ascontiguousarray(v) for k, v in feed.items()}, str(inputs))
-        run_hfx("run", "--model", ckpt, "--inputs", inputs, "--output", outputs, *(["--decomposed"] if decomposed else []))
-        return load_file(str(outputs))
-
+    run_one = reference_step_runner(ckpt, tmp_path, decomposed)
     ours = run_steps(run_one, steps, model, "growing")
     worst = compare(case, ours, ref, "growing", steps)
     record_coverage(case, "reference" + ("-decomposed" if decomposed else ""), "logits and states max abs diff", worst)

@@ -20,10 +20,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from safetensors.numpy import load_file, save_file
 
 from conftest import export_once, hfx_has_openvino, record_coverage, run_hfx
-from test_decoder_parity import assert_close, decode_feeds
+from test_decoder_parity import assert_close, decode_feeds, reference_step_runner
 from test_hybrid_lfm2 import NEW_TOKENS, PROMPTS, ort_greedy, present_name, transformers_greedy
 from tiny_models import HYBRID_CASES, load_reference
 
@@ -148,12 +147,7 @@ def test_reference_executor_matches_transformers(case, decomposed, tiny_checkpoi
     steps = decode_feeds(model.config.vocab_size)
     ref = transformers_steps(model, steps)
 
-    def run_one(feed):
-        inputs, outputs = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
-        save_file({k: np.ascontiguousarray(v) for k, v in feed.items()}, str(inputs))
-        run_hfx("run", "--model", ckpt, "--inputs", inputs, "--output", outputs, *(["--decomposed"] if decomposed else []))
-        return load_file(str(outputs))
-
+    run_one = reference_step_runner(ckpt, tmp_path, decomposed)
     worst = compare(case, run_steps(run_one, steps, model.config), ref)
     record_coverage(case, "reference" + ("-decomposed" if decomposed else ""), "logits and states max abs diff", worst)
 
