@@ -87,7 +87,7 @@ class Mamba2 final : public CausalLm {
       out.present_conv.push_back(m.conv_state);
       out.present_ssm.push_back(m.ssm_state);
       h = b.plus(h, m.out);
-      b.graph().rename(h, fmt::format("/backbone/layers.{}/output", i));
+      b.graph().rename(h, fmt::format("/model/layers.{}/output", i));  // the name verify localises by
     }
     h = norm(b, ckpt_, h, "backbone.norm_f", c_.hidden_size, NormKind::Rms, c_.eps, false, "norm_f");
     out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size);
