@@ -57,11 +57,9 @@ class Mamba2 final : public CausalLm {
   // No layer attends: no key/value cache to size.
   CacheGeometry cache() const override { return {c_.num_layers, 0, 0, std::vector<int64_t>(size_t(c_.num_layers), 0)}; }
 
-  std::vector<ir::StateSpec> states(const StateLayout&) const override {
-    std::vector<ir::StateSpec> out;
-    for (int64_t i = 0; i < c_.num_layers; ++i)
-      for (auto& s : c_.mixer.states(i)) out.push_back(s);
-    return out;
+  std::vector<ir::StateSpec> states(const StateLayout& l) const override {
+    return hybrid_states(std::vector<bool>(size_t(c_.num_layers), false), 0, 0, l,
+                         [&](int64_t i) { return c_.mixer.states(i); });
   }
   std::string_view state_names() const override { return "js-hybrid"; }
 

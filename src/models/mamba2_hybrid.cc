@@ -20,7 +20,7 @@ namespace {
 struct HybridTraits {
   std::string model_type, hf_class;
   std::string ffn_norm;    // post_attention_layernorm (Granite) | pre_ff_layernorm (Bamba)
-  std::string final_norm;  // model.norm | model.final_layernorm
+  std::string final_norm;  // under model.: norm | final_layernorm
   bool granite = false;    // multipliers, shared_mlp, attention_multiplier, optional rope, layer_types
 };
 
@@ -204,7 +204,7 @@ class Mamba2Hybrid final : public CausalLm {
       h = b.plus(h, scaled(c_.traits.granite ? shared_mlp(b, x2, p) : feed_forward(b, x2, p)));
       b.graph().rename(h, fmt::format("/model/layers.{}/output", i));
     }
-    h = rms(b, h, c_.traits.final_norm, c_.traits.final_norm.substr(6));
+    h = rms(b, h, "model." + c_.traits.final_norm, c_.traits.final_norm);
     out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size);
     if (c_.logits_scaling != 1.0) out.logits = b.divide(out.logits, b.f32(float(c_.logits_scaling)));
     return out;
@@ -263,12 +263,12 @@ class Mamba2Hybrid final : public CausalLm {
 
 std::unique_ptr<CausalLm> make_granitemoehybrid(const io::Checkpoint& ckpt) {
   return std::make_unique<Mamba2Hybrid>(
-      ckpt, parse_config(ckpt, {"granitemoehybrid", "GraniteMoeHybridForCausalLM", "post_attention_layernorm", "model.norm", true}));
+      ckpt, parse_config(ckpt, {"granitemoehybrid", "GraniteMoeHybridForCausalLM", "post_attention_layernorm", "norm", true}));
 }
 
 std::unique_ptr<CausalLm> make_bamba(const io::Checkpoint& ckpt) {
   return std::make_unique<Mamba2Hybrid>(
-      ckpt, parse_config(ckpt, {"bamba", "BambaForCausalLM", "pre_ff_layernorm", "model.final_layernorm", false}));
+      ckpt, parse_config(ckpt, {"bamba", "BambaForCausalLM", "pre_ff_layernorm", "final_layernorm", false}));
 }
 
 }  // namespace hfx::models

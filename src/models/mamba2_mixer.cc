@@ -29,8 +29,6 @@ double time_step_bound(const io::JsonFile& f, const nlohmann::json& v, size_t i)
   bad_input("{}: time_step_limit[{}] is {}, not a number", file_name(f), i, v.dump());
 }
 
-ir::ValueId silu(ir::Builder& b, ir::ValueId x) { return b.times(x, b.add1("Sigmoid", {x})); }
-
 // F.softplus (threshold 20: x itself above it), then time_step_limit's clamp where it bounds. The
 // clamp is mamba2_chunk_scan's, which Transformers runs for every step but one: a one-token step
 // after a cached past (mamba2_selective_state_update, which does not clamp). A step is that one when
@@ -144,7 +142,7 @@ Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::Valu
     ir::ValueId bias = sp.conv_bias ? bind_weight(b, ckpt, p + "conv1d.bias", {CD}, why) : ir::kNone;
     ConvOut cv = causal_depthwise_conv(b, b.transpose(xbc, {0, 2, 1}), past_conv, w, bias, CD, K);
     r.conv_state = cv.present;
-    xbc = silu(b, b.transpose(cv.out, {0, 2, 1}));  // [b, s, conv_dim]
+    xbc = activation(b, b.transpose(cv.out, {0, 2, 1}), Activation::Silu);  // [b, s, conv_dim]
     if (pad_mask) xbc = b.times(xbc, *pad_mask);
   }
   ir::ValueId xs = b.reshape(b.slice(xbc, 0, I, 2), {0, 0, H, sp.head_dim});
@@ -156,7 +154,7 @@ Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::Valu
   r.ssm_state = ssd.final_state;
 
   // MambaRMSNormGated: y * silu(gate), RMS-normalized per group of intermediate / groups, times weight.
-  ir::ValueId y = b.times(b.reshape(ssd.out, {0, 0, I}), silu(b, gate));
+  ir::ValueId y = b.times(b.reshape(ssd.out, {0, 0, I}), activation(b, gate, Activation::Silu));
   {
     auto s = b.scope("norm");
     const int64_t group = I / sp.groups;

@@ -490,8 +490,7 @@ std::string VerifyContext::tol_numbers(const std::string& role) const {
                        "activations to int8 alike; a near-tie rounds one step apart and travels on: measured up to 0.066 "
                        "on 13-56 M-parameter bf16 models, docs/verify.md)",
                        atol_for(role), facts.int8_activations);
-  bool recurrent = false;
-  for (const auto& p : art.cache.states) recurrent = recurrent || p.spec.kind == tasks::StateKind::Recurrent;
+  const bool recurrent = tasks::first_of_kind(art.cache.states, tasks::StateKind::Recurrent);
   const std::string scaled = recurrent ? "; a recurrent state's gate is that times its largest magnitude, at least 1" : "";
   return precision == "f32"
              ? fmt::format("max abs <= {:g}, no mismatching element (fp32: only summation order differs{})", atol_for(role),

@@ -149,6 +149,12 @@ std::string genai_name_pattern(std::string_view pattern) {
   return fmt::format("{}%d{}", before, after);
 }
 
+const StatePort* first_of_kind(const std::vector<StatePort>& ports, StateKind kind) {
+  for (const auto& p : ports)
+    if (p.spec.kind == kind) return &p;
+  return nullptr;
+}
+
 std::string openvino_variable_id(const StatePort& port) { return port.past + port.present; }
 
 std::string name_glob(std::string_view pattern) { return fmt::format("{}*", split_pattern(pattern).first); }

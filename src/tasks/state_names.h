@@ -67,6 +67,8 @@ std::vector<std::pair<std::string, std::string>> shared_buffers_of(const std::ve
 // The port, among `ports`, whose past (present) name is `name`; nullptr when none is.
 const StatePort* find_past(const std::vector<StatePort>& ports, std::string_view name);
 const StatePort* find_present(const std::vector<StatePort>& ports, std::string_view name);
+// The first port holding a state of `kind` (a recurrent state, say), or null.
+const StatePort* first_of_kind(const std::vector<StatePort>& ports, StateKind kind);
 
 // What a name that `names` could have produced says: the kind, the layer as written (any digits,
 // unchecked), and which side. nullopt for a name no pattern of the set matches. Used to judge a

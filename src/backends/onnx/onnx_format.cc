@@ -135,9 +135,8 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
 // onnxruntime-genai loads the folder with either lowering (a decoder asked for with the ort profile),
 // unless it carries a recurrent (SSM) state: genai has no Mamba model to drive one (docs/ssm.md).
 bool writes_genai_config(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
-  const bool recurrent = std::any_of(c.state.begin(), c.state.end(),
-                                     [](const tasks::StatePort& p) { return p.spec.kind == tasks::StateKind::Recurrent; });
-  return requested == "ort" && c.role == "decoder" && m.task->generative() && !recurrent;
+  return requested == "ort" && c.role == "decoder" && m.task->generative() &&
+         !tasks::first_of_kind(c.state, tasks::StateKind::Recurrent);
 }
 
 // The task's inputs that graph `g` (the component as lowered) still takes.
