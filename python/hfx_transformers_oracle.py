@@ -9,7 +9,8 @@ writes a result file, both JSON; tensors go through safetensors files:
 
 Each run's outputs are named as hfx names them: logits, present.<layer>.key / .value (the cache after
 the step: the given past_key_values.* plus the step's own keys and values; for a --static-cache step the
-buffers with them written at cache_position, see static_step), last_hidden_state.
+buffers with them written at cache_position, see static_step), last_hidden_state. An encoder-decoder's
+runs are its three graphs (seq2seq_step): the encoder, the decoder's first step and a later one.
 
 Only safetensors are read (use_safetensors=True) and no code from the checkpoint folder runs
 (trust_remote_code=False): the class is the one hfx's definition reproduces, taken from transformers
@@ -138,7 +139,45 @@ def static_step(model, feeds, layers):
     return result
 
 
+def seq2seq_step(model, feeds):
+    """An encoder-decoder's graph (hfx's tasks/seq2seq.h) told by its inputs: the encoder
+    (last_hidden_state), the decoder's first step from encoder_hidden_states (logits, the self-attention
+    cache present.{i}.decoder.* and the cross-attention keys/values present.{i}.encoder.*), or a later
+    step from the carried past_key_values.{i}.decoder|encoder.* (logits, present.{i}.decoder.*). The
+    caches are sized lazily: one built from the config has the encoder's depth, not the decoder's."""
+    from transformers import DynamicCache, EncoderDecoderCache
+    if "encoder_attention_mask" not in feeds:
+        out = model.get_encoder()(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"])
+        return {"last_hidden_state": out.last_hidden_state.detach().contiguous()}
+    first = "encoder_hidden_states" in feeds
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    if first:
+        hidden = feeds["encoder_hidden_states"]
+    else:
+        layer = 0
+        while f"past_key_values.{layer}.decoder.key" in feeds:
+            p = f"past_key_values.{layer}."
+            cache.self_attention_cache.update(feeds[p + "decoder.key"], feeds[p + "decoder.value"], layer)
+            cache.cross_attention_cache.update(feeds[p + "encoder.key"], feeds[p + "encoder.value"], layer)
+            cache.is_updated[layer] = True  # the cross keys/values are read, not computed
+            layer += 1
+        # Read only for its shape: every layer's cross-attention reuses the cached keys/values.
+        length = feeds["past_key_values.0.encoder.key"].shape[2]
+        hidden = torch.zeros(feeds["input_ids"].shape[0], length, model.config.d_model)
+    out = model(encoder_outputs=(hidden,), attention_mask=feeds["encoder_attention_mask"],
+                decoder_input_ids=feeds["input_ids"], past_key_values=cache, use_cache=True)
+    result = {"logits": out.logits}
+    for layer, entry in enumerate(out.past_key_values.self_attention_cache.layers):
+        result[f"present.{layer}.decoder.key"], result[f"present.{layer}.decoder.value"] = entry.keys, entry.values
+        if first:
+            cross = out.past_key_values.cross_attention_cache.layers[layer]
+            result[f"present.{layer}.encoder.key"], result[f"present.{layer}.encoder.value"] = cross.keys, cross.values
+    return {k: v.detach().to(torch.float32).contiguous() for k, v in result.items()}
+
+
 def run_step(model, feeds, layers):
+    if getattr(model.config, "is_encoder_decoder", False):
+        return seq2seq_step(model, feeds)
     if "cache_position" in feeds:
         return static_step(model, feeds, layers)
     args = {"input_ids": feeds["input_ids"], "attention_mask": feeds["attention_mask"]}

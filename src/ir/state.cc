@@ -23,13 +23,14 @@ std::string_view state_update_name(StateUpdate update) {
     case StateUpdate::Append: return "append";
     case StateUpdate::WriteAtPosition: return "write at position";
     case StateUpdate::Replace: return "replace";
+    case StateUpdate::Keep: return "keep";
   }
   return "?";
 }
 
 Shape state_shape(const StateSpec& s, Dim length) {
   Shape shape = s.shape;
-  if (s.update != StateUpdate::Replace) {
+  if (s.update != StateUpdate::Replace && s.update != StateUpdate::Keep) {
     HFX_CHECK(s.axis > 0 && size_t(s.axis) < shape.size(), "state of layer {}: length axis {} outside rank {}", s.layer,
               s.axis, shape.size());
     shape[size_t(s.axis)] = std::move(length);
@@ -48,6 +49,22 @@ std::vector<int64_t> state_dims(const StateSpec& s, int64_t batch, int64_t lengt
     }
   }
   return dims;
+}
+
+std::vector<StateSpec> encoder_decoder_states(int64_t num_layers, int64_t heads, int64_t head_dim,
+                                              const std::string& self_length, const std::string& encoder_length) {
+  std::vector<StateSpec> states;
+  for (int64_t i = 0; i < num_layers; ++i) {
+    for (StateKind kind : {StateKind::SelfAttentionKey, StateKind::SelfAttentionValue})
+      states.push_back({i, kind, DType::F32,
+                        {Dim::sym("batch_size"), Dim::fixed(heads), Dim::sym(self_length), Dim::fixed(head_dim)},
+                        StateUpdate::Append, 2});
+    for (StateKind kind : {StateKind::CrossAttentionKey, StateKind::CrossAttentionValue})
+      states.push_back({i, kind, DType::F32,
+                        {Dim::sym("batch_size"), Dim::fixed(heads), Dim::sym(encoder_length), Dim::fixed(head_dim)},
+                        StateUpdate::Keep, 2});
+  }
+  return states;
 }
 
 std::vector<StateSpec> kv_cache_states(const KvCacheGeometry& g, const std::string& length) {

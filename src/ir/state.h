@@ -28,6 +28,8 @@ enum class StateUpdate {
   Append,           // the step's new entries are concatenated along `axis` (a growing KV cache)
   WriteAtPosition,  // a fixed-length buffer written in place at cache_position along `axis` (a static cache)
   Replace,          // the step returns a whole new state of the same shape (convolution, SSM)
+  Keep,             // the first step computes it, later steps read it unchanged and return none
+                    // (an encoder-decoder's cross-attention keys/values; `axis` is the encoder length)
 };
 std::string_view state_update_name(StateUpdate update);  // "append", "write at position", "replace"
 
@@ -43,10 +45,10 @@ struct StateSpec {
   int64_t axis = -1;  // the length axis; -1 for Replace
 };
 
-// `shape` with its length axis set to `length` (a Replace state's shape as it is).
+// `shape` with its length axis set to `length` (a Replace or Keep state's shape as it is).
 Shape state_shape(const StateSpec& s, Dim length);
-// The concrete shape of a state of `batch` rows holding `length` positions (a Replace state ignores
-// `length`). Every other dim must be fixed.
+// The concrete shape of a state of `batch` rows holding `length` positions (a Keep state's: the
+// encoder's length; a Replace state ignores `length`). Every other dim must be fixed.
 std::vector<int64_t> state_dims(const StateSpec& s, int64_t batch, int64_t length);
 
 // A decoder's key/value cache: per layer a self-attention key and value [batch_size, kv_heads,
@@ -58,6 +60,11 @@ struct KvCacheGeometry {
   int64_t max_cache_len = 0;
 };
 std::vector<StateSpec> kv_cache_states(const KvCacheGeometry& g, const std::string& length = "past_sequence_length");
+// An encoder-decoder's decoder state: per layer its self-attention key and value [batch_size, heads,
+// `self_length`, head_dim], appended to, and its cross-attention key and value [batch_size, heads,
+// `encoder_length`, head_dim], computed by the first step from the encoder's output and kept.
+std::vector<StateSpec> encoder_decoder_states(int64_t num_layers, int64_t heads, int64_t head_dim,
+                                              const std::string& self_length, const std::string& encoder_length);
 
 // A short convolution's carried inputs (LFM2's Lfm2ShortConv): the last `width` = kernel - 1 columns
 // [batch_size, channels, width] it read, channels first as the depthwise conv reads them, replaced

@@ -15,8 +15,10 @@ Activation parse_activation(const io::JsonFile& f, const std::string& key, const
   if (value == "silu" || value == "swish") return Activation::Silu;
   if (value == "gelu") return Activation::Gelu;
   if (value == "gelu_pytorch_tanh" || value == "gelu_new" || value == "gelu_fast") return Activation::GeluTanh;
+  if (value == "relu") return Activation::Relu;
   if (value == "relu2") return Activation::Relu2;
-  unsupported("{}: {} \"{}\" is not supported (supported: silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast, relu2)",
+  unsupported("{}: {} \"{}\" is not supported (supported: silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast, relu, "
+              "relu2)",
               f.path.filename().string(), key, value);
 }
 
@@ -25,6 +27,7 @@ const char* activation_name(Activation act) {
     case Activation::Silu: return "silu";
     case Activation::Gelu: return "gelu";
     case Activation::GeluTanh: return "gelu (tanh approximation)";
+    case Activation::Relu: return "relu";
     case Activation::Relu2: return "relu2 (squared relu)";
   }
   return "?";
@@ -35,8 +38,9 @@ ir::ValueId activation(ir::Builder& b, ir::ValueId x, Activation act) {
     case Activation::Silu: return b.times(x, b.add1("Sigmoid", {x}));
     case Activation::Gelu: return b.add1("Gelu", {x}, {{"approximate", std::string("none")}});
     case Activation::GeluTanh: return b.add1("Gelu", {x}, {{"approximate", std::string("tanh")}});
+    case Activation::Relu: return b.add1("Where", {b.add1("Greater", {x, b.f32(0.0f)}), x, b.f32(0.0f)});
     case Activation::Relu2: {  // torch.square(relu(x))
-      ir::ValueId r = b.add1("Where", {b.add1("Greater", {x, b.f32(0.0f)}), x, b.f32(0.0f)});
+      ir::ValueId r = activation(b, x, Activation::Relu);
       return b.times(r, r);
     }
   }

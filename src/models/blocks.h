@@ -20,8 +20,8 @@ namespace hfx::models {
 // RMSNorm (Llama), RMSNorm times (1 + w) (Gemma, bound as a plus-one weight), LayerNorm (GPT-2).
 enum class NormKind { Rms, RmsPlusOne, Layer, LayerPlusOne };  // LayerPlusOne: Nemotron's LayerNorm1P
 // Transformers' ACT2FN entries hfx implements: silu/swish, gelu (erf), the tanh approximation
-// (gelu_pytorch_tanh, gelu_new, gelu_fast: the same function up to rounding), and relu2 (relu(x)^2).
-enum class Activation { Silu, Gelu, GeluTanh, Relu2 };
+// (gelu_pytorch_tanh, gelu_new, gelu_fast: the same function up to rounding), relu and relu2 (relu(x)^2).
+enum class Activation { Silu, Gelu, GeluTanh, Relu, Relu2 };
 
 // Maps an ACT2FN name; Unsupported naming the field and the supported names otherwise.
 Activation parse_activation(const io::JsonFile& config, const std::string& key, const std::string& value);

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "models/encoder.h"
+#include "models/seq2seq.h"
 
 namespace hfx::models {
 
@@ -31,29 +32,36 @@ std::string_view module_name(ModuleKind kind) {
   switch (kind) {
     case ModuleKind::Decoder: return "a decoder";
     case ModuleKind::Encoder: return "an encoder";
+    case ModuleKind::Seq2Seq: return "an encoder-decoder";
   }
   return "a module";
 }
 
 Model::Model(std::unique_ptr<CausalLm> decoder) : decoder_(std::move(decoder)) { HFX_CHECK(decoder_, "a model without its decoder"); }
 Model::Model(std::unique_ptr<Encoder> encoder) : encoder_(std::move(encoder)) { HFX_CHECK(encoder_, "a model without its encoder"); }
+Model::Model(std::unique_ptr<Seq2SeqLm> seq2seq) : seq2seq_(std::move(seq2seq)) {
+  HFX_CHECK(seq2seq_, "a model without its encoder-decoder");
+}
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 
-const ModelSummary& Model::summary() const { return decoder_ ? decoder_->summary() : encoder_->summary(); }
+const ModelSummary& Model::summary() const {
+  return decoder_ ? decoder_->summary() : encoder_ ? encoder_->summary() : seq2seq_->summary();
+}
 
 bool Model::exposes(ModuleKind kind) const {
   switch (kind) {
     case ModuleKind::Decoder: return decoder_ != nullptr;
     case ModuleKind::Encoder: return encoder_ != nullptr;
+    case ModuleKind::Seq2Seq: return seq2seq_ != nullptr;
   }
   return false;
 }
 
 std::vector<ModuleKind> Model::modules() const {
   std::vector<ModuleKind> out;
-  for (ModuleKind k : {ModuleKind::Decoder, ModuleKind::Encoder})
+  for (ModuleKind k : {ModuleKind::Decoder, ModuleKind::Encoder, ModuleKind::Seq2Seq})
     if (exposes(k)) out.push_back(k);
   return out;
 }
@@ -66,6 +74,11 @@ const CausalLm& Model::decoder() const {
 const Encoder& Model::encoder() const {
   HFX_CHECK(encoder_, "{} exposes no encoder", summary().model_type);
   return *encoder_;
+}
+
+const Seq2SeqLm& Model::seq2seq() const {
+  HFX_CHECK(seq2seq_, "{} exposes no encoder-decoder", summary().model_type);
+  return *seq2seq_;
 }
 
 }  // namespace hfx::models

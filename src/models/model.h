@@ -89,11 +89,12 @@ class CausalLm {
   virtual CausalLmOutputs build(ir::Builder& b, const CausalLmInputs& in) const = 0;
 };
 
-class Encoder;  // models/encoder.h
+class Encoder;    // models/encoder.h
+class Seq2SeqLm;  // models/seq2seq.h
 
 // The parts of a model a task may ask for. A seq2seq model will expose an encoder and a decoder with
 // cross-attention, a vision-language model a vision tower, a projector and a decoder.
-enum class ModuleKind { Decoder, Encoder };
+enum class ModuleKind { Decoder, Encoder, Seq2Seq };
 // "a decoder", "an encoder": for messages.
 std::string_view module_name(ModuleKind kind);
 
@@ -103,6 +104,7 @@ class Model {
  public:
   explicit Model(std::unique_ptr<CausalLm> decoder);
   explicit Model(std::unique_ptr<Encoder> encoder);
+  explicit Model(std::unique_ptr<Seq2SeqLm> seq2seq);
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
   ~Model();
@@ -114,10 +116,12 @@ class Model {
   // Internal error when the model does not expose the module (check exposes() first).
   const CausalLm& decoder() const;
   const Encoder& encoder() const;
+  const Seq2SeqLm& seq2seq() const;
 
  private:
   std::unique_ptr<CausalLm> decoder_;
   std::unique_ptr<Encoder> encoder_;
+  std::unique_ptr<Seq2SeqLm> seq2seq_;
 };
 
 }  // namespace hfx::models

@@ -10,6 +10,7 @@
 #include "models/lfm2.h"
 #include "models/mamba2.h"
 #include "models/mamba2_hybrid.h"
+#include "models/t5.h"
 
 namespace hfx::models {
 
@@ -18,6 +19,7 @@ namespace {
 // The default tasks (tasks/task.h names them too).
 constexpr const char* kCausalLm = "causal-lm";
 constexpr const char* kFeatureExtraction = "feature-extraction";
+constexpr const char* kSeq2SeqLm = "seq2seq-lm";
 
 // A decoder with a file of its own (gpt2.cc, gpt_neox.cc). Not an overload of decoder_entry: a row's
 // `{}` traits would pick the function pointer.
@@ -38,6 +40,13 @@ ModelEntry decoder_entry(std::string type, std::string hf_class, std::string not
 ModelEntry encoder_entry(std::string type, std::string hf_class, std::string notes,
                          std::unique_ptr<Encoder> (*make)(const io::Checkpoint&)) {
   return {std::move(type), std::move(hf_class), std::move(notes), kFeatureExtraction, {ModuleKind::Encoder},
+          [make](const io::Checkpoint& ckpt) { return Model(make(ckpt)); }};
+}
+
+// An encoder-decoder: the seq2seq-lm task's encoder, decoder and decoder_with_past.
+ModelEntry seq2seq_entry(std::string type, std::string hf_class, std::string notes,
+                         std::unique_ptr<Seq2SeqLm> (*make)(const io::Checkpoint&)) {
+  return {std::move(type), std::move(hf_class), std::move(notes), kSeq2SeqLm, {ModuleKind::Seq2Seq},
           [make](const io::Checkpoint& ckpt) { return Model(make(ckpt)); }};
 }
 
@@ -205,6 +214,12 @@ const std::vector<ModelEntry>& model_registry() {
                     "word + position embeddings, q_lin/k_lin/v_lin/out_lin; DistilBertForSequenceClassification head "
                     "(pre_classifier + relu + classifier)",
                     make_distilbert),
+      seq2seq_entry("t5", "T5ForConditionalGeneration",
+                    "encoder-decoder: relative position buckets, unscaled attention, relu or gated-gelu feed-forward, "
+                    "output scaled by d_model^-0.5 when scale_decoder_outputs",
+                    make_t5),
+      seq2seq_entry("mt5", "MT5ForConditionalGeneration", "the T5 network, gated-gelu by default, output never scaled",
+                    make_mt5),
   };
   return entries;
 }

@@ -91,8 +91,9 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
   const auto& recipe = a.manifest["recipe"];
   a.cache.static_cache = recipe["static_cache"].get<bool>();
   a.cache.max_cache_len = recipe["max_cache_len"].get<int64_t>();
-  // An encoder (feature-extraction) carries no state; a hybrid's manifest lists its StateSpecs.
-  if (model.value("task", std::string("causal-lm")) == "causal-lm" && model.contains("states"))
+  // An encoder (feature-extraction) carries no state; a hybrid's or an encoder-decoder's manifest
+  // lists its StateSpecs.
+  if (model.contains("states"))
     a.cache.states = read_states(model);
   else if (model.value("task", std::string("causal-lm")) == "causal-lm")
     a.cache.states = tasks::name_states(

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "pipeline/backend_support.h"
+#include "pipeline/verify.h"
 #include "pipeline/verify_cases.h"
 #include "runtime/tested_runtimes.h"
 
@@ -33,6 +34,33 @@ void refuse_ssd_scan(const tasks::Component& c, const std::string& format) {
     unsupported("format {} does not write a Mamba-2 scan yet ({} is its state): the scan's chunk count, ceil(seq / "
                 "chunk_size), needs floor division in the program's symbolic shapes; export onnx or openvino (docs/ssm.md)",
                 format, p->past);
+}
+
+void refuse_encoder_decoder(const LoadedModel& m, const std::string& format) {
+  if (m.model.exposes(models::ModuleKind::Seq2Seq))
+    unsupported("format {} does not write an encoder-decoder ({}) yet: export onnx or openvino", format,
+                m.summary().model_type);
+}
+
+size_t check_shape_cases(const ExportJob& job, const std::string& format, const std::string& runtime,
+                         const std::string& what) {
+  VerifyOptions vo;
+  vo.runtime = runtime;
+  vo.reexport = false;
+  vo.full_shape_matrix = false;
+  vo.rehash = false;  // this process hashed every file as it wrote it
+  vo.model_dir = job.model.checkpoint->dir();  // the staged manifest's source.path is relative to the final folder
+  VerifyReport report;
+  try {
+    report = verify_export(job.staging, vo);
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("{} (nothing was written; --no-verify skips this check)", e.describe()));
+  }
+  for (const auto& c : report.checks)
+    if (!c.passed)
+      fail(ErrorKind::Mismatch, "the {} export does not match its reference ({}): {}: {} (nothing was written; "
+           "--no-verify skips this check)", format, what, c.name, c.detail);
+  return report.checks.size();
 }
 
 int64_t graph_weight_bytes(const ir::Graph& g) {

@@ -26,8 +26,17 @@ std::unique_ptr<Progress> weight_progress(const std::string& what, const ir::Gra
 // Unsupported, naming the format, when `c` carries a Mamba-2 scan state (the pt2 lowering, which the
 // executorch writer builds on, has no floor division for the scan's chunk count; docs/ssm.md).
 void refuse_ssd_scan(const tasks::Component& c, const std::string& format);
+// Unsupported for an encoder-decoder (T5): `format` does not write one yet.
+void refuse_encoder_decoder(const LoadedModel& m, const std::string& format);
 
 struct ExportJob;
+
+// The built-in check of a format's components that are not decode steps (an encoder, an
+// encoder-decoder's graphs): verify's first shape cases on the staged export, run by `runtime`,
+// against the reference executor. Returns how many checks passed; Mismatch naming the failing check
+// otherwise ("the <format> export does not match its reference (<what>): ..., nothing was written").
+size_t check_shape_cases(const ExportJob& job, const std::string& format, const std::string& runtime,
+                         const std::string& what);
 
 // The built-in check of a decoder format its runtime runs step by step: 8 greedy tokens (for a
 // left-padded batch of 2 when the contract allows it, prompts inside its bounds as `hfx verify` picks

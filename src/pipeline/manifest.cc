@@ -125,6 +125,14 @@ ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& 
     m["state_names"] = std::string(loaded.model.decoder().state_names());
     m["states"] = states_json(loaded.components.front().state);
   }
+  // An encoder-decoder's decoder steps carry self- and cross-attention state (tasks/seq2seq.h).
+  if (loaded.model.exposes(models::ModuleKind::Seq2Seq))
+    for (const auto& c : loaded.components)
+      if (!c.state.empty()) {
+        m["state_names"] = std::string(tasks::state_names(tasks::StateNames::Seq2Seq).name);
+        m["states"] = states_json(c.state);
+        break;
+      }
   json_["model"] = m;
   json_["components"] = nlohmann::ordered_json::array();
   json_["passes"] = nlohmann::ordered_json::array();

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tasks/causal_lm.h"
+#include "tasks/seq2seq.h"
 #include "tasks/state_names.h"
 #include "tasks/task.h"
 
@@ -178,7 +179,8 @@ void validate_states(const Schema& s, const json& model) {
   const json& list = s.array(model, "/model", "states");
   if (list.empty()) s.bad("/model/states", "is empty (a causal LM carries state)");
   if (list.size() > size_t(4 * layers)) s.bad("/model/states", fmt::format("has {} entries for {} layers", list.size(), layers));
-  const auto& dims = tasks::causal_lm_dim_names();
+  std::vector<std::string> dims = tasks::causal_lm_dim_names();
+  for (const auto& d : tasks::seq2seq_dim_names()) dims.push_back(d);
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string p = child("/model/states", i);
     const json& st = list[i];

@@ -68,8 +68,39 @@ StepBounds step_bounds(const ir::Graph& g) {
   std::map<std::string, SymbolBounds> dims;
   for (const char* name : {"batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"})
     if (g.symbols().has(name)) dims[name] = g.symbols().bounds(name);
+  // An encoder-decoder's graphs (tasks/seq2seq.h) name the step's dims for the side they run: the
+  // decoder's steps, or the encoder's source.
+  const std::pair<const char*, const char*> seq2seq[] = {{"sequence_length", "decoder_sequence_length"},
+                                                         {"past_sequence_length", "past_decoder_sequence_length"},
+                                                         {"total_sequence_length", "total_decoder_sequence_length"}};
+  for (const auto& [ours, theirs] : seq2seq)
+    if (g.symbols().has(theirs)) dims[ours] = g.symbols().bounds(theirs);
+  if (!g.symbols().has("decoder_sequence_length") && g.symbols().has("encoder_sequence_length"))
+    dims["sequence_length"] = g.symbols().bounds("encoder_sequence_length");
   return step_bounds(dims);
 }
+
+namespace {
+
+bool takes(const ir::Graph& g, const std::string& name) {
+  for (auto id : g.inputs())
+    if (g.value(id).name == name) return true;
+  return false;
+}
+
+// The source length an encoder-decoder's decoder step reads in verify's cases: 6 positions, moved
+// inside encoder_sequence_length's bounds.
+int64_t encoder_length(const ir::Graph& g) {
+  int64_t e = 6;
+  if (g.symbols().has("encoder_sequence_length")) {
+    const auto& b = g.symbols().bounds("encoder_sequence_length");
+    if (b.max) e = std::min(e, *b.max);
+    if (b.min) e = std::max(e, *b.min);
+  }
+  return std::max<int64_t>(1, e);
+}
+
+}  // namespace
 
 StepBounds step_bounds(const std::vector<const ir::Graph*>& graphs) {
   StepBounds out;
@@ -111,13 +142,15 @@ std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role,
       {"prompt, batch max", "longest, batch max"},    {"decode, cache partial", "one token, batch min"},
       {"prompt, batch min", "longest, batch min"},    {"chunk, cache partial", "half length"},
       {"decode, cache near full", "one token, batch max"}, {"sequence max, cache near full", "longest, batch min"}};
+  // A step with no cache to read: a prefill, an encoder, an encoder-decoder's first decoder step.
+  const bool uncached = role == "prefill" || role == "encoder" || takes(g, "encoder_hidden_states");
   auto add = [&](std::string name, int64_t b, int64_t s, int64_t p) {
     if (role == "encoder" && encoder_names.count(name)) name = encoder_names.at(name);
-    if (role == "prefill" || role == "encoder") p = 0;
+    if (uncached) p = 0;
     s = role == "decode" ? 1 : std::clamp(s, s_lo, std::max(s_lo, s_hi));
     // The cache length this sequence allows: past's own bounds, and past + s within total's.
-    const int64_t lo = role == "prefill" || role == "encoder" ? 0 : std::max(p_lo, t_lo - s);
-    const int64_t hi = role == "prefill" || role == "encoder" ? 0 : std::min(p_hi, total_hi - s);
+    const int64_t lo = uncached ? 0 : std::max(p_lo, t_lo - s);
+    const int64_t hi = uncached ? 0 : std::min(p_hi, total_hi - s);
     if (lo > hi) {
       if (skipped)
         skipped->push_back(fmt::format("{} (batch {}, seq {}): no cache length fits the contract's bounds (past [{}, {}], "
@@ -200,21 +233,41 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
     for (int64_t i = 0; i < S; ++i) ids[size_t(b * S + i)] = int64_t(rng() % uint64_t(vocab));
   }
   in["input_ids"] = i64s({B, S}, ids);
+  // An encoder-decoder's decoder step reads no positions nor a mask of its own tokens (causal, all real).
+  const bool seq2seq_step = wanted.count("encoder_attention_mask") > 0;
   // The reference graph reads position_ids even when the artifact does not (onnx ort profile);
   // run() hands each graph only its own inputs.
-  if (decoder) in["position_ids"] = i64s({B, S}, pos);
-  in["attention_mask"] = i64s({B, mask_len}, mask);
+  if (decoder && !seq2seq_step) in["position_ids"] = i64s({B, S}, pos);
+  if (!seq2seq_step) in["attention_mask"] = i64s({B, mask_len}, mask);
   if (wanted.count("token_type_ids")) {
     std::vector<int64_t> types(static_cast<size_t>(B * S));
     for (int64_t i = 0; i < B * S; ++i) types[size_t(i)] = (i % S) >= S / 2;  // two segments
     in["token_type_ids"] = i64s({B, S}, types);
   }
   std::normal_distribution<float> normal(0.f, 1.f);
+  // An encoder-decoder's decoder step reads a source of E positions, row b right-padded by 2b (as its
+  // tokenizers pad): its mask, and the encoder's output (a first step) or the cross-attention state.
+  const int64_t E = encoder_length(g);
+  if (wanted.count("encoder_attention_mask")) {
+    std::vector<int64_t> source(size_t(B * E), 1);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = E - std::min<int64_t>(2 * b, E - 1); j < E; ++j) source[size_t(b * E + j)] = 0;
+    in["encoder_attention_mask"] = i64s({B, E}, source);
+  }
+  if (wanted.count("encoder_hidden_states")) {
+    int64_t hidden = 0;
+    for (auto id : g.inputs())
+      if (g.value(id).name == "encoder_hidden_states") hidden = g.value(id).shape.at(2).value;
+    Tensor t(DType::F32, {B, E, hidden});
+    for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = normal(rng);
+    in["encoder_hidden_states"] = std::move(t);
+  }
   for (auto id : g.inputs()) {
     const std::string& name = g.value(id).name;
     const tasks::StatePort* port = tasks::find_past(cache.states, name);
     if (!port) continue;
-    Tensor t(port->spec.dtype, tasks::state_dims(port->spec, B, cache.static_cache ? cache.max_cache_len : P));
+    const int64_t length = port->spec.update == tasks::StateUpdate::Keep ? E : cache.static_cache ? cache.max_cache_len : P;
+    Tensor t(port->spec.dtype, tasks::state_dims(port->spec, B, length));
     HFX_CHECK(t.dtype() == DType::F32, "state {} is {}: verify's random states are f32", name, dtype_name(t.dtype()));
     // A replaced state (a convolution's) before any token is zeros, as a runtime that keeps it (the
     // OpenVINO stateful decoder) starts it; after a past it is random like a cache.

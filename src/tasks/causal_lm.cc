@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "ir/builder.h"
+#include "tasks/seq2seq.h"
 #include "tasks/task.h"
 
 namespace hfx::tasks {
@@ -201,12 +202,16 @@ void check_sum_relation(const CausalLmOptions& o) {
 
 void validate(const CausalLmOptions& o) {
   for (const auto& [name, b] : o.dims) {
+    // Every task's dims are known here; each task refuses the others' (tasks/seq2seq.cc).
     const auto& names = causal_lm_dim_names();
-    if (std::find(names.begin(), names.end(), name) == names.end())
-      bad_input("--dim {}: unknown dim (known: {})", name, fmt::join(names, ", "));
+    const auto& seq2seq = seq2seq_dim_names();
+    if (std::find(names.begin(), names.end(), name) == names.end() &&
+        std::find(seq2seq.begin(), seq2seq.end(), name) == seq2seq.end())
+      bad_input("--dim {}: unknown dim (known: {}; an encoder-decoder's: {})", name, fmt::join(names, ", "),
+                fmt::join(seq2seq, ", "));
     if (b.min && b.max && *b.min > *b.max) bad_input("--dim {}: min {} is above max {}", name, *b.min, *b.max);
     // A step has a row, a new token and something to attend to; only the cache may be empty.
-    if (name != kPast && ((b.min && *b.min < 1) || (b.max && *b.max < 1)))
+    if (!name.starts_with("past_") && ((b.min && *b.min < 1) || (b.max && *b.max < 1)))
       bad_input("--dim {}={}:{}: {} is at least 1 (a step has at least one {})", name, b.min ? fmt::format("{}", *b.min) : "",
                 b.max ? fmt::format("{}", *b.max) : "", name, name == kBatch ? "row" : "token");
   }
@@ -280,6 +285,11 @@ std::vector<std::string> fit_to_context(CausalLmOptions& o, const ContextLimit& 
 
 std::vector<Component> build_causal_lm(const models::CausalLm& model, const CausalLmOptions& o) {
   validate(o);
+  for (const auto& [name, b] : o.dims) {
+    const auto& names = causal_lm_dim_names();
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      bad_input("--dim {}: a decoder's dims are {}", name, fmt::join(names, ", "));
+  }
   if (!o.split_prefill) return {build_component(model, o, Step::Any, "decoder", "model")};
   std::vector<Component> out;
   out.push_back(build_component(model, o, Step::Prefill, "prefill", "prefill"));

@@ -88,7 +88,7 @@ std::optional<StateKind> parse_state_kind(std::string_view name) {
 }
 
 std::optional<StateUpdate> parse_state_update(std::string_view name) {
-  for (StateUpdate u : {StateUpdate::Append, StateUpdate::WriteAtPosition, StateUpdate::Replace})
+  for (StateUpdate u : {StateUpdate::Append, StateUpdate::WriteAtPosition, StateUpdate::Replace, StateUpdate::Keep})
     if (state_update_name(u) == name) return u;
   return std::nullopt;
 }

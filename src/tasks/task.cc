@@ -2,13 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "tasks/feature_extraction.h"
+#include "tasks/seq2seq.h"
 
 namespace hfx::tasks {
 
 const std::vector<const Task*>& all_tasks() {
-  static const std::vector<const Task*> tasks = {&causal_lm_task(), &feature_extraction_task()};
+  static const std::vector<const Task*> tasks = {&causal_lm_task(), &feature_extraction_task(), &seq2seq_task()};
   return tasks;
 }
 
@@ -28,7 +31,8 @@ const std::vector<std::string>& known_roles() {
   static const std::vector<std::string> roles = [] {
     std::vector<std::string> all;
     for (const Task* t : all_tasks())
-      for (const auto& r : t->roles()) all.push_back(r);
+      for (const auto& r : t->roles())
+        if (std::find(all.begin(), all.end(), r) == all.end()) all.push_back(r);
     return all;
   }();
   return roles;

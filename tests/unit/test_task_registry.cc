@@ -23,11 +23,12 @@ TEST(TaskRegistry, EveryModelTypeHasItsDefaultTaskAndTheModulesItNeeds) {
   }
   EXPECT_EQ(models::find_model("llama").default_task, "causal-lm");
   EXPECT_EQ(models::find_model("bert").default_task, "feature-extraction");
-  EXPECT_EQ(models::find_model_entry("t5"), nullptr);
+  EXPECT_EQ(models::find_model("t5").default_task, "seq2seq-lm");
+  EXPECT_EQ(models::find_model_entry("bart"), nullptr);
 }
 
 TEST(TaskRegistry, TasksAreFoundByNameAndSayWhatTheyAre) {
-  EXPECT_EQ(tasks::task_names(), "causal-lm, feature-extraction");
+  EXPECT_EQ(tasks::task_names(), "causal-lm, feature-extraction, seq2seq-lm");
   const tasks::Task* causal = tasks::find_task("causal-lm");
   const tasks::Task* features = tasks::find_task("feature-extraction");
   ASSERT_TRUE(causal && features);
@@ -36,7 +37,13 @@ TEST(TaskRegistry, TasksAreFoundByNameAndSayWhatTheyAre) {
   EXPECT_EQ(causal->needs(), std::vector<models::ModuleKind>{models::ModuleKind::Decoder});
   EXPECT_EQ(features->needs(), std::vector<models::ModuleKind>{models::ModuleKind::Encoder});
   EXPECT_EQ(tasks::find_task("text-generation-with-past"), nullptr);
-  EXPECT_EQ(tasks::known_roles(), (std::vector<std::string>{"decoder", "prefill", "decode", "encoder"}));
+  const tasks::Task* seq2seq = tasks::find_task("seq2seq-lm");
+  ASSERT_TRUE(seq2seq);
+  EXPECT_EQ(seq2seq->needs(), std::vector<models::ModuleKind>{models::ModuleKind::Seq2Seq});
+  EXPECT_EQ(seq2seq->roles(), (std::vector<std::string>{"encoder", "decoder", "decoder_with_past"}));
+  // Each role once, in task order: an encoder-decoder's encoder and decoder are the roles' names already.
+  EXPECT_EQ(tasks::known_roles(),
+            (std::vector<std::string>{"decoder", "prefill", "decode", "encoder", "decoder_with_past"}));
   // BertModel's pooler, bare or under one base-model prefix, is left unused on purpose; nothing else.
   EXPECT_TRUE(features->ignores_weight("bert.pooler.dense.weight"));
   EXPECT_TRUE(features->ignores_weight("pooler.dense.bias"));
@@ -46,13 +53,15 @@ TEST(TaskRegistry, TasksAreFoundByNameAndSayWhatTheyAre) {
 
 TEST(TaskRegistry, AnUnknownModelTypeListsEverySupportedOne) {
   try {
-    models::find_model("t5");
-    FAIL() << "t5 found";
+    models::find_model("bart");
+    FAIL() << "bart found";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
     const std::string m = e.message();
-    EXPECT_NE(m.find("model_type `t5` is not supported (supported: llama, "), std::string::npos) << m;
-    EXPECT_NE(m.find(", gpt_neox, lfm2, mamba2, granitemoehybrid, bamba, bert, roberta, xlm-roberta, distilbert)"), std::string::npos) << m;
+    EXPECT_NE(m.find("model_type `bart` is not supported (supported: llama, "), std::string::npos) << m;
+    EXPECT_NE(m.find(", gpt_neox, lfm2, mamba2, granitemoehybrid, bamba, bert, roberta, xlm-roberta, distilbert, t5, mt5)"),
+              std::string::npos)
+        << m;
   }
 }
 

@@ -224,23 +224,8 @@ class ExecuTorchBackend final : public Backend {
   // An encoder's check: verify's first shape cases on the staged export (the manifest's contract,
   // this backend's runner), every output within tolerance of the reference executor.
   static std::string check_encoder(ExportJob& job, const std::string& version, const std::string& kernels) {
-    VerifyOptions vo;
-    vo.runtime = "executorch";
-    vo.reexport = false;
-    vo.full_shape_matrix = false;
-    vo.rehash = false;  // this process hashed every file as it wrote it
-    vo.model_dir = job.model.checkpoint->dir();  // the staged manifest's source.path is relative to the final folder
-    VerifyReport report;
-    try {
-      report = verify_export(job.staging, vo);
-    } catch (const Error& e) {
-      throw Error(e.kind(), fmt::format("{} (nothing was written; --no-verify skips this check)", e.describe()));
-    }
-    for (const auto& c : report.checks)
-      if (!c.passed)
-        fail(ErrorKind::Mismatch, "the executorch export does not match its reference (executorch {}): {}: {} (nothing was written; "
-             "--no-verify skips this check)", version, c.name, c.detail);
-    return fmt::format("executorch: {} checks passed on executorch {}, {}, {}) against the reference executor", report.checks.size(),
+    const size_t checks = check_shape_cases(job, "executorch", "executorch", "executorch " + version);
+    return fmt::format("executorch: {} checks passed on executorch {}, {}, {}) against the reference executor", checks,
                        version, kernels, job.recipe.precision_for("encoder").str());
   }
 
@@ -284,6 +269,7 @@ class ExecuTorchBackend final : public Backend {
   std::vector<std::string> passes() const override { return {"decompose-composites-keep-linear-embedding"}; }
 
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
+    refuse_encoder_decoder(m, "executorch");
     check_component(c);  // refused before the work starts
     check_precision(recipe.precision_for(c.role), recipe.text_option("executorch_backend"));
     const std::string kernels = recipe.text_option("executorch_backend") == "xnnpack" ? "XNNPACK partitions" : "portable kernels";
@@ -303,6 +289,7 @@ class ExecuTorchBackend final : public Backend {
   }
 
   void write_component(const tasks::Component& c, ExportJob& job) const override {
+    refuse_encoder_decoder(job.model, "executorch");
     check_component(c);
     const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
     const ir::Graph eg = executorch_graph(c, job.model);

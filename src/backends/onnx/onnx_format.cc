@@ -116,6 +116,10 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
   if (c.role == "encoder")  // bidirectional attention over padding: the fused ops are causal
     return {"portable", fmt::format("onnx profile ort: {} is an encoder, written with the portable profile (the fused "
                                     "lowering is for causal attention)", m.summary().model_type)};
+  if (tasks::first_of_kind(c.state, tasks::StateKind::CrossAttentionKey))
+    return {"portable", fmt::format("onnx profile ort: {} {} is an encoder-decoder's step, written with the portable "
+                                    "profile (the fused lowering is for decoder-only attention)",
+                                    m.summary().model_type, c.role)};
   // A hybrid's convolution (or recurrent) state reads the step's positions in order: the ort profile
   // rolls a left-padded row's tokens to the front for GroupQueryAttention, which would carry pads
   // into the state.

@@ -106,6 +106,11 @@ class Pt2Backend final : public Backend {
 
   std::vector<std::string> passes() const override { return {"decompose-composites-keep-linear-embedding"}; }
 
+  Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
+    refuse_encoder_decoder(m, "pt2");  // before the work starts
+    return Backend::plan(c, m, recipe, contract);
+  }
+
   void write_component(const tasks::Component& c, ExportJob& job) const override {
     const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
     if (!precision.is_default())
@@ -113,6 +118,7 @@ class Pt2Backend final : public Backend {
                   "without them, or in a separate export",
                   precision.str());
     refuse_ssd_scan(c, "pt2");
+    refuse_encoder_decoder(job.model, "pt2");
     std::vector<std::string> passes_run;
     ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(c.graph, passes(), &passes_run); });
     pt2_backend::Pt2WriteOptions o;

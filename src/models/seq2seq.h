@@ -1,0 +1,49 @@
+// Encoder-decoder models (T5 today; BART and Whisper next): an encoder run once over the source, and
+// a decoder whose steps attend to their own growing cache and to the encoder's output through
+// cross-attention keys/values that the first step computes and every later step reads unchanged.
+// Like CausalLm, a definition emits canonical IR for one call and the task (tasks/seq2seq) owns the
+// I/O contract: the names, the component split and the state ports.
+#pragma once
+#include <vector>
+
+#include "ir/builder.h"
+#include "models/encoder.h"
+#include "models/model.h"
+
+namespace hfx::models {
+
+// Inputs of one decoder step, created by the task.
+struct Seq2SeqDecoderInputs {
+  ir::ValueId input_ids = ir::kNone;               // i64 [batch, seq]: the decoder's tokens
+  ir::ValueId encoder_attention_mask = ir::kNone;  // i64 [batch, enc]: the source's padding
+  // f32 [batch, enc, hidden]: the encoder's output, read by a first step (cross keys/values computed
+  // from it); kNone for a step that reads the cross keys/values carried from the first.
+  ir::ValueId encoder_hidden_states = ir::kNone;
+  // Per layer [batch, heads, past, head_dim]; empty for a first step (no self-attention past).
+  std::vector<ir::ValueId> past_key, past_value;
+  // Per layer [batch, heads, enc, head_dim]; empty when encoder_hidden_states is given.
+  std::vector<ir::ValueId> cross_key, cross_value;
+};
+
+struct Seq2SeqDecoderOutputs {
+  ir::ValueId logits = ir::kNone;  // f32 [batch, seq, vocab]
+  std::vector<ir::ValueId> present_key, present_value;  // per layer, the self-attention cache after this step
+  std::vector<ir::ValueId> cross_key, cross_value;      // per layer, when computed (a first step)
+};
+
+class Seq2SeqLm {
+ public:
+  virtual ~Seq2SeqLm() = default;
+  virtual const ModelSummary& summary() const = 0;
+  // The token every decoded sequence starts from (config.json's decoder_start_token_id).
+  virtual int64_t decoder_start_token_id() const = 0;
+  // The decoder's layers and its attention geometry (self and cross alike).
+  virtual int64_t decoder_layers() const = 0;
+  virtual int64_t heads() const = 0;
+  virtual int64_t head_dim() const = 0;
+  // The encoder over input_ids and attention_mask: last_hidden_state only.
+  virtual ir::ValueId encode(ir::Builder& b, const EncoderInputs& in) const = 0;
+  virtual Seq2SeqDecoderOutputs decode(ir::Builder& b, const Seq2SeqDecoderInputs& in) const = 0;
+};
+
+}  // namespace hfx::models

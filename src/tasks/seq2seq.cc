@@ -1,0 +1,180 @@
+#include "tasks/seq2seq.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "ir/builder.h"
+#include "tasks/task.h"
+
+namespace hfx::tasks {
+
+namespace {
+
+const std::string kBatch = "batch_size";
+const std::string kEncoder = "encoder_sequence_length";
+const std::string kSeq = "decoder_sequence_length";
+const std::string kPast = "past_decoder_sequence_length";
+const std::string kTotal = "total_decoder_sequence_length";
+
+// Names every output by the contract and declares its shape (an input passed through as is gets an
+// Identity to carry the name).
+void name_outputs(Component& c, ir::Builder& b, const std::vector<ir::ValueId>& values) {
+  ir::Graph& g = c.graph;
+  HFX_CHECK(values.size() == c.outputs.size(), "{}: {} values for {} outputs", c.role, values.size(), c.outputs.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ir::ValueId v = values[i];
+    if (g.value(v).producer < 0) v = b.add1("Identity", {v});
+    g.rename(v, c.outputs[i].name);
+    g.value(v).shape = c.outputs[i].shape;
+    g.add_output(v);
+  }
+}
+
+// Bounds: a step has a row and a token, a source has a token; only the past may be empty. --dim
+// tightens them, --dynamic drops them. Only the symbols the graph uses are kept.
+void declare_bounds(ir::Graph& g, const CausalLmOptions& o) {
+  auto& syms = g.symbols();
+  if (!o.dynamic) {
+    for (const auto& name : seq2seq_dim_names()) syms.set_bounds(name, {name == kPast ? 0 : 1, std::nullopt});
+    for (const auto& [name, b] : o.dims) syms.set_bounds(name, b);
+  }
+  std::set<std::string> used;
+  for (const auto& list : {g.inputs(), g.outputs()})
+    for (auto id : list)
+      for (const auto& d : g.value(id).shape)
+        if (d.is_symbol()) used.insert(d.symbol);
+  SymbolTable kept;
+  for (const auto& [name, b] : syms.all())
+    if (used.count(name)) kept.set_bounds(name, b);
+  for (const auto& r : syms.relations())
+    if (used.count(r.sum)) kept.relate_sum(r.sum, r.a, r.b);
+  syms = kept;
+}
+
+std::vector<StatePort> state_ports(const models::Seq2SeqLm& model) {
+  return name_states(ir::encoder_decoder_states(model.decoder_layers(), model.heads(), model.head_dim(), kPast, kEncoder),
+                     state_names(StateNames::Seq2Seq));
+}
+
+bool is_cross(const StatePort& p) {
+  return p.spec.kind == StateKind::CrossAttentionKey || p.spec.kind == StateKind::CrossAttentionValue;
+}
+
+Component build_encoder(const models::Seq2SeqLm& model, const CausalLmOptions& o) {
+  const Shape ids = {Dim::sym(kBatch), Dim::sym(kEncoder)};
+  Component c{"encoder", "encoder_model", ir::Graph("main"), {}, {}, {}, {}};
+  c.inputs = {{"input_ids", DType::I64, ids}, {"attention_mask", DType::I64, ids}};
+  c.outputs = {{"last_hidden_state", DType::F32, {Dim::sym(kBatch), Dim::sym(kEncoder), Dim::fixed(model.summary().hidden_size)}}};
+  models::EncoderInputs in;
+  in.input_ids = c.graph.add_input("input_ids", DType::I64, ids);
+  in.attention_mask = c.graph.add_input("attention_mask", DType::I64, ids);
+  ir::Builder b(c.graph);
+  name_outputs(c, b, {model.encode(b, in)});
+  declare_bounds(c.graph, o);
+  c.graph.validate();
+  return c;
+}
+
+// The first decoder step (`with_past` false: reads encoder_hidden_states, returns every state) or a
+// later one (reads the carried state, returns the self-attention cache).
+Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o, bool with_past) {
+  std::vector<StatePort> ports = state_ports(model);
+  Component c{with_past ? "decoder_with_past" : "decoder", with_past ? "decoder_with_past_model" : "decoder_model",
+              ir::Graph("main"), {}, {}, {}, {}};
+  ir::Graph& g = c.graph;
+  g.symbols().relate_sum(kTotal, kPast, kSeq);
+  const int64_t hidden = model.summary().hidden_size;
+  c.inputs = {{"input_ids", DType::I64, {Dim::sym(kBatch), Dim::sym(kSeq)}},
+              {"encoder_attention_mask", DType::I64, {Dim::sym(kBatch), Dim::sym(kEncoder)}}};
+  if (!with_past) c.inputs.push_back({"encoder_hidden_states", DType::F32, {Dim::sym(kBatch), Dim::sym(kEncoder), Dim::fixed(hidden)}});
+  else
+    for (const auto& p : ports) c.inputs.push_back({p.past, p.spec.dtype, state_shape(p.spec, Dim::sym(kPast))});
+  c.outputs = {{"logits", DType::F32, {Dim::sym(kBatch), Dim::sym(kSeq), Dim::fixed(model.summary().vocab_size)}}};
+  for (const auto& p : ports)
+    if (!with_past || !is_cross(p))
+      c.outputs.push_back({p.present, p.spec.dtype, state_shape(p.spec, Dim::sym(with_past ? kTotal : kSeq))});
+
+  std::map<std::string, ir::ValueId> ids;
+  for (const auto& spec : c.inputs) ids[spec.name] = g.add_input(spec.name, spec.dtype, spec.shape);
+  models::Seq2SeqDecoderInputs in;
+  in.input_ids = ids.at("input_ids");
+  in.encoder_attention_mask = ids.at("encoder_attention_mask");
+  if (!with_past) in.encoder_hidden_states = ids.at("encoder_hidden_states");
+  else
+    for (const auto& p : ports) {
+      auto& slot = p.spec.kind == StateKind::SelfAttentionKey     ? in.past_key
+                   : p.spec.kind == StateKind::SelfAttentionValue ? in.past_value
+                   : p.spec.kind == StateKind::CrossAttentionKey  ? in.cross_key
+                                                                  : in.cross_value;
+      slot.push_back(ids.at(p.past));  // ports are in layer order
+    }
+  ir::Builder b(g);
+  const models::Seq2SeqDecoderOutputs out = model.decode(b, in);
+  std::vector<ir::ValueId> values = {out.logits};
+  for (const auto& p : ports) {
+    if (with_past && is_cross(p)) continue;
+    const auto& list = p.spec.kind == StateKind::SelfAttentionKey     ? out.present_key
+                       : p.spec.kind == StateKind::SelfAttentionValue ? out.present_value
+                       : p.spec.kind == StateKind::CrossAttentionKey  ? out.cross_key
+                                                                      : out.cross_value;
+    HFX_CHECK(size_t(p.spec.layer) < list.size(), "the model returned no {} for layer {}", state_kind_name(p.spec.kind),
+              p.spec.layer);
+    values.push_back(list[size_t(p.spec.layer)]);
+  }
+  name_outputs(c, b, values);
+  c.state = std::move(ports);
+  declare_bounds(g, o);
+  g.validate();
+  return c;
+}
+
+class Seq2SeqTask final : public Task {
+ public:
+  const std::string& name() const override {
+    static const std::string n = "seq2seq-lm";
+    return n;
+  }
+  std::vector<models::ModuleKind> needs() const override { return {models::ModuleKind::Seq2Seq}; }
+  std::vector<std::string> roles() const override { return {"encoder", "decoder", "decoder_with_past"}; }
+  // Not yet the steps of hfx's decode loop: generate and the greedy checks drive causal steps only;
+  // the export's check runs each graph on its shape cases.
+  bool generative() const override { return false; }
+  std::string contract_summary() const override { return "encoder + decoder steps (Optimum's seq2seq layout)"; }
+  std::vector<Component> components(const models::Model& model, const CausalLmOptions& options) const override {
+    return build_seq2seq(model.seq2seq(), options);
+  }
+};
+
+}  // namespace
+
+const std::vector<std::string>& seq2seq_dim_names() {
+  static const std::vector<std::string> names = {kBatch, kEncoder, kSeq, kPast, kTotal};
+  return names;
+}
+
+std::vector<Component> build_seq2seq(const models::Seq2SeqLm& model, const CausalLmOptions& o) {
+  if (o.split_prefill || o.static_cache)
+    bad_input("--split-prefill and --static-cache apply to decoder-only models: an encoder-decoder is exported as "
+              "encoder, decoder (first step) and decoder_with_past, with a growing self-attention cache");
+  for (const auto& [name, b] : o.dims) {
+    const auto& names = seq2seq_dim_names();
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      bad_input("--dim {}: an encoder-decoder's dims are {}", name, fmt::join(names, ", "));
+  }
+  std::vector<Component> out;
+  out.push_back(build_encoder(model, o));
+  out.push_back(build_decoder(model, o, false));
+  out.push_back(build_decoder(model, o, true));
+  return out;
+}
+
+const Task& seq2seq_task() {
+  static const Seq2SeqTask task;
+  return task;
+}
+
+}  // namespace hfx::tasks
