@@ -204,22 +204,32 @@ def run_step(model, feeds, layers):
 
 
 def generate(model, g):
-    """Greedy tokens as hfx's generate returns them: new tokens only, rows left-padded, a finished row
-    padded with pad_token_id."""
+    """Greedy tokens as hfx's generate returns them: new tokens only, a finished row padded with
+    pad_token_id. A decoder's prompts are left-padded; an encoder-decoder's sources right-padded (as
+    hfx's seq2seq loop and their tokenizers pad) and its output follows decoder_start_token_id."""
     prompts = g["prompts"]
     length = max(len(p) for p in prompts)
     pad = g["pad_token_id"]
+    seq2seq = getattr(model.config, "is_encoder_decoder", False)
     ids = torch.full((len(prompts), length), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), length), dtype=torch.long)
     for b, p in enumerate(prompts):
-        ids[b, length - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[b, length - len(p):] = 1
+        cols = slice(0, len(p)) if seq2seq else slice(length - len(p), length)
+        ids[b, cols] = torch.tensor(p, dtype=torch.long)
+        mask[b, cols] = 1
     # A fresh greedy config: the checkpoint's generation_config.json may ask for sampling or penalties,
     # which hfx's greedy check does not apply either.
     config = transformers.GenerationConfig(max_new_tokens=g["max_new_tokens"], do_sample=False, num_beams=1,
                                            eos_token_id=g["eos_token_ids"] or None, pad_token_id=pad)
-    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-    return out[:, length:].tolist()
+    if not seq2seq:
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        return out[:, length:].tolist()
+    from transformers import DynamicCache, EncoderDecoderCache
+    config.decoder_start_token_id = model.config.decoder_start_token_id
+    # A cache sized lazily: one built from the config has the encoder's depth, not the decoder's.
+    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                         past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()))
+    return out[:, 1:].tolist()
 
 
 class RotaryState:

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,12 @@ struct Artifact {
   int64_t num_layers = 0;  // the model's, from the manifest
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = 0;
+  // An encoder-decoder's (its components encoder, decoder, decoder_with_past): the token its decoded
+  // sequences start from.
+  std::optional<int64_t> decoder_start_token_id;
 
+  // Whether it is an encoder-decoder's export: decoded by runtime/seq2seq_generate.h.
+  bool seq2seq() const { return decoder_start_token_id.has_value(); }
   // The component with `role`, or the first when role is empty; BadInput naming the roles otherwise.
   const ArtifactComponent& component(const std::string& role) const;
 };

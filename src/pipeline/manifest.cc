@@ -9,6 +9,7 @@
 #include "core/safe_path.h"
 #include "io/hub_cache.h"
 #include "io/json_fields.h"
+#include "models/seq2seq.h"
 #include "pipeline/manifest_schema.h"
 
 namespace fs = std::filesystem;
@@ -126,13 +127,15 @@ ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& 
     m["states"] = states_json(loaded.components.front().state);
   }
   // An encoder-decoder's decoder steps carry self- and cross-attention state (tasks/seq2seq.h).
-  if (loaded.model.exposes(models::ModuleKind::Seq2Seq))
+  if (loaded.model.exposes(models::ModuleKind::Seq2Seq)) {
+    m["decoder_start_token_id"] = loaded.model.seq2seq().decoder_start_token_id();
     for (const auto& c : loaded.components)
       if (!c.state.empty()) {
         m["state_names"] = std::string(tasks::state_names(tasks::StateNames::Seq2Seq).name);
         m["states"] = states_json(c.state);
         break;
       }
+  }
   json_["model"] = m;
   json_["components"] = nlohmann::ordered_json::array();
   json_["passes"] = nlohmann::ordered_json::array();

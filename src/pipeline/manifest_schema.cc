@@ -234,6 +234,10 @@ void validate_model(const Schema& s, const json& m) {
   for (size_t i = 0; i < eos.size(); ++i) s.integer(eos[i], child("/model/eos_token_ids", i), 0, kMaxId, "");
   s.nullable_integer(model, "/model", "pad_token_id", 0, kMaxId, true);
   s.nullable_integer(model, "/model", "bos_token_id", 0, kMaxId, false);
+  if (model.contains("decoder_start_token_id")) {
+    s.integer(model, "/model", "decoder_start_token_id", 0, kMaxId, "");
+    if (!model.contains("states")) s.bad("/model/decoder_start_token_id", "belongs to an encoder-decoder, whose states are listed");
+  }
   if (model.contains("states")) validate_states(s, model);
 }
 

@@ -17,6 +17,7 @@
 #include "pipeline/verify_checks.h"
 #include "runtime/executor.h"
 #include "runtime/generate.h"
+#include "runtime/seq2seq_generate.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
@@ -170,8 +171,22 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
     }
     if (rows) forced_outputs.assign(std::make_move_iterator(outs.begin() + long(cases.size())), std::make_move_iterator(outs.end()));
   }
-  if (!ctx.causal) return;
   const int64_t total = ctx.tokens * int64_t(ctx.prompts.size());
+  if (ctx.seq2seq) {  // decoded step by step: a few graphs of an encoder-decoder's size
+    auto runner = [&](const std::string& role) {
+      for (const auto& c : ref.components)
+        if (c.role == role) return runtime::make_executor_runner(c.graph, executor_options(c.graph, opt));
+      bad_input("the reference has no {} component", role);
+    };
+    auto encoder = runner("encoder"), first = runner("decoder"), next = runner("decoder_with_past");
+    Progress progress = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
+    ctx.expected_tokens = runtime::generate_seq2seq({*encoder, *first, *next}, ctx.art.cache, ctx.prompts,
+                                                    *ctx.art.decoder_start_token_id, so,
+                                                    [&](size_t, int64_t) { progress.advance(1, 0); });
+    progress.finish();
+    return;
+  }
+  if (!ctx.causal) return;
   Progress forced = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
   if (!agreed && tf) {
     agreed = teacher_forced_tokens(*tf, forced_outputs, ctx.vocab, ctx.prompts, ctx.artifact.tokens);
@@ -243,6 +258,7 @@ void build_verify_context(VerifyContext& ctx) {
   }
   ctx.vocab = ref.summary().vocab_size;
   ctx.causal = ref.task->generative();
+  ctx.seq2seq = art.seq2seq();
 
   // The shape cases per component, with the reference's outputs where the memo has them.
   uint64_t seed = 1;
@@ -305,7 +321,7 @@ void build_verify_context(VerifyContext& ctx) {
   std::vector<const ir::Graph*> bounded;
   for (const auto& c : art.components) bounded.push_back(&c.graph);
   ctx.tokens = opt.tokens;
-  ctx.prompts = greedy_prompts(step_bounds(bounded), art.cache, ctx.vocab, ctx.causal, ctx.tokens);
+  ctx.prompts = greedy_prompts(step_bounds(bounded), art.cache, ctx.vocab, ctx.generates(), ctx.tokens);
   runtime::SamplingOptions so;
   so.max_new_tokens = ctx.tokens;
   so.eos_token_ids = art.eos_token_ids;
@@ -318,7 +334,7 @@ void build_verify_context(VerifyContext& ctx) {
     job.hf_class = ref.summary().hf_class;
     job.layers = ctx.causal ? art.num_layers : 0;
     for (const auto& r : ctx.runs) job.runs.push_back(r.inputs);
-    job.generate = ctx.causal;
+    job.generate = ctx.generates();
     job.prompts = ctx.prompts;
     job.max_new_tokens = ctx.tokens;
     job.eos_token_ids = art.eos_token_ids;
@@ -333,7 +349,7 @@ void build_verify_context(VerifyContext& ctx) {
   // The artifact's side: the runtime's session runs the same cases and prompts.
   SessionWork work;
   for (const auto& r : ctx.runs) work.cases.push_back({r.comp, r.inputs, r.prefix, r.sc.positions()});
-  work.generate = ctx.causal;
+  work.generate = ctx.generates();
   work.prompts = ctx.prompts;
   work.sampling = so;
   work.scratch = scratch;

@@ -310,7 +310,7 @@ std::vector<CheckResult> numbers(const VerifyContext& ctx) {
       accumulate(d, name, r.actual.at(name), t, atol * scale);
     }
     const std::string label =
-        ctx.causal ? fmt::format("numbers: {} / {} (batch {}, seq {}, past {})", r.comp->role, r.sc.name, r.sc.batch, r.sc.seq, r.sc.past)
+        ctx.causal || r.sc.past > 0 ? fmt::format("numbers: {} / {} (batch {}, seq {}, past {})", r.comp->role, r.sc.name, r.sc.batch, r.sc.seq, r.sc.past)
                    : fmt::format("numbers: {} / {} (batch {}, seq {})", r.comp->role, r.sc.name, r.sc.batch, r.sc.seq);
     CheckResult c{label, d.mismatched == 0, "", ctx.tol_numbers(r.comp->role), {}};
     auto number = [](double v) { return std::isfinite(v) ? json(v) : json("inf"); };
@@ -342,9 +342,9 @@ std::vector<CheckResult> numbers(const VerifyContext& ctx) {
   return rows;
 }
 
-// Greedy generation, oracle vs artifact (decoders only).
+// Greedy generation, oracle vs artifact (decoders and encoder-decoders).
 std::vector<CheckResult> greedy_generation(const VerifyContext& ctx) {
-  if (!ctx.causal) return {};
+  if (!ctx.generates()) return {};
   const auto& expected_tokens = ctx.expected_tokens;
   const auto& actual_tokens = ctx.artifact.tokens;
   size_t same = 0, total = 0;
@@ -364,7 +364,7 @@ std::vector<CheckResult> greedy_generation(const VerifyContext& ctx) {
   }
   std::string gate = "identical tokens";
   const tasks::Component& first_ref = ctx.ref->components.front();
-  if (ctx.int8_activations(first_ref.role) || ctx.f16_activations(first_ref.role)) {
+  if (ctx.causal && (ctx.int8_activations(first_ref.role) || ctx.f16_activations(first_ref.role))) {
     // Where the numbers may differ by the budget, greedy paths may part at a near-tie and then differ
     // (chaos): each row must agree up to a step where the reference's own top score and its score of
     // the artifact's token are within twice the logits budget.
@@ -414,7 +414,7 @@ std::vector<CheckResult> performance(const VerifyContext& ctx) {
   c.measured = {{"runtime", ctx.opt.runtime}, {"load_s", load_s},
                 {"generate_s", gen_s}, {"tokens_per_s", gen_s > 0 ? double(new_tokens) / gen_s : 0.0},
                 {"peak_rss_bytes", peak_rss_bytes()}, {"artifact_bytes", size}, {"reference_weights", weights}};
-  if (ctx.causal) {
+  if (ctx.generates()) {
     c.detail = fmt::format("load {:.3f} s, {} tokens in {:.3f} s ({:.1f} tok/s), peak RSS {} MiB (this process; reference "
                            "weights {}), artifact {} KiB",
                            load_s, new_tokens, gen_s, gen_s > 0 ? double(new_tokens) / gen_s : 0.0, peak_rss_bytes() >> 20,

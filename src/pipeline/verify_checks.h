@@ -65,6 +65,9 @@ struct VerifyContext {
   std::optional<LoadedModel> ref;  // the reference, at the export's precision
   int64_t vocab = 0;
   bool causal = false;
+  bool seq2seq = false;  // an encoder-decoder: greedy tokens through runtime/seq2seq_generate.h
+  // Whether greedy tokens are compared (a decoder's or an encoder-decoder's steps).
+  bool generates() const { return causal || seq2seq; }
 
   std::unique_ptr<VerifySession> session;
   RuntimeFacts facts;

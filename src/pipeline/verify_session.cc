@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -12,6 +13,7 @@
 #include "pipeline/manifest.h"
 #include "pipeline/verify.h"
 #include "pipeline/verify_cases.h"
+#include "runtime/seq2seq_generate.h"
 
 namespace fs = std::filesystem;
 
@@ -41,6 +43,23 @@ std::vector<std::vector<int64_t>> timed_generate(runtime::StepRunner& first, run
   Progress progress = Progress::steps("verify: greedy, artifact on " + runtime, greedy_total, "tokens");
   auto tokens = runtime::generate(first, next ? *next : first, art.cache, w.prompts, w.sampling,
                                   [&](size_t, int64_t) { progress.advance(1, 0); });
+  progress.finish();
+  generate_s = seconds_since(t0);
+  return tokens;
+}
+
+// An encoder-decoder's greedy tokens, its three graphs run by `runner_for`.
+std::vector<std::vector<int64_t>> timed_generate_seq2seq(
+    const std::function<std::unique_ptr<runtime::StepRunner>(const ArtifactComponent&)>& runner_for, const Artifact& art,
+    const SessionWork& w, const std::string& runtime, double& generate_s) {
+  auto encoder = runner_for(art.component("encoder"));
+  auto first = runner_for(art.component("decoder"));
+  auto next = runner_for(art.component("decoder_with_past"));
+  const int64_t greedy_total = w.sampling.max_new_tokens * int64_t(w.prompts.size());
+  const auto t0 = Clock::now();
+  Progress progress = Progress::steps("verify: greedy, artifact on " + runtime, greedy_total, "tokens");
+  auto tokens = runtime::generate_seq2seq({*encoder, *first, *next}, art.cache, w.prompts, *art.decoder_start_token_id,
+                                          w.sampling, [&](size_t, int64_t) { progress.advance(1, 0); });
   progress.finish();
   generate_s = seconds_since(t0);
   return tokens;
@@ -86,7 +105,13 @@ class ExecutorSession final : public VerifySession {
       }
       progress.finish();
     }
-    if (w.generate) {
+    if (w.generate && art.seq2seq()) {
+      r.tokens = timed_generate_seq2seq(
+          [&](const ArtifactComponent& c) {
+            return runtime::make_executor_runner(c.graph, executor_options(c.graph, ctx_.options, sizes));
+          },
+          art, w, ctx_.runtime, r.generate_s);
+    } else if (w.generate) {
       std::vector<std::pair<std::string, const ir::Graph*>> by_role;
       for (const auto& c : art.components) by_role.emplace_back(c.role, &c.graph);
       const GreedySteps steps = greedy_steps(by_role, "the artifact", art.dir);
@@ -137,7 +162,11 @@ class StepSession final : public VerifySession {
       }
       progress.finish();
     }
-    if (w.generate) {
+    if (w.generate && art.seq2seq()) {
+      r.tokens = timed_generate_seq2seq(
+          [&](const ArtifactComponent& c) { return backend_.make_runner(c, ctx_.runtime); }, art, w, ctx_.runtime,
+          r.generate_s);
+    } else if (w.generate) {
       const bool split = art.components.size() > 1;
       auto first = backend_.make_runner(art.component(split ? "prefill" : ""), ctx_.runtime);
       auto next = split ? backend_.make_runner(art.component("decode"), ctx_.runtime) : nullptr;

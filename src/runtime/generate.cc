@@ -11,13 +11,12 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "runtime/decode_step.h"
 #include "runtime/executor.h"
 
 namespace hfx::runtime {
 
 namespace {
-
-std::string detail_shape(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 class ExecutorRunner final : public StepRunner {
  public:
@@ -30,44 +29,6 @@ class ExecutorRunner final : public StepRunner {
  private:
   Executor exec_;
   std::vector<std::string> names_;
-};
-
-// Picks the next token from one row of logits.
-class Sampler {
- public:
-  explicit Sampler(const SamplingOptions& o) : o_(o), rng_(o.seed) {}
-
-  int64_t pick(const float* logits, int64_t vocab) {
-    if (o_.temperature <= 0) return int64_t(std::max_element(logits, logits + vocab) - logits);  // first max, as torch.argmax
-    std::vector<double> scores(logits, logits + vocab);
-    for (auto& s : scores) s /= o_.temperature;
-    std::vector<int64_t> order(static_cast<size_t>(vocab));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[size_t(a)] > scores[size_t(b)]; });
-    size_t keep = size_t(vocab);
-    if (o_.top_k > 0) keep = std::min(keep, size_t(o_.top_k));
-    const double max = scores[size_t(order[0])];
-    std::vector<double> p(keep);
-    double sum = 0;
-    for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp(scores[size_t(order[i])] - max);
-    if (o_.top_p < 1.0) {
-      double cum = 0;
-      size_t n = 0;
-      while (n < keep) {
-        cum += p[n] / sum;
-        ++n;
-        if (cum >= o_.top_p) break;
-      }
-      keep = n;
-      p.resize(keep);
-    }
-    std::discrete_distribution<size_t> dist(p.begin(), p.end());
-    return order[dist(rng_)];
-  }
-
- private:
-  SamplingOptions o_;
-  std::mt19937_64 rng_;
 };
 
 Tensor i64_tensor(std::vector<int64_t> shape, const std::vector<int64_t>& values) {
@@ -119,25 +80,8 @@ std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, 
 
   // The cache: empty and growing, or fixed-size buffers written in place.
   const int64_t cache_len = cache.static_cache ? cache.max_cache_len : 0;
-  // Its geometry comes from an export's manifest, which whoever shipped it wrote (hostile-input D5):
-  // what the loop will hold at its longest must fit in the machine's available memory, checked in
-  // doubles before anything is allocated.
-  {
-    const int64_t longest = cache.static_cache ? cache_len : L + o.max_new_tokens;
-    double bytes = 0;
-    for (const auto& p : cache.states) {
-      double n = double(dtype_size(p.spec.dtype));
-      for (int64_t d : tasks::state_dims(p.spec, B, longest)) n *= double(d);
-      bytes += n;
-    }
-    const auto available = available_memory_bytes();
-    if (available && bytes > double(*available))
-      bad_input("generate: the KV cache would need {:.1f} GiB ({} cache tensors such as {}{}: {} rows x {} positions), "
-                "more than the {:.1f} GiB of memory available",
-                bytes / double(1 << 30), cache.states.size(), dtype_name(cache.states.front().spec.dtype),
-                detail_shape(tasks::state_dims(cache.states.front().spec, B, longest)), B, longest,
-                double(*available) / double(1 << 30));
-  }
+  // Its geometry comes from an export's manifest, which whoever shipped it wrote (hostile-input D5).
+  check_state_memory(cache, B, cache.static_cache ? cache_len : L + o.max_new_tokens, 0);
   std::map<std::string, Tensor> past;
   for (const auto& p : cache.states) past[p.past] = Tensor(p.spec.dtype, tasks::state_dims(p.spec, B, cache_len));
   std::vector<int64_t> full_mask;  // [B, total] (growing) or [B, N] (static)
@@ -180,13 +124,7 @@ std::vector<std::vector<int64_t>> generate(StepRunner& first, StepRunner& next, 
     for (const auto& p : cache.states)
       if (auto it = result.find(p.present); it != result.end()) past[p.past] = std::move(it->second);
 
-    // The step graph may come from a file: its logits must be there and be [B, S, V] in f32.
-    auto found = result.find("logits");
-    if (found == result.end()) bad_input("generate: the step graph has no `logits` output");
-    const Tensor& logits = found->second;  // [B, S, V]
-    if (logits.dtype() != DType::F32 || logits.rank() != 3 || logits.dim(0) != B || logits.dim(1) != S || logits.dim(2) < 1)
-      bad_input("generate: the step graph's logits are {}{}, expected f32[{}, {}, vocab]", dtype_name(logits.dtype()),
-                detail_shape(logits.shape()), B, S);
+    const Tensor& logits = step_logits(result, B, S);  // [B, S, V]
     const int64_t V = logits.dim(2);
     std::vector<int64_t> chosen(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
