@@ -1,5 +1,7 @@
-// Models of tokenizer.json: BPE (tokenizers/src/models/bpe), WordPiece and WordLevel.
+// Models of tokenizer.json: BPE (tokenizers/src/models/bpe), WordPiece, WordLevel and Unigram
+// (tokenizers/src/models/unigram).
 #include <algorithm>
+#include <limits>
 #include <queue>
 
 #include "core/error.h"
@@ -292,6 +294,137 @@ class WordLevel : public Model {
   std::string unk_token_;
 };
 
+// SentencePiece's unigram model: the segmentation of the highest total score (the Viterbi path of
+// Unigram::encode_optimized), characters in no token becoming unk_id (scored min - 10), runs of them
+// fused into one piece, which is then looked up whole, else spelt in <0xNN> byte tokens (byte_fallback)
+// or given unk_id.
+class Unigram : public Model {
+ public:
+  explicit Unigram(const Node& node) : file_(node.file().path.string()) {
+    Node list = node["vocab"];
+    size_t n = list.array().size();
+    scores_.reserve(n);
+    vocab_.reserve(n);
+    vocab_r_.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      Node entry = list[i];
+      const json& v = entry.value();
+      if (!v.is_array() || v.size() != 2 || !v[0].is_string() || !v[1].is_number())
+        entry.wrong("a pair [\"token\", score]");
+      std::string token = v[0].get<std::string>();
+      vocab_[token] = int64_t(i);  // a repeated token: the last id wins, as in tokenizers' map
+      vocab_r_[int64_t(i)] = token;
+      scores_.push_back(v[1].get<double>());
+    }
+    if (node["unk_id"].present()) {
+      unk_id_ = node["unk_id"].integer(0, INT64_MAX);
+      if (*unk_id_ >= int64_t(n)) node["unk_id"].wrong(fmt::format("an id below the vocabulary size {}", n));
+    }
+    byte_fallback_ = node["byte_fallback"].boolean_or(false);
+    for (double s : scores_) min_score_ = std::min(min_score_, s);
+    // The tokens sorted bytewise (one id per token, the one vocab_ holds) for the prefix search.
+    sorted_.reserve(vocab_.size());
+    for (const auto& [token, id] : vocab_)
+      if (!token.empty()) sorted_.push_back(&token);
+    std::sort(sorted_.begin(), sorted_.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  }
+
+  int64_t vocab_size() const override { return int64_t(scores_.size()); }
+
+  void tokenize(const std::string& w, std::vector<int64_t>& out) const override {
+    if (w.empty()) return;
+    struct Best {
+      double score = 0;
+      int64_t id = 0;
+      size_t start = SIZE_MAX;  // SIZE_MAX: no path reaches here yet
+    };
+    std::vector<Best> best(w.size() + 1);
+    const double unk_score = min_score_ - 10.0;  // K_UNK_PENALTY
+    auto offer = [&](size_t start, size_t end, double score, int64_t id) {
+      Best& t = best[end];
+      double candidate = score + best[start].score;
+      if (t.start == SIZE_MAX || candidate > t.score) t = Best{candidate, id, start};
+    };
+    for (size_t start = 0; start < w.size();) {
+      size_t mblen = std::min(utf8_char_len(uint8_t(w[start])), w.size() - start);
+      bool single = false;  // a token covers exactly this character
+      // Every token that prefixes w[start..]: narrow the sorted range one byte at a time.
+      size_t lo = 0, hi = sorted_.size();
+      for (size_t d = 0; start + d < w.size() && lo < hi; ++d) {
+        unsigned char c = uint8_t(w[start + d]);
+        auto byte_at = [d](const std::string* t) { return uint8_t((*t)[d]); };
+        // [lo, hi) share the first d bytes; the token of exactly d bytes, if any, is first.
+        if (sorted_[lo]->size() == d) ++lo;
+        lo = size_t(std::partition_point(sorted_.begin() + lo, sorted_.begin() + hi,
+                                         [&](const std::string* t) { return byte_at(t) < c; }) - sorted_.begin());
+        hi = size_t(std::partition_point(sorted_.begin() + lo, sorted_.begin() + hi,
+                                         [&](const std::string* t) { return byte_at(t) <= c; }) - sorted_.begin());
+        if (lo < hi && sorted_[lo]->size() == d + 1) {
+          int64_t id = vocab_.find(*sorted_[lo])->second;
+          offer(start, start + d + 1, scores_[size_t(id)], id);
+          single = single || d + 1 == mblen;
+        }
+      }
+      if (!single) {
+        Best& t = best[start + mblen];
+        if (t.start == SIZE_MAX || unk_score + best[start].score > t.score) {
+          if (!unk_id_)
+            bad_input("{}: field \"model.unk_id\": the text has a character that is in no token and the model has no "
+                      "unk_id", file_);
+          offer(start, start + mblen, unk_score, *unk_id_);
+        }
+      }
+      start += mblen;
+    }
+    // Back from the end; adjacent unknown pieces fuse (fuse_unk is always on for Unigram).
+    std::vector<std::pair<size_t, size_t>> pieces;  // [start, end), in reverse
+    bool prev_unk = false;
+    for (size_t end = w.size(); end > 0;) {
+      const Best& node = best[end];
+      bool unk = unk_id_ && node.id == *unk_id_;  // a token with the unk id fuses too, as in tokenizers
+      if (unk && prev_unk)
+        pieces.back().first = node.start;
+      else
+        pieces.emplace_back(node.start, end);
+      prev_unk = unk;
+      end = node.start;
+    }
+    for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+      std::string_view piece(w.data() + it->first, it->second - it->first);
+      if (auto id = token_to_id(piece)) {
+        out.push_back(*id);
+        continue;
+      }
+      if (byte_fallback_) {
+        size_t mark = out.size();
+        bool all = true;
+        for (unsigned char b : piece) {
+          auto id = token_to_id(fmt::format("<0x{:02X}>", b));
+          if (!id) {
+            all = false;
+            break;
+          }
+          out.push_back(*id);
+        }
+        if (all) continue;
+        out.resize(mark);
+      }
+      if (!unk_id_)
+        bad_input("{}: field \"model.unk_id\": the text has a piece that is in no token and the model has no unk_id",
+                  file_);
+      out.push_back(*unk_id_);
+    }
+  }
+
+ private:
+  std::string file_;
+  std::vector<double> scores_;
+  std::vector<const std::string*> sorted_;  // keys of vocab_, bytewise
+  std::optional<int64_t> unk_id_;
+  bool byte_fallback_ = false;
+  double min_score_ = std::numeric_limits<double>::infinity();
+};
+
 }  // namespace
 
 std::unique_ptr<Model> make_model(const Node& node) {
@@ -309,6 +442,7 @@ std::unique_ptr<Model> make_model(const Node& node) {
   if (type == "BPE") return std::make_unique<Bpe>(node);
   if (type == "WordPiece") return std::make_unique<WordPiece>(node);
   if (type == "WordLevel") return std::make_unique<WordLevel>(node);
+  if (type == "Unigram") return std::make_unique<Unigram>(node);
   node["type"].unsupported_value("model");
 }
 

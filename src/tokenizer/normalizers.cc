@@ -1,4 +1,6 @@
 // Normalizers of tokenizer.json, each as `tokenizers` implements it (tokenizers/src/normalizers).
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "tokenizer/stages.h"
 
@@ -166,6 +168,159 @@ class Sequence : public Normalizer {
   std::vector<std::unique_ptr<Normalizer>> steps_;
 };
 
+// Replace with the regex "c{n,}" (SpmConverter's " {2,}"): every run of at least n c's, leftmost
+// first and greedy, becomes `content`. The only regexes of Replace that hfx implements.
+class ReplaceRuns : public Normalizer {
+ public:
+  ReplaceRuns(char32_t c, size_t min, std::u32string content) : c_(c), min_(min), content_(std::move(content)) {}
+  void normalize(std::u32string& s) const override {
+    std::u32string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size();) {
+      if (s[i] != c_) {
+        out.push_back(s[i++]);
+        continue;
+      }
+      size_t j = i;
+      while (j < s.size() && s[j] == c_) ++j;
+      if (j - i >= min_) {  // min_ >= 1
+        out += content_;
+        check_growth(out.size());
+      } else {
+        out.append(s, i, j - i);
+      }
+      i = j;
+    }
+    s = std::move(out);
+  }
+
+ private:
+  char32_t c_;
+  size_t min_;
+  std::u32string content_;
+};
+
+// Base64 as the `base64` crate's STANDARD engine decodes it: padded to a multiple of 4, canonical
+// (no bits left over in the last character). nullopt when malformed.
+std::optional<std::string> base64_decode(std::string_view in) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (in.size() % 4) return std::nullopt;
+  std::string out;
+  out.reserve(in.size() / 4 * 3);
+  for (size_t i = 0; i < in.size(); i += 4) {
+    bool last = i + 4 == in.size();
+    size_t pad = last ? (in[i + 3] == '=') + (in[i + 2] == '=' && in[i + 3] == '=') : 0;
+    uint32_t bits = 0;
+    for (size_t k = 0; k < 4 - pad; ++k) {
+      int v = value(in[i + k]);
+      if (v < 0) return std::nullopt;
+      bits |= uint32_t(v) << (18 - 6 * k);
+    }
+    if ((pad == 1 && (bits & 0xFF)) || (pad == 2 && (bits & 0xFFFF))) return std::nullopt;  // non-canonical
+    out.push_back(char(bits >> 16));
+    if (pad < 2) out.push_back(char(bits >> 8));
+    if (pad < 1) out.push_back(char(bits));
+  }
+  return out;
+}
+
+// SentencePiece's normalizer (spm_precompiled): precompiled_charsmap is
+//   u32 LE trie size in bytes | the Darts double-array trie, u32 LE units | replacement strings
+// where the trie maps a UTF-8 key to the offset of its replacement, a '\0'-terminated string.
+// `tokenizers` (normalizers/precompiled.rs) looks up each extended grapheme cluster of fewer than 6
+// UTF-8 bytes whole, else each of its characters; a lookup takes the *shortest* key that prefixes the
+// looked-up bytes and replaces the whole cluster (or character) with its string. That last rule is
+// SentencePiece's own oddity (a cluster "<mapped char><combining mark>" loses the mark) and is kept.
+class Precompiled : public Normalizer {
+ public:
+  explicit Precompiled(const Node& node) : where_(node.path()), file_(node.file().path.string()) {
+    std::string blob;
+    if (auto decoded = base64_decode(node.str())) blob = std::move(*decoded);
+    else node.wrong("a base64 string (standard alphabet, padded)");
+    if (blob.size() < 4) node.wrong("a charsmap of at least 4 bytes (the trie size)");
+    uint32_t trie_bytes = read_u32(blob, 0);
+    size_t units = trie_bytes / 4;  // as spm_precompiled: a size not a multiple of 4 leaves bytes to the strings
+    if (units > (blob.size() - 4) / 4)
+      bad_input("{}: field \"{}\": the charsmap's trie is {} bytes but only {} bytes follow", file_, where_,
+                trie_bytes, blob.size() - 4);
+    if (units == 0) bad_input("{}: field \"{}\": the charsmap's trie is empty", file_, where_);
+    trie_.resize(units);
+    for (size_t i = 0; i < units; ++i) trie_[i] = read_u32(blob, 4 + 4 * i);
+    normalized_ = blob.substr(4 + 4 * units);
+    if (!unicode::is_valid_utf8(normalized_))
+      bad_input("{}: field \"{}\": the charsmap's replacement strings are not valid UTF-8", file_, where_);
+  }
+
+  void normalize(std::u32string& s) const override {
+    std::u32string out;
+    out.reserve(s.size());
+    std::string key;
+    for (size_t b = 0; b < s.size();) {
+      size_t e = unicode::grapheme_end(s, b);
+      key.clear();
+      for (size_t i = b; i < e; ++i) unicode::append_utf8(key, s[i]);
+      if (!(key.size() < 6 && transform(key, out))) {
+        for (size_t i = b; i < e; ++i) {
+          key.clear();
+          unicode::append_utf8(key, s[i]);
+          if (!transform(key, out)) out.push_back(s[i]);
+        }
+      }
+      check_growth(out.size());
+      b = e;
+    }
+    s = std::move(out);
+  }
+
+ private:
+  static uint32_t read_u32(const std::string& b, size_t at) {
+    return uint32_t(uint8_t(b[at])) | uint32_t(uint8_t(b[at + 1])) << 8 | uint32_t(uint8_t(b[at + 2])) << 16 |
+           uint32_t(uint8_t(b[at + 3])) << 24;
+  }
+
+  [[noreturn]] void corrupt(std::string_view what) const {
+    bad_input("{}: field \"{}\": the charsmap is corrupt: {}", file_, where_, what);
+  }
+  uint32_t unit(size_t pos) const {
+    if (pos >= trie_.size()) corrupt(fmt::format("the trie points to unit {} of {}", pos, trie_.size()));
+    return trie_[pos];
+  }
+
+  // Appends the replacement of the shortest key prefixing `key` (DoubleArray::common_prefix_search,
+  // first result); false when none does.
+  bool transform(const std::string& key, std::u32string& out) const {
+    auto offset = [](uint32_t u) -> size_t { return size_t(u >> 10) << ((u & (1u << 9)) >> 6); };
+    size_t pos = offset(unit(0));
+    for (unsigned char c : key) {
+      if (c == 0) return false;
+      pos ^= c;
+      uint32_t u = unit(pos);
+      if ((u & ((1u << 31) | 0xFF)) != c) return false;  // label
+      pos ^= offset(u);
+      if ((u >> 8) & 1) {                                 // has a leaf: its value is the string's offset
+        size_t at = unit(pos) & ((1u << 31) - 1);
+        if (at > normalized_.size() || (at < normalized_.size() && (uint8_t(normalized_[at]) & 0xC0) == 0x80))
+          corrupt(fmt::format("a replacement starts at byte {} of {}, not at a character", at, normalized_.size()));
+        size_t end = normalized_.find('\0', at);
+        out += unicode::from_utf8(std::string_view(normalized_).substr(at, end == std::string::npos ? end : end - at));
+        return true;
+      }
+    }
+    return false;
+  }
+
+  std::string where_, file_;
+  std::vector<uint32_t> trie_;
+  std::string normalized_;
+};
+
 // The whole normalizer of a tokenizer.json: sets the growth limit from the input's length.
 class Bounded : public Normalizer {
  public:
@@ -190,12 +345,28 @@ class Bounded : public Normalizer {
   std::filesystem::path file_;
 };
 
-// The pattern of Replace: {"String": "..."}; a {"Regex": ...} is refused.
-std::u32string string_pattern(const Node& pattern) {
+// Replace: {"String": "..."}, or {"Regex": "c{n,}"} (a literal character c other than a regex
+// metacharacter, n >= 1: SpmConverter's " {2,}"); any other regex is refused.
+std::unique_ptr<Normalizer> make_replace(const Node& node) {
+  Node pattern = node["pattern"];
   if (!pattern.present() || !pattern.value().is_object()) pattern.wrong("an object {\"String\": ...}");
-  if (pattern["Regex"].present())
-    pattern["Regex"].unsupported_value("a Replace with a regex pattern (only {\"String\": ...} is supported)");
-  return unicode::from_utf8(pattern["String"].str());
+  std::u32string content = unicode::from_utf8(node["content"].str());
+  if (pattern["Regex"].present()) {
+    std::u32string re = unicode::from_utf8(pattern["Regex"].str());
+    static const std::u32string meta = U"\\^$.|?*+()[]{}#";
+    size_t close = re.size() >= 5 ? re.size() - 2 : 0;  // c{n,}: "c", "{", digits, ",", "}"
+    bool runs = close > 0 && re[1] == U'{' && re[close] == U',' && re.back() == U'}' &&
+                meta.find(re[0]) == meta.npos && close - 2 <= 6;
+    size_t min = 0;
+    for (size_t i = 2; runs && i < close; ++i) {
+      if (re[i] < U'0' || re[i] > U'9') runs = false;
+      else min = min * 10 + (re[i] - U'0');
+    }
+    if (!runs || min == 0)
+      pattern["Regex"].unsupported_value("a Replace with a regex pattern (only {\"String\": ...} and \"c{n,}\" are supported)");
+    return std::make_unique<ReplaceRuns>(re[0], min, std::move(content));
+  }
+  return std::make_unique<Replace>(unicode::from_utf8(pattern["String"].str()), std::move(content));
 }
 
 }  // namespace
@@ -210,8 +381,8 @@ static std::unique_ptr<Normalizer> make_step(const Node& node) {
   if (type == "Lowercase") return std::make_unique<Lowercase>();
   if (type == "Strip") return std::make_unique<Strip>(node["strip_left"].boolean_or(true), node["strip_right"].boolean_or(true));
   if (type == "StripAccents") return std::make_unique<StripAccents>();
-  if (type == "Replace")
-    return std::make_unique<Replace>(string_pattern(node["pattern"]), unicode::from_utf8(node["content"].str()));
+  if (type == "Replace") return make_replace(node);
+  if (type == "Precompiled") return std::make_unique<Precompiled>(node["precompiled_charsmap"]);
   if (type == "Prepend") return std::make_unique<Prepend>(unicode::from_utf8(node["prepend"].str()));
   if (type == "BertNormalizer") {
     bool lowercase = node["lowercase"].boolean_or(true);

@@ -66,7 +66,8 @@ class Model {
 
   std::optional<int64_t> token_to_id(std::string_view token) const;
   const std::string* id_to_token(int64_t id) const;
-  int64_t vocab_size() const { return int64_t(vocab_.size()); }
+  // Unigram counts its entries, repeated tokens too (tokenizers' get_vocab_size()).
+  virtual int64_t vocab_size() const { return int64_t(vocab_.size()); }
 
  protected:
   void set_vocab(const Node& vocab_node);  // {"token": id, ...}

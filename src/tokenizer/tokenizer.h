@@ -3,14 +3,15 @@
 //
 // Supported pipeline pieces (anything else is refused with Unsupported, naming the field):
 //   added_tokens    special and non-special, single_word / lstrip / rstrip / normalized flags
-//   normalizer      NFC NFD NFKC NFKD Lowercase Strip StripAccents Replace(String) Prepend
-//                   BertNormalizer Sequence
+//   normalizer      NFC NFD NFKC NFKD Lowercase Strip StripAccents Replace(String, or the regex
+//                   "c{n,}" such as SpmConverter's " {2,}") Prepend BertNormalizer Precompiled
+//                   (SentencePiece charsmap) Sequence
 //   pre_tokenizer   ByteLevel (GPT-2 regex), Split (String, or the GPT-2 / Llama 3 / Qwen2 regexes,
 //                   any behavior, invert), Metaspace, BertPreTokenizer, Whitespace,
 //                   WhitespaceSplit, Punctuation, Digits, CharDelimiterSplit, Sequence
 //   model           BPE (merges as "a b" or ["a", "b"], byte_fallback, fuse_unk, ignore_merges,
 //                   continuing_subword_prefix, end_of_word_suffix; dropout must be off),
-//                   WordPiece, WordLevel
+//                   WordPiece, WordLevel, Unigram (unk_id, byte_fallback)
 //   post_processor  TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel, Sequence
 //   decoder         ByteLevel ByteFallback Fuse Strip Replace(String) Metaspace WordPiece
 //                   BPEDecoder Sequence

@@ -51,6 +51,26 @@ extern const Composition kCompositions[];  // sorted by (first, second)
 extern const size_t kCompositionsCount;
 extern const char32_t kMapData[];
 
+// Grapheme cluster data of unicode-segmentation (grapheme_tables.cc, generated from the crate's
+// tables.rs): the categories of its GraphemeCat enum, in its order.
+enum GraphemeCat : uint8_t {
+  kGcAny, kGcCR, kGcControl, kGcExtend, kGcExtPict, kGcInCBConsonant, kGcL, kGcLF, kGcLV, kGcLVT,
+  kGcPrepend, kGcRegional, kGcSpacingMark, kGcT, kGcV, kGcZWJ
+};
+struct GraphemeRange {
+  char32_t first, last;
+  uint8_t cat;  // GraphemeCat
+};
+struct CharRange {
+  char32_t first, last;
+};
+extern const GraphemeRange kGraphemeRanges[];  // sorted, not overlapping; absent: kGcAny
+extern const size_t kGraphemeRangesCount;
+extern const CharRange kIncbExtendRanges[];  // Indic_Conjunct_Break=Extend
+extern const size_t kIncbExtendRangesCount;
+extern const char32_t kIncbLinkers[];  // Indic_Conjunct_Break=Linker
+extern const size_t kIncbLinkersCount;
+
 // ---- lookups (unicode.cc)
 
 uint32_t props(char32_t c);
@@ -60,6 +80,9 @@ uint8_t combining_class(char32_t c);
 enum class Form { NFC, NFD, NFKC, NFKD };
 std::u32string normalize(std::u32string_view s, Form form);
 std::u32string lowercase(std::u32string_view s);  // per character, no final-sigma rule
+// End of the extended grapheme cluster that starts at s[i] (i < s.size()), as unicode-segmentation's
+// graphemes(true) splits it (graphemes.cc).
+size_t grapheme_end(std::u32string_view s, size_t i);
 
 // UTF-8 <-> UTF-32. decode_utf8 returns false on ill-formed input (and leaves `out` partial).
 bool decode_utf8(std::string_view s, std::u32string& out);

@@ -17,13 +17,23 @@ the real checkpoint's tokenizer.json has it.
   bert           BertNormalizer (lowercase, strip accents), BertPreTokenizer, WordPiece with ##,
                  [CLS] $A [SEP], WordPiece decoder
   bert_cased     BertNormalizer without lowercase or accent stripping, max_input_chars_per_word 12
+  t5             SentencePiece Unigram (trained with `sentencepiece`, nmt_nfkc rules, characters left
+                 out so that unk appears) converted by transformers' T5Converter: Precompiled charsmap,
+                 Strip, Replace(" {2,}"), Metaspace, "$A </s>", <extra_id_N> special tokens, unk_id 2
+  spm_fallback   Unigram with byte_fallback, SpmConverter.build_tokenizer_from_spm_proto's pipeline
+                 (Precompiled + Replace(" ", "▁"), Replace/ByteFallback/Fuse decoders)
+  spm_rules      Unigram whose charsmap comes from custom rules (a -> A, c -> "", x and "x U+0301" both
+                 mapped, ...): shows which extended grapheme clusters the Precompiled normalizer sees
 
 `python make_tokenizers.py OUT` writes OUT/<name>/tokenizer.json for every name.
 """
 from __future__ import annotations
 
+import io
 import json
 import sys
+import tempfile
+import types
 from pathlib import Path
 
 from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
@@ -208,6 +218,64 @@ def make_bert_cased() -> Tokenizer:
     return _make_bert(lowercase=False, max_chars=12)
 
 
+def _train_spm(**options) -> bytes:
+    """A SentencePiece unigram model trained on the corpus, as the bytes of its .model file."""
+    import sentencepiece as spm
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus()), model_writer=buf, model_type="unigram",
+                                   num_threads=1, minloglevel=2, hard_vocab_limit=False, **options)
+    return buf.getvalue()
+
+
+def _spm_proto(model: bytes):
+    from transformers.convert_slow_tokenizer import import_protobuf
+    proto = import_protobuf().ModelProto()
+    proto.ParseFromString(model)
+    return proto
+
+
+def make_t5() -> Tokenizer:
+    from transformers.convert_slow_tokenizer import T5Converter
+    # T5's layout: pad 0, eos 1, unk 2, no bos; 98% character coverage leaves rare characters to unk.
+    model = _train_spm(vocab_size=300, normalization_rule_name="nmt_nfkc", character_coverage=0.98,
+                       pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "spiece.model"
+        path.write_bytes(model)
+        ids = {p.piece: i for i, p in enumerate(_spm_proto(model).pieces)}
+        original = types.SimpleNamespace(vocab_file=str(path), _extra_ids=3, legacy=True,
+                                         convert_tokens_to_ids=lambda t: ids[t])
+        tok = T5Converter(original).converted()
+    tok.add_special_tokens([f"<extra_id_{i}>" for i in range(3)])
+    return tok
+
+
+def _from_spm_proto(model: bytes) -> Tokenizer:
+    from transformers.convert_slow_tokenizer import SpmConverter
+    proto = _spm_proto(model)
+    vocab = [(p.piece, p.score) for p in proto.pieces]
+    return SpmConverter.build_tokenizer_from_spm_proto(proto, vocab)
+
+
+def make_spm_fallback() -> Tokenizer:
+    return _from_spm_proto(_train_spm(vocab_size=600, normalization_rule_name="nmt_nfkc", byte_fallback=True,
+                                      character_coverage=0.98))
+
+
+# Rules of spm_rules' charsmap, "source code points<TAB>target code points" (hex). Mapping the first
+# character of a cluster reveals the cluster: tokenizers replaces the whole of a cluster under 6 bytes.
+SPM_RULES = {"61": "41", "62": "62 62", "63": "", "31": "6F 6E 65", "65 301": "C9", "78": "58", "78 301": "59",
+             "915": "4B", "600": "50", "1100": "4C", "200D": "5A", "FB01": "66 69", "2460": "31", "D": "20",
+             "A": "20", "30": "", "3000": "20"}
+
+
+def make_spm_rules() -> Tokenizer:
+    with tempfile.TemporaryDirectory() as tmp:
+        rules = Path(tmp) / "rules.tsv"
+        rules.write_text("".join(f"{k}\t{v}\n" for k, v in SPM_RULES.items()), encoding="utf-8")
+        return _from_spm_proto(_train_spm(vocab_size=250, normalization_rule_tsv=str(rules)))
+
+
 MAKERS = {
     "gpt2": make_gpt2,
     "roberta": make_roberta,
@@ -217,6 +285,9 @@ MAKERS = {
     "mistral": make_mistral,
     "bert": make_bert,
     "bert_cased": make_bert_cased,
+    "t5": make_t5,
+    "spm_fallback": make_spm_fallback,
+    "spm_rules": make_spm_rules,
 }
 
 

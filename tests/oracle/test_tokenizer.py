@@ -2,7 +2,8 @@
 
 For each tokenizer of make_tokenizers.py (byte-level BPE in the GPT-2, RoBERTa, Llama 3 and Qwen2
 styles, byte-fallback BPE in the Llama 2 style, Metaspace BPE in the Mistral style, WordPiece in the
-BERT style), a few hundred deterministic strings (ASCII, accents precomposed and decomposed, CJK,
+BERT style, SentencePiece Unigram with a Precompiled charsmap in the T5 style, with byte fallback, and
+with custom charsmap rules), a few hundred deterministic strings (ASCII, accents precomposed and decomposed, CJK,
 Arabic, emoji with ZWJ and skin tones, lone combining marks, whitespace runs, digit runs,
 punctuation runs, contractions, the tokenizer's special tokens embedded in text, empty strings) are
 encoded by `tokenizers` and by one `hfx tokenize` process each, and the ids must be identical; the
@@ -10,6 +11,7 @@ decodings of those ids, and of random id lists, must be identical too.
 """
 from __future__ import annotations
 
+import base64
 import json
 import random
 import subprocess
@@ -163,6 +165,42 @@ def test_decode_matches_tokenizers(name, tokenizer_file):
     compare(tok, keep, want, tokenize(path, keep, "--decode", "--keep-special-tokens"))
 
 
+# The SentencePiece Unigram tokenizers (Precompiled charsmap normalizer, Unigram model).
+UNIGRAM_NAMES = ["t5", "spm_fallback", "spm_rules"]
+
+# What the charsmap and the lattice make of: compatibility characters (NFKC), extended grapheme clusters
+# of each kind under 6 UTF-8 bytes (looked up whole, shortest key first) and over (per character),
+# characters in no token (unk, fused; or bytes), long words, the rule characters of spm_rules.
+SPM_FRAGMENTS = [
+    "ﬁ", "ﬁ\u0301", "ﬁne ﬂow", "①②⑩", "①\u0301", "ＡＢＣ", "ａ\u0301", "Ⅻ", "㍿", "™", "…", "ｶﾀｶﾅ", "ǆ", "x²",
+    "a\u0301", "e\u0301", "x\u0301", "x\u0301\u0301", "c\u0301", "1\u0301", "b\u0308", "o\u0308\u0304\u0323",
+    "\u1100\u1161", "\u1100\u1161\u11a8", "\u1100\u1100\u1161", "각\u11a8", "\u1100x",
+    "क्ष", "क\u094d\u200dष", "क्क्क", "कि", "क\u094d", "\u0915\u093f\u0902", "क\u094dx",
+    "\u0600\u0661", "\u0600a", "\u0600 ", "\u0600\n",
+    "a\u200d", "\u200d", "\u200da", "x\u200d😀", "😀\u200d😀", "👨‍👩‍👧", "\u2764\ufe0f", "☝🏽", "a\ufe0f",
+    "🇫", "🇫🇷🇩", "🇫🇷🇩🇪🇮", "a🇫🇷",
+    "\r\n", "a\r\nb", "\n\r", "\r\r\n", "\x00", "a\x00\u0301", "\t\u0301", "\x7f\u0301",
+    "  ", "a  b", "   a   ", "a   ", "\u3000x", "a\u00a0b", "\u2003\u2003", "0a0", "00", "a0\u0301",
+    "ꙮꙮꙮ ᚠᚡᚢ", "ꙮaꙮ", "\ue000\ue001", "\U0001d49c\U0001d4b7", "𠀀𠀁x",
+    "a" * 1000, "x\u0301" * 50, "qzqzqz" * 100, "\U0001F600" * 30, "supercalifragilisticexpialidocious" * 8,
+    "<unk>", "ꙮ<unk>ꙮ", "</s>", "<extra_id_0>", "x<extra_id_1>y", "<pad>", "<0x41>", "▁", "▁▁a", "a▁ b",
+]
+
+
+@pytest.mark.parametrize("name", UNIGRAM_NAMES)
+def test_unigram_and_precompiled(name, tokenizer_file):
+    path = tokenizer_file(name)
+    tok = Tokenizer.from_file(str(path))
+    rng = random.Random(1234)
+    pool = SPM_FRAGMENTS + FRAGMENTS
+    strings = SPM_FRAGMENTS + ["".join(rng.choice(pool) + rng.choice(SEPARATORS) for _ in range(rng.randint(2, 5)))
+                               for _ in range(300)]
+    want = [tok.encode(s, add_special_tokens=True).ids for s in strings]
+    compare(tok, strings, want, tokenize(path, strings, "--jsonl"))
+    ids = want + [[rng.randrange(tok.get_vocab_size() + 2) for _ in range(rng.randint(0, 30))] for _ in range(100)]
+    compare(tok, ids, [tok.decode(i) for i in ids], tokenize(path, ids, "--decode"))
+
+
 def test_plain_lines_and_command_line_forms(tokenizer_file):
     path = tokenizer_file("llama3")
     tok = Tokenizer.from_file(str(path))
@@ -202,6 +240,25 @@ def test_errors_name_file_and_field(tokenizer_file, tmp_path):
     bad.write_text(json.dumps(data), encoding="utf-8")
     line = one_error_line(run_hfx("tokenize", "-t", bad, "--text", "x", check=False))
     assert "merge.json" in line and "model.merges[3]" in line
+
+    # A hostile charsmap: a trie that points outside itself, then one that does not fit the blob.
+    data = json.loads(tokenizer_file("t5").read_text(encoding="utf-8"))
+    charsmap = data["normalizer"]["normalizers"][0]
+    blob = bytearray(base64.b64decode(charsmap["precompiled_charsmap"]))
+    blob[4:8] = (0xFFFFFC00).to_bytes(4, "little")  # the root's offset: far past the trie
+    charsmap["precompiled_charsmap"] = base64.b64encode(bytes(blob)).decode()
+    bad = tmp_path / "charsmap.json"
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    line = one_error_line(run_hfx("tokenize", "-t", bad, "--text", "x", check=False))
+    assert "charsmap.json" in line and "normalizer.normalizers[0].precompiled_charsmap" in line and "corrupt" in line
+    charsmap["precompiled_charsmap"] = base64.b64encode(b"\xff\xff\x00\x00" + bytes(blob[4:40])).decode()
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    line = one_error_line(run_hfx("tokenize", "-t", bad, "--text", "x", check=False))
+    assert "normalizer.normalizers[0].precompiled_charsmap" in line and "trie" in line
+    data["model"]["unk_id"] = len(data["model"]["vocab"])
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    line = one_error_line(run_hfx("tokenize", "-t", bad, "--text", "x", check=False))
+    assert "model.unk_id" in line
 
     proc = subprocess.run([str(hfx_binary()), "tokenize", "-t", str(tokenizer_file("gpt2")), "--jsonl"],
                           input="\"ok\"\nnot json\n", capture_output=True, text=True)

@@ -155,8 +155,10 @@ TEST_F(TokenizerTest, LoadErrorsNameFileAndField) {
   j["model"]["merges"][1] = 7;
   expect_error(j, ErrorKind::BadInput, {"model.merges[1]", "found 7"});
   j = tiny_bpe();
+  j["normalizer"] = {{"type", "Nmt"}};
+  expect_error(j, ErrorKind::Unsupported, {"normalizer.type", "Nmt"});
   j["normalizer"] = {{"type", "Precompiled"}};
-  expect_error(j, ErrorKind::Unsupported, {"normalizer.type", "Precompiled"});
+  expect_error(j, ErrorKind::BadInput, {"normalizer.precompiled_charsmap", "missing"});
   j = tiny_bpe();
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}, {"behavior", "Isolated"}};
   expect_error(j, ErrorKind::Unsupported, {"pre_tokenizer.pattern.Regex", "\\\\w+"});
@@ -240,6 +242,134 @@ TEST_F(TokenizerTest, WordPieceLongWordIsLinear) {
   tok = load(j);
   EXPECT_EQ(tok.encode("u\xD0\xB6\xD0\xB6\xD0\xB6", false), (std::vector<int64_t>{11, 9, 10}));  // "uжжж"
   EXPECT_EQ(tok.encode("u\xD0\xB6\xD0\xB6\xD0\xB6x", false), (std::vector<int64_t>{0}));  // no "##x": [UNK]
+}
+
+// The Rust doc example of Unigram::encode: "abcdacdxx" -> abcd a cd xx, the unknown x's fused.
+json tiny_unigram() {
+  json vocab = json::array();
+  for (auto [t, s] : std::initializer_list<std::pair<const char*, double>>{
+           {"<unk>", 0}, {"a", 0}, {"b", 0}, {"c", 0}, {"d", 0}, {"cd", 1}, {"ab", 2}, {"abc", 5}, {"abcd", 10}})
+    vocab.push_back(json::array({t, s}));
+  return {{"model", {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", vocab}}}};
+}
+
+TEST_F(TokenizerTest, UnigramBestPathAndFusedUnknowns) {
+  Tokenizer t = load(tiny_unigram());
+  EXPECT_EQ(t.encode("abcdacdxx"), (std::vector<int64_t>{8, 1, 5, 0}));
+  EXPECT_EQ(t.encode("xxéab"), (std::vector<int64_t>{0, 6}));  // x x é fuse into one unk
+  EXPECT_EQ(t.encode(""), std::vector<int64_t>{});
+  EXPECT_EQ(t.vocab_size(), 9);
+  EXPECT_EQ(t.decode({8, 1, 5}), "abcd a cd");
+
+  // byte_fallback: an unknown piece is spelt in <0xNN> tokens when all its bytes have one.
+  json j = tiny_unigram();
+  j["model"]["byte_fallback"] = true;
+  j["model"]["vocab"].push_back(json::array({"<0x78>", -1.0}));
+  t = load(j);
+  EXPECT_EQ(t.encode("axxd"), (std::vector<int64_t>{1, 9, 9, 4}));
+  EXPECT_EQ(t.encode("ayd"), (std::vector<int64_t>{1, 0, 4}));  // no <0x79>: unk
+
+  // Without unk_id an unknown character is an error naming the field; known text still encodes.
+  j = tiny_unigram();
+  j["model"].erase("unk_id");
+  t = load(j);
+  EXPECT_EQ(t.encode("abcd"), (std::vector<int64_t>{8}));
+  try {
+    t.encode("abxd");
+    FAIL() << "encoding an unknown character without unk_id should fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    EXPECT_NE(e.describe().find("model.unk_id"), std::string::npos) << e.describe();
+  }
+}
+
+TEST_F(TokenizerTest, UnigramLoadErrors) {
+  json j = tiny_unigram();
+  j["model"]["unk_id"] = 9;
+  expect_error(j, ErrorKind::BadInput, {"tokenizer.json", "model.unk_id"});
+  j = tiny_unigram();
+  j["model"]["vocab"][3] = json::array({"c"});
+  expect_error(j, ErrorKind::BadInput, {"model.vocab[3]"});
+  j = tiny_unigram();
+  j["model"]["vocab"][2] = json::array({"b", "high"});
+  expect_error(j, ErrorKind::BadInput, {"model.vocab[2]"});
+}
+
+// A charsmap built by sentencepiece from the rules a -> A, x -> X, "x U+0301" -> Y, U+FB01 -> fi.
+const char* kRulesCharsmap =
+    "AAQAAACAAQBhDQAAAAAAgAIAAICBBQAABAAAgKwAAgCBPQAABgAAgAgAAAALAAAACgAAAA0AAAAMAAAADwAAAA4AAAARAAAAEAAA"
+    "ABMAAAASAAAAFQAAABQAAAAXAAAAFgAAAHhtAAAYAAAAGwAAABoAAAAdAAAAHAAAAB8AAAAeAAAAIQAAACAAAAAjAAAAIgAAACUA"
+    "AAAkAAAAJwAAACYAAAApAAAAKAAAACsAAAAqAAAALQAAACwAAAAvAAAALgAAADEAAAAwAAAAMwAAADIAAAA1AAAANAAAADcAAAA2"
+    "AAAAOQAAADgAAAA7AAAAOgAAAD0AAAA8AAAAPwAAAD4AAABBAAAAQAAAAEMAAABCAAAARQAAAEQAAABHAAAARgAAAEkAAABIAAAA"
+    "SwAAAEoAAABNAAAATAAAAE8AAABOAAAAUQAAAFAAAABTAAAAUgAAAFUAAABUAAAAVwAAAFYAAABZAAAAWAAAAFsAAABaAAAAXQAA"
+    "AFwAAABfAAAAXgAAAGEAAABgAAAAYwAAAGIAAABlAAAAZAAAAGcAAABmAAAAaQAAAGgAAABrAAAAagAAAG0AAABsAAAAbwAAAG4A"
+    "AABxAAAAcAAAAHMAAAByAAAAdQAAAHQAAAB3AAAAdgAAAHkAAAB4AAAAewAAAHoAAAB9AAAAfAAAAH8AAAB+AAAAgQAAAIAAAACD"
+    "AAAAggAAAIUAAACEAAAAhwAAAIYAAACJAAAAiAAAAIsAAACKAAAAjQAAAIwAAACPAAAA75QAAJEAAACQAAAAkwAAAJIAAACVAAAA"
+    "lAAAAJcAAACWAAAAmQAAAJgAAACbAAAAmgAAAJ0AAACcAAAAnwAAAJ4AAAChAAAAoAAAAKMAAACiAAAApQAAAKQAAACnAAAApgAA"
+    "AKkAAACoAAAAqwAAAKoAAACtAAAArAAAAK8AAACuAAAAsQAAALAAAACzAAAAsgAAALUAAAC0AAAAtwAAALYAAAC5AAAAuAAAALsA"
+    "AAC6AAAAvQAAALwAAAC/AAAAvgAAAMEAAADAAAAAwwAAAMIAAADFAAAAxAAAAMcAAADGAAAAyQAAAMgAAADLAAAAygAAAM0AAADM"
+    "AAAAzwAAAMwoAQDRAAAA0AAAANMAAADSAAAA1QAAANQAAADXAAAA1gAAANkAAADYAAAA2wAAANoAAADdAAAA3AAAAN8AAADeAAAA"
+    "4QAAAOAAAADjAAAA4gAAAOUAAADkAAAA5wAAAOYAAADpAAAA6AAAAOsAAADqAAAA7QAAAOwAAADvAAAA7gAAAPEAAADwAAAA8wAA"
+    "APIAAAD1AAAA9AAAAPcAAAD2AAAA+QAAAPgAAAD7AAAA+gAAAP0AAAD8AAAA/wAAAP4AAABBAFgAWQBmaQA=";
+
+json precompiled(const std::string& charsmap) {
+  json j = tiny_unigram();
+  j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", charsmap}};
+  return j;
+}
+
+TEST_F(TokenizerTest, PrecompiledCharsmap) {
+  Tokenizer t = load(precompiled(kRulesCharsmap));
+  auto text = [&](const std::string& s) { return t.decode(t.encode(s)); };
+  EXPECT_EQ(t.encode("ab"), t.encode("Ab"));  // a -> A, which is unknown: one unk, then b
+  // A cluster under 6 bytes is looked up whole and the *shortest* key wins: "x U+0301" becomes X,
+  // not Y, and the mark is gone (tokenizers' behaviour, kept on purpose).
+  Tokenizer plain = load(tiny_unigram());
+  EXPECT_EQ(t.encode("x\u0301"), plain.encode("X"));
+  EXPECT_EQ(t.encode("\uFB01\u0301b"), plain.encode("fib"));
+  EXPECT_EQ(text("cd"), "cd");
+
+  // Hostile charsmaps: one clear error naming the field, never a crash.
+  expect_error(precompiled("not base64!"), ErrorKind::BadInput, {"normalizer.precompiled_charsmap", "base64"});
+  expect_error(precompiled("AAE="), ErrorKind::BadInput, {"normalizer.precompiled_charsmap"});
+  expect_error(precompiled("/////wAAAAA="), ErrorKind::BadInput, {"normalizer.precompiled_charsmap", "trie"});
+  expect_error(precompiled("AAAAAA=="), ErrorKind::BadInput, {"normalizer.precompiled_charsmap", "empty"});
+  // A one-unit trie whose root points past the array: an error at encode time.
+  t = load(precompiled("BAAAAAD8//8="));
+  EXPECT_THROW(t.encode("a"), Error);
+}
+
+TEST_F(TokenizerTest, ReplaceRunsRegex) {
+  json j = tiny_bpe();
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", "c"}};
+  j["pre_tokenizer"] = nullptr;
+  Tokenizer t = load(j);
+  EXPECT_EQ(t.encode("a  b"), t.encode("acb"));
+  EXPECT_EQ(t.encode("a     b"), t.encode("acb"));
+  j["normalizer"]["pattern"]["Regex"] = " +";
+  expect_error(j, ErrorKind::Unsupported, {"normalizer.pattern.Regex"});
+}
+
+TEST(Unicode, GraphemeClusters) {
+  auto clusters = [](const std::u32string& s) {
+    std::vector<std::u32string> out;
+    for (size_t b = 0; b < s.size();) {
+      size_t e = unicode::grapheme_end(s, b);
+      out.push_back(s.substr(b, e - b));
+      b = e;
+    }
+    return out;
+  };
+  using V = std::vector<std::u32string>;
+  EXPECT_EQ(clusters(U"e\u0301x"), (V{U"e\u0301", U"x"}));
+  EXPECT_EQ(clusters(U"\r\n\n"), (V{U"\r\n", U"\n"}));
+  EXPECT_EQ(clusters(U"\u1100\u1161\u11A8\u1100"), (V{U"\u1100\u1161\u11A8", U"\u1100"}));
+  EXPECT_EQ(clusters(U"\U0001F1EB\U0001F1F7\U0001F1E9"), (V{U"\U0001F1EB\U0001F1F7", U"\U0001F1E9"}));
+  EXPECT_EQ(clusters(U"\U0001F468\u200D\U0001F469x"), (V{U"\U0001F468\u200D\U0001F469", U"x"}));
+  EXPECT_EQ(clusters(U"a\u200D\U0001F469"), (V{U"a\u200D", U"\U0001F469"}));
+  EXPECT_EQ(clusters(U"\u0915\u094D\u0937"), (V{U"\u0915\u094D\u0937"}));  // GB9c conjunct
+  EXPECT_EQ(clusters(U"\u0600a"), (V{U"\u0600a"}));                          // Prepend
+  EXPECT_EQ(clusters(U"\u0915\u093F"), (V{U"\u0915\u093F"}));               // SpacingMark
 }
 
 TEST(Unicode, NormalizationForms) {
