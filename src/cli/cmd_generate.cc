@@ -14,6 +14,7 @@
 #include "pipeline/verify_cases.h"
 #include "pipeline/verify_runtimes.h"
 #include "runtime/generate.h"
+#include "runtime/seq2seq_generate.h"
 #include "tasks/task.h"
 #include "tokenizer/tokenizer.h"
 
@@ -56,6 +57,21 @@ void check_prompts_fit(const pipeline::Artifact& art, const std::vector<std::vec
     bad_input("prompt {} + {} new tokens > context {} (the export's {}); use -n {} at most", longest, new_tokens, *context,
               art.cache.static_cache ? "max_cache_len" : "total_sequence_length max",
               std::max<int64_t>(0, *context - int64_t(longest)));
+}
+
+// An encoder-decoder's: the sources within the encoder's sequence bounds, the start token and the new
+// ones within the decoder's total length.
+void check_sources_fit(const pipeline::Artifact& art, const std::vector<std::vector<int64_t>>& sources, int64_t new_tokens) {
+  check_prompts_fit(art, sources, 0);  // ids within the vocabulary, rows within batch_size
+  size_t longest = 0;
+  for (const auto& p : sources) longest = std::max(longest, p.size());
+  const auto source_max = pipeline::bound(art.component("encoder").graph, "encoder_sequence_length", true);
+  if (source_max && int64_t(longest) > *source_max)
+    bad_input("prompt of {} tokens > {} (the export's encoder_sequence_length max)", longest, *source_max);
+  const auto total_max = pipeline::bound(art.component("decoder_with_past").graph, "total_decoder_sequence_length", true);
+  if (total_max && 1 + new_tokens > *total_max)
+    bad_input("1 start token + {} new tokens > {} (the export's total_decoder_sequence_length max); use -n {} at most",
+              new_tokens, *total_max, std::max<int64_t>(0, *total_max - 1));
 }
 
 }  // namespace
@@ -104,8 +120,8 @@ void register_generate(CLI::App& app, Action& action) {
       const pipeline::Backend& backend = pipeline::backend_for_runtime(s->runtime);
       auto art = pipeline::open_artifact(s->dir, backend.info().name);
       const tasks::Task* task = tasks::find_task(art.manifest["model"].value("task", "causal-lm"));
-      if (!task || !task->generative())
-        bad_input("{}: a {} export has no decode loop; generate needs a decoder", s->dir.string(),
+      if (!task || (!task->generative() && !art.seq2seq()))
+        bad_input("{}: a {} export has no decode loop; generate needs a decoder or an encoder-decoder", s->dir.string(),
                   art.manifest["model"].value("task", "?"));
       std::optional<tokenizer::Tokenizer> tok;
       // Loaded from the folder: Tokenizer::load refuses a tokenizer.json that links outside the export.
@@ -114,7 +130,8 @@ void register_generate(CLI::App& app, Action& action) {
         if (!tok) bad_input("{}: --prompt needs tokenizer.json in the export; use --prompt-ids", s->dir.string());
         prompts.push_back(tok->encode(s->prompt, true));
       }
-      check_prompts_fit(art, prompts, s->sampling.max_new_tokens);
+      if (art.seq2seq()) check_sources_fit(art, prompts, s->sampling.max_new_tokens);
+      else check_prompts_fit(art, prompts, s->sampling.max_new_tokens);
       auto opts = s->sampling;
       opts.eos_token_ids = art.eos_token_ids;
       opts.pad_token_id = art.pad_token_id;
@@ -132,29 +149,35 @@ void register_generate(CLI::App& app, Action& action) {
           return runtime::make_executor_runner(c.graph, pipeline::artifact_exec_options(c, int64_t(prompts.size()), length));
         return backend.make_runner(c, s->runtime);
       };
-      auto first = make_runner(art.component(split ? "prefill" : ""));
-      auto next = split ? make_runner(art.component("decode")) : nullptr;
+      // A decoder's steps (decoder, or prefill + decode), or an encoder-decoder's three graphs.
+      auto first = make_runner(art.component(art.seq2seq() ? "decoder" : split ? "prefill" : ""));
+      auto next = art.seq2seq() ? make_runner(art.component("decoder_with_past"))
+                  : split       ? make_runner(art.component("decode"))
+                                : nullptr;
+      auto encoder = art.seq2seq() ? make_runner(art.component("encoder")) : nullptr;
       // Stream a single row as it comes: text when there is a tokenizer, ids otherwise. Text is
       // re-decoded from all new ids each time and only the new suffix printed, so multi-byte
       // characters split over tokens come out whole.
       const bool stream = !s->print_ids && prompts.size() == 1;
       std::vector<int64_t> so_far;
       std::string printed;
-      auto rows = runtime::generate(*first, next ? *next : *first, art.cache, prompts, opts,
-                                    [&](size_t, int64_t id) {
-                                      if (!stream) return;
-                                      if (!tok) {
-                                        fmt::print("{} ", id);
-                                      } else {
-                                        so_far.push_back(id);
-                                        std::string text = tok->decode(so_far, true);
-                                        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
-                                          fmt::print("{}", text.substr(printed.size()));
-                                          printed = text;
-                                        }
-                                      }
-                                      std::fflush(stdout);
-                                    });
+      auto on_token = [&](size_t, int64_t id) {
+        if (!stream) return;
+        if (!tok) {
+          fmt::print("{} ", id);
+        } else {
+          so_far.push_back(id);
+          std::string text = tok->decode(so_far, true);
+          if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+            fmt::print("{}", text.substr(printed.size()));
+            printed = text;
+          }
+        }
+        std::fflush(stdout);
+      };
+      auto rows = encoder ? runtime::generate_seq2seq({*encoder, *first, *next}, art.cache, prompts,
+                                                      *art.decoder_start_token_id, opts, on_token)
+                          : runtime::generate(*first, next ? *next : *first, art.cache, prompts, opts, on_token);
       if (stream) fmt::print("\n");
       else
         for (const auto& r : rows) fmt::print("{}\n", fmt::join(r, ","));

@@ -6,9 +6,11 @@
 //               `relative_attention_bias` table, shared by every layer of its stack), bidirectional in
 //               the encoder, causal in the decoder; cross-attention adds no position bias
 //   feed-forward wo(act(wi(x))) ("relu") or wo(act(wi_0(x)) * wi_1(x)) ("gated-gelu": gelu_new)
-//   head        lm_head, or the shared embedding; T5 scales the decoder's output by d_model^-0.5 first
-//               when the config says scale_decoder_outputs (Transformers 5; older configs: unless
-//               tie_word_embeddings is false); mT5 never does
+//   head        lm_head.weight when the checkpoint has it, else the shared embedding (Transformers 5 ties
+//               them whatever the config says, and keeps a saved lm_head.weight that differs: every
+//               untied T5 it saves is so); T5 scales the decoder's output by d_model^-0.5 first when the
+//               config says scale_decoder_outputs (older configs: unless tie_word_embeddings is false);
+//               mT5 never does. Each stack's embedding is likewise its own embed_tokens.weight when saved.
 // Relative positions go through a bucket table computed here at export time for every distance up
 // to max_distance + 1 (each further one lands in the last bucket), so the graph's work is a lookup and
 // the f32 rounding of Transformers' logarithm is reproduced once, not by each runtime's Log.
@@ -36,7 +38,6 @@ struct T5Config {
   bool gated = false;
   Activation act = Activation::Relu;
   bool scale_output = true;
-  bool untied_head = false;  // lm_head.weight is the head (a checkpoint saved with tie_word_embeddings false)
   int64_t decoder_start_token_id = 0;
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> bos_token_id, pad_token_id;
@@ -81,7 +82,6 @@ T5Config parse_config(const io::Checkpoint& ckpt, bool mt5) {
   const auto tie = io::optional_bool(f, j, "tie_word_embeddings");
   if (mt5) c.scale_output = false;  // MT5ForConditionalGeneration never scales (Transformers 5)
   else c.scale_output = io::optional_bool(f, j, "scale_decoder_outputs").value_or(tie != false);
-  c.untied_head = tie == false && ckpt.find("lm_head.weight");
   c.pad_token_id = io::optional_int(f, j, "pad_token_id", 0).value_or(0);
   c.decoder_start_token_id = io::optional_int(f, j, "decoder_start_token_id", 0).value_or(*c.pad_token_id);
   c.bos_token_id = io::optional_int(f, j, "bos_token_id", 0);
@@ -95,13 +95,14 @@ T5Config parse_config(const io::Checkpoint& ckpt, bool mt5) {
 class T5 final : public Seq2SeqLm {
  public:
   T5(const io::Checkpoint& ckpt, bool mt5) : ckpt_(ckpt), c_(parse_config(ckpt, mt5)) {
-    // The shared embedding, saved under one of the names Transformers ties together.
-    for (const char* name : {"shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"})
-      if (ckpt_.find(name)) {
-        embed_name_ = name;
-        break;
-      }
-    if (embed_name_.empty()) bad_input("{}: no tensor shared.weight (the T5 embedding) in the checkpoint", ckpt_.dir().string());
+    // The embedding, saved under one of the names Transformers ties together.
+    if (!ckpt_.find("shared.weight") && !ckpt_.find("encoder.embed_tokens.weight") && !ckpt_.find("decoder.embed_tokens.weight"))
+      bad_input("{}: no tensor shared.weight (the T5 embedding) in the checkpoint", ckpt_.dir().string());
+    // T5ForConditionalGeneration's own `shared` is read by neither stack's forward when each saved its
+    // embed_tokens: a copy of the tie then.
+    if (ckpt_.find("shared.weight") && ckpt_.find("encoder.embed_tokens.weight") && ckpt_.find("decoder.embed_tokens.weight") &&
+        ckpt_.find("lm_head.weight"))
+      ckpt_.mark_used("shared.weight");
     s_.model_type = ckpt.model_type();
     s_.hf_class = mt5 ? "MT5ForConditionalGeneration" : "T5ForConditionalGeneration";
     s_.vocab_size = c_.vocab_size;
@@ -116,7 +117,7 @@ class T5 final : public Seq2SeqLm {
         {"attention", fmt::format("{} heads x d_kv {}, unscaled, relative position buckets {} (max distance {})",
                                   c_.num_heads, c_.d_kv, c_.num_buckets, c_.max_distance)},
         {"feed-forward", fmt::format("{}{}", c_.gated ? "gated " : "", activation_name(c_.act))},
-        {"head", fmt::format("{}{}", c_.untied_head ? "lm_head" : "tied to the shared embedding",
+        {"head", fmt::format("{}{}", ckpt_.find("lm_head.weight") ? "lm_head" : "tied to the shared embedding",
                              c_.scale_output ? ", decoder output scaled by d_model^-0.5" : "")},
         {"decoder start", fmt::format("token {}", c_.decoder_start_token_id)},
     };
@@ -130,7 +131,7 @@ class T5 final : public Seq2SeqLm {
 
   ir::ValueId encode(ir::Builder& b, const EncoderInputs& in) const override {
     auto stack = b.scope("encoder");
-    ir::ValueId h = embed(b, in.input_ids);
+    ir::ValueId h = embed(b, "encoder", in.input_ids);
     ir::ValueId bias;
     {
       auto s = b.scope("position_bias");
@@ -159,7 +160,7 @@ class T5 final : public Seq2SeqLm {
     if (const char* n = "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"; ckpt_.find(n))
       ckpt_.mark_used(n);
     Seq2SeqDecoderOutputs out;
-    ir::ValueId h = embed(b, in.input_ids);
+    ir::ValueId h = embed(b, "decoder", in.input_ids);
     ir::ValueId self_bias, cross_bias;
     {
       auto s = b.scope("position_bias");
@@ -219,9 +220,9 @@ class T5 final : public Seq2SeqLm {
     }
     h = t5_norm(b, h, "decoder.final_layer_norm", "final_norm");
     if (c_.scale_output) h = b.times(h, b.f32(float(std::pow(double(c_.hidden_size), -0.5))));
-    ir::ValueId table = embedding_table(b);
-    if (!c_.untied_head && ckpt_.find("lm_head.weight")) ckpt_.mark_used("lm_head.weight");  // a saved copy of the tie
-    out.logits = lm_head(b, ckpt_, h, table, !c_.untied_head, c_.vocab_size, c_.hidden_size);
+    const bool own_head = ckpt_.find("lm_head.weight") != nullptr;
+    out.logits = lm_head(b, ckpt_, h, own_head ? ir::kNone : embedding_table(b, "lm_head"), !own_head, c_.vocab_size,
+                         c_.hidden_size);
     return out;
   }
 
@@ -230,15 +231,20 @@ class T5 final : public Seq2SeqLm {
     return fmt::format("d_model={}, num_heads={}, d_kv={}, d_ff={}", c_.hidden_size, c_.num_heads, c_.d_kv, c_.d_ff);
   }
 
-  ir::ValueId embedding_table(ir::Builder& b) const {
-    for (const char* name : {"shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"})
-      if (name != embed_name_ && ckpt_.find(name)) ckpt_.mark_used(name);  // saved copies of the tie
-    return bind_weight(b, ckpt_, embed_name_, {c_.vocab_size, c_.hidden_size}, "vocab_size, " + why());
+  // The table `user` ("encoder", "decoder": its stack's own embed_tokens.weight first; "lm_head") reads:
+  // what the checkpoint saved for it, else the shared embedding under the first name it was saved by.
+  ir::ValueId embedding_table(ir::Builder& b, const std::string& user) const {
+    std::vector<std::string> names = {user + ".embed_tokens.weight", "shared.weight", "encoder.embed_tokens.weight",
+                                      "decoder.embed_tokens.weight"};
+    if (user == "lm_head") names.erase(names.begin());
+    for (const auto& name : names)
+      if (ckpt_.find(name)) return bind_weight(b, ckpt_, name, {c_.vocab_size, c_.hidden_size}, "vocab_size, " + why());
+    HFX_CHECK(false, "no T5 embedding (checked when the model was made)");
   }
 
-  ir::ValueId embed(ir::Builder& b, ir::ValueId ids) const {
+  ir::ValueId embed(ir::Builder& b, const std::string& stack, ir::ValueId ids) const {
     auto s = b.scope("embed_tokens");
-    return b.add1("Embedding", {embedding_table(b), ids});
+    return b.add1("Embedding", {embedding_table(b, stack), ids});
   }
 
   ir::ValueId t5_norm(ir::Builder& b, ir::ValueId x, const std::string& prefix, const std::string& scope) const {
@@ -300,7 +306,6 @@ class T5 final : public Seq2SeqLm {
   const io::Checkpoint& ckpt_;
   T5Config c_;
   ModelSummary s_;
-  std::string embed_name_;
 };
 
 }  // namespace

@@ -216,17 +216,56 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
 }
 
 
+# Encoder-decoders (test_seq2seq_t5.py): the full config (BASE's decoder-only keys are not theirs), saved
+# by AutoModelForSeq2SeqLM; kept out of CASES, whose tests run one causal decoder graph.
+T5_BASE = dict(vocab_size=128, d_model=64, d_kv=16, num_heads=4, d_ff=96, decoder_start_token_id=0, pad_token_id=0,
+               eos_token_id=1)
+SEQ2SEQ_CASES: dict[str, tuple[str, dict]] = {
+    # T5 1.0's relu MLP with T5 1.1's untied lm_head (no d_model**-0.5 on the decoder output), a decoder
+    # deeper than the encoder, 8 buckets up to distance 20: a 12-token prompt reaches the log-spaced
+    # buckets (from distance 2 each way in the encoder; from 4 in the causal decoder) and the last
+    # bucket (from distance 7 in the encoder), 64 generated tokens pass max_distance
+    "t5": ("t5", dict(T5_BASE, feed_forward_proj="relu", tie_word_embeddings=False, num_layers=2, num_decoder_layers=3,
+                      relative_attention_num_buckets=8, relative_attention_max_distance=20)),
+    # gated-gelu (gelu_new) MLP, tied: the decoder output scaled by d_model**-0.5 before the shared lm_head
+    "t5-gated-tied": ("t5", dict(T5_BASE, feed_forward_proj="gated-gelu", tie_word_embeddings=True, num_layers=2,
+                                 num_decoder_layers=2, relative_attention_num_buckets=16,
+                                 relative_attention_max_distance=32, layer_norm_epsilon=1e-5)),
+    # mT5: T5 1.1's layers under their own model_type; untied, never scaled
+    "mt5": ("mt5", dict(T5_BASE, feed_forward_proj="gated-gelu", tie_word_embeddings=False, num_layers=2,
+                        num_decoder_layers=2)),
+    # "t5" as Transformers 5 itself saves an untied T5 (a fine-tune saved today): config.json says
+    # tie_word_embeddings true (T5Config forces it) with scale_decoder_outputs false, and the checkpoint
+    # has its own lm_head.weight, which from_pretrained keeps because it differs from shared.weight
+    "t5-v5-config": ("t5", dict(T5_BASE, feed_forward_proj="relu", tie_word_embeddings=False, num_layers=2,
+                                num_decoder_layers=3, relative_attention_num_buckets=8,
+                                relative_attention_max_distance=20)),
+}
+# The seq2seq cases whose config.json is left as Transformers 5 writes it; the others are rewritten the
+# way the hub's T5 / flan-t5 / mT5 configs read (see make()).
+SEQ2SEQ_AS_SAVED = {"t5-v5-config"}
+
+
 def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int = 0) -> Path:
     """Saves the tiny checkpoint for `case` into `folder` (created) and returns it."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    model_type, overrides = {**CASES, **PARITY_CASES, **HYBRID_CASES}[case]
-    cfg = dict(BASE)
+    seq2seq = case in SEQ2SEQ_CASES
+    model_type, overrides = {**CASES, **PARITY_CASES, **HYBRID_CASES, **SEQ2SEQ_CASES}[case]
+    cfg = {} if seq2seq else dict(BASE)
     cfg.update(overrides)
     config = AutoConfig.for_model(model_type, **cfg)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=getattr(torch, dtype))
+    model = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM).from_config(
+        config, torch_dtype=getattr(torch, dtype))
+    untied = seq2seq and cfg.get("tie_word_embeddings") is False
+    if untied:
+        # Transformers 5's T5Config / MT5Config force tie_word_embeddings true, so from_config shares
+        # lm_head with the embedding whatever the config says: give lm_head its own weight (randomised
+        # below, saved as lm_head.weight) like a T5 1.1 / flan-t5 / mT5 checkpoint's
+        model.lm_head.weight = torch.nn.Parameter(model.shared.weight.detach().clone())
+        model.all_tied_weights_keys.pop("lm_head.weight", None)
     # from_config leaves some weights at their init constants (norms = 1, biases = 0): randomise
     # everything so that a weight read from the wrong place can't hide. Norm scales stay centred on
     # their init: 1 for w-scaled norms, 0 for Gemma's (1 + w) norms (whose effective scale is then ~1).
@@ -234,19 +273,40 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
         for name, p in sorted(model.named_parameters()):
             centre = 1.0 if "norm" in name and bool((p == 1).all()) else 0.0
             p.copy_(torch.randn(p.shape, dtype=torch.float32).to(p.dtype) * (0.25 if p.dim() > 1 else 0.2) + centre)
+        if seq2seq:
+            # T5 attention has no 1 / sqrt(d_kv) (its init folds it into q: std (d_model * d_kv)^-0.5 against
+            # k's d_model^-0.5): without it the scores of these weights are ~16 wide and softmax so sharp
+            # that Transformers' own fp32 drifts 7.6e-4 from its fp64 over 40 decoder steps (1.5e-5 with it),
+            # below which no runtime can be gated, and greedy tokens settle on one token within 5 steps
+            for name, p in model.named_parameters():
+                if name.endswith(".q.weight"):
+                    p.mul_(config.d_kv ** -0.5)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
+    if seq2seq and case not in SEQ2SEQ_AS_SAVED:
+        # The hub's configs (written by Transformers 4) carry the tie as asked and no
+        # scale_decoder_outputs (Transformers 5 derives it from tie_word_embeddings when absent, the
+        # same meaning); Transformers 5 writes tie_word_embeddings true and scale_decoder_outputs
+        # instead, which t5-v5-config keeps
+        path = out / "config.json"
+        saved = json.loads(path.read_text())
+        saved.pop("scale_decoder_outputs", None)
+        saved["tie_word_embeddings"] = not untied
+        path.write_text(json.dumps(saved, indent=2) + "\n")
     (out / "hfx_case.json").write_text(json.dumps({"case": case, "model_type": model_type, "seed": seed}))
     return out
 
 
 def load_reference(folder: str | os.PathLike):
-    """The Transformers eager model for a saved checkpoint, in f32."""
+    """The Transformers eager model for a saved checkpoint, in f32 (AutoModelForSeq2SeqLM for an
+    encoder-decoder config)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32, attn_implementation="eager")
+    seq2seq = bool(json.loads((Path(folder) / "config.json").read_text()).get("is_encoder_decoder"))
+    model = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM).from_pretrained(
+        folder, torch_dtype=torch.float32, attn_implementation="eager")
     model.eval()
     return model
 
@@ -255,7 +315,7 @@ if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("case", choices=sorted({**CASES, **PARITY_CASES, **HYBRID_CASES}))
+    ap.add_argument("case", choices=sorted({**CASES, **PARITY_CASES, **HYBRID_CASES, **SEQ2SEQ_CASES}))
     ap.add_argument("folder")
     ap.add_argument("--dtype", default="float32")
     args = ap.parse_args()

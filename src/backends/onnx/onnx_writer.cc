@@ -379,7 +379,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
       const bool inline_data = w->is_constant() || nbytes <= kInlineLimit;
       // Already in a data file of this folder (prefill.onnx_data, when decode.onnx is written): the
       // graph reads it there, and its bytes are neither read nor written again.
-      if (auto shared = !inline_data && opts.written ? opts.written->whole(*w) : std::nullopt;
+      if (auto shared = !inline_data && opts.written && opts.share_data_files ? opts.written->whole(*w) : std::nullopt;
           shared && shared->file.parent_path().lexically_normal() == out_dir.lexically_normal()) {
         reused = true;
         t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);

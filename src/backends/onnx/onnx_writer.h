@@ -35,6 +35,10 @@ struct OnnxWriteOptions {
   // When set, every external weight's location is recorded there (a later writer of the same export
   // maps those bytes instead of reading the checkpoint again).
   ir::WrittenWeights* written = nullptr;
+  // A weight an earlier graph of this folder wrote is read from that graph's data file (prefill and
+  // decode share one copy); false: every graph writes its own `data_file` (the layout clients that
+  // fetch each graph's `<model_file>_data` by name need: Optimum's and transformers.js's encoder-decoders).
+  bool share_data_files = true;
 };
 
 struct OnnxWriteResult {

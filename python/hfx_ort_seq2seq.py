@@ -1,0 +1,162 @@
+"""Greedy decoding over an hfx seq2seq export (T5, mT5) with ONNX Runtime.
+
+The export is Optimum's three-graph layout (the one ORTModelForSeq2SeqLM and transformers.js load),
+listed in hfx.json's components by role:
+
+    encoder            input_ids, attention_mask -> last_hidden_state                  (run once)
+    decoder            input_ids, encoder_attention_mask, encoder_hidden_states
+                       -> logits, present.{i}.decoder.key|value, present.{i}.encoder.key|value
+    decoder_with_past  input_ids, encoder_attention_mask, past_key_values.{i}.decoder|encoder.key|value
+                       -> logits, present.{i}.decoder.key|value
+
+The first step runs `decoder` on [[decoder_start_token_id]] per row; every later step runs
+`decoder_with_past` on the previous token, fed the self-attention presents of the step before as
+past_key_values.{i}.decoder.* and the cross-attention keys/values of the first step unchanged as
+past_key_values.{i}.encoder.* (decoder_with_past does not output them again). Each graph is fed
+only the inputs it declares.
+
+    from hfx_ort_seq2seq import generate
+    rows = generate("out/t5", ids, mask, max_new_tokens=32, decoder_start_token_id=0, eos_token_id=1,
+                    pad_token_id=0)
+
+The result is what Transformers' generate() returns for an encoder-decoder: [batch, 1 + steps], the
+start token first; a row that has emitted EOS is padded with pad_token_id, and decoding stops when
+every row has (or after max_new_tokens).
+
+Command line:  python python/hfx_ort_seq2seq.py OUT --prompt-ids 5,6,7,1 [--prompt-ids ...] [-n 64]
+(rows of different lengths are right-padded, as T5 tokenizers pad; prints each row's new ids, up to
+its EOS)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+ROLES = ("encoder", "decoder", "decoder_with_past")
+# Optimum's file names, for a folder without hfx.json (an Optimum export)
+OPTIMUM_FILES = {"encoder": "encoder_model.onnx", "decoder": "decoder_model.onnx",
+                 "decoder_with_past": "decoder_with_past_model.onnx"}
+
+
+def component_files(export_dir: str | Path) -> dict[str, Path]:
+    """role -> .onnx path of the three graphs: from hfx.json's components, else Optimum's names in the
+    folder or its onnx/ subfolder."""
+    export_dir = Path(export_dir)
+    manifest = export_dir / "hfx.json"
+    if manifest.is_file():
+        files = {c["role"]: export_dir / c["file"] for c in json.loads(manifest.read_text())["components"]
+                 if c.get("format", "onnx") == "onnx" and c["role"] in ROLES}
+    else:
+        base = export_dir / "onnx" if (export_dir / "onnx").is_dir() else export_dir
+        files = {role: base / name for role, name in OPTIMUM_FILES.items() if (base / name).is_file()}
+    missing = [r for r in ROLES if r not in files]
+    if missing:
+        raise ValueError(f"{export_dir}: no {', '.join(missing)} component (found {sorted(files) or 'none'})")
+    return files
+
+
+def open_sessions(export_dir: str | Path, providers=("CPUExecutionProvider",)) -> dict:
+    """role -> onnxruntime.InferenceSession of each of the three graphs."""
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return {role: ort.InferenceSession(str(path), opts, providers=list(providers))
+            for role, path in component_files(export_dir).items()}
+
+
+def run(session, feed: dict) -> dict:
+    """One run fed the inputs the graph declares (of `feed`); its outputs by name."""
+    wanted = {i.name for i in session.get_inputs()}
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, {k: v for k, v in feed.items() if k in wanted})))
+
+
+def generate(export_dir, input_ids, attention_mask, max_new_tokens: int, decoder_start_token_id: int,
+             eos_token_id, pad_token_id: int, sessions: dict | None = None) -> np.ndarray:
+    """Greedy tokens [batch, 1 + steps] (start token first) for the encoder prompt `input_ids` /
+    `attention_mask` [batch, length]. `eos_token_id`: an id, a list of ids, or None (never stops
+    early). `sessions`: role -> session already open (anything with ORT's get_inputs / get_outputs /
+    run), else opened from `export_dir`."""
+    sessions = sessions or open_sessions(export_dir)
+    ids = np.asarray(input_ids, np.int64)
+    mask = np.asarray(attention_mask, np.int64)
+    eos = set() if eos_token_id is None else {int(e) for e in np.atleast_1d(eos_token_id)}
+    batch = ids.shape[0]
+
+    hidden = run(sessions["encoder"], {"input_ids": ids, "attention_mask": mask})["last_hidden_state"]
+    rows = [np.full(batch, decoder_start_token_id, np.int64)]
+    done = np.zeros(batch, bool)
+    state: dict = {}  # present.* by name: the latest self-attention ones, the first step's cross ones
+    for step in range(max_new_tokens):
+        feed = {"input_ids": rows[-1][:, None], "encoder_attention_mask": mask, "encoder_hidden_states": hidden}
+        if step == 0:
+            out = run(sessions["decoder"], feed)
+        else:
+            past = {i.name for i in sessions["decoder_with_past"].get_inputs() if i.name.startswith("past_key_values.")}
+            feed.update({p: state["present." + p[len("past_key_values."):]] for p in past})
+            out = run(sessions["decoder_with_past"], feed)
+        state.update({k: v for k, v in out.items() if k.startswith("present.")})
+        # as Transformers' greedy search: a finished row takes pad_token_id, a row finishes on EOS
+        tokens = out["logits"][:, -1, :].argmax(axis=-1).astype(np.int64)
+        tokens = np.where(done, np.int64(pad_token_id), tokens)
+        done |= np.isin(tokens, list(eos))
+        rows.append(tokens)
+        if done.all():
+            break
+    return np.stack(rows, axis=1)
+
+
+def main() -> None:
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hfx_decode import OneLineParser, fail
+
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("export")
+    ap.add_argument("--prompt-ids", "--ids", action="append", required=True,
+                    help="comma-separated encoder ids; repeat for a batch")
+    ap.add_argument("-n", "--max-new-tokens", type=int, default=64)
+    ap.add_argument("--decoder-start-token-id", type=int, help="default: the export's config.json (T5: 0)")
+    ap.add_argument("--eos-token-id", type=int, help="default: the export's config.json (T5: 1)")
+    ap.add_argument("--pad-token-id", type=int, help="default: the export's config.json (T5: 0)")
+    args = ap.parse_args()
+    if args.max_new_tokens < 1:
+        fail(f"--max-new-tokens {args.max_new_tokens}: expected at least 1", code=2)
+    config = {}
+    for name in ("config.json", "generation_config.json"):  # the latter wins, as in Transformers
+        path = Path(args.export) / name
+        if path.is_file():
+            config.update({k: v for k, v in json.loads(path.read_text()).items() if v is not None})
+    pick = lambda given, key, default: given if given is not None else config.get(key, default)  # noqa: E731
+    start = pick(args.decoder_start_token_id, "decoder_start_token_id", 0)
+    eos = pick(args.eos_token_id, "eos_token_id", 1)
+    pad = pick(args.pad_token_id, "pad_token_id", 0)
+    vocab = config.get("vocab_size")
+    prompts = []
+    for text in args.prompt_ids:
+        try:
+            prompts.append([int(x) for x in text.split(",")])
+        except ValueError:
+            fail(f"--prompt-ids {text!r}: expected comma-separated token ids such as 5,6,7,1", code=2)
+        bad = [i for i in prompts[-1] if i < 0 or (vocab is not None and i >= vocab)]
+        if bad:
+            fail(f"--prompt-ids: token {bad[0]} is outside the vocabulary [0, {vocab})", code=2)
+    length = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), length), pad, np.int64)
+    mask = np.zeros((len(prompts), length), np.int64)
+    for b, p in enumerate(prompts):
+        ids[b, :len(p)], mask[b, :len(p)] = p, 1
+    try:
+        rows = generate(args.export, ids, mask, args.max_new_tokens, start, eos, pad)
+    except Exception as exc:  # noqa: BLE001 - a missing component or a runtime's refusal, on one line
+        fail(f"{type(exc).__name__}: {exc}")
+    eos_ids = set(np.atleast_1d(eos).tolist()) if eos is not None else set()
+    for row in rows[:, 1:].tolist():  # without the start token, up to and with the row's EOS
+        ends = [i for i, t in enumerate(row) if t in eos_ids]
+        print(",".join(map(str, row[: ends[0] + 1] if ends else row)))
+
+
+if __name__ == "__main__":
+    main()
