@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "core/progress.h"
@@ -18,33 +19,37 @@ namespace hfx::pipeline {
 
 namespace {
 
-// A hybrid's state, layer by layer, for the preflight: what one row holds (a key/value layer's per
-// cached position). Empty for a model whose state is a plain key/value cache on every layer (its
-// size is the geometry the features line gives), so a decoder's inspect reads as before.
+// A hybrid's or an encoder-decoder's state, layer by layer, for the preflight: what one row holds (a
+// key/value layer's per cached position, a cross-attention layer's per source position). Empty for a
+// model whose state is a plain key/value cache on every layer (its size is the geometry the features
+// line gives), so a decoder's inspect reads as before.
 struct StateRow {
   int64_t layer = 0;
   std::string kind, ports;
   int64_t bytes = 0;
-  bool per_position = false;
+  bool per_position = false;  // per cached position, or per source position (`per_source`)
+  bool per_source = false;
 };
 std::vector<StateRow> state_rows(const std::vector<tasks::StatePort>& ports) {
   bool hybrid = false;
-  for (const auto& p : ports) hybrid = hybrid || p.spec.update == tasks::StateUpdate::Replace;
+  for (const auto& p : ports)
+    hybrid = hybrid || p.spec.update == tasks::StateUpdate::Replace || p.spec.update == tasks::StateUpdate::Keep;
   std::vector<StateRow> rows;
   if (!hybrid) return rows;
   for (const auto& p : ports) {
     int64_t bytes = int64_t(dtype_size(p.spec.dtype));
     for (int64_t d : tasks::state_dims(p.spec, 1, 1)) bytes *= d;
-    const bool value_of_key = p.spec.kind == tasks::StateKind::SelfAttentionValue && !rows.empty() &&
+    const bool cross = p.spec.kind == tasks::StateKind::CrossAttentionValue;
+    const bool value_of_key = (p.spec.kind == tasks::StateKind::SelfAttentionValue || cross) && !rows.empty() &&
                               rows.back().layer == p.spec.layer;
     if (value_of_key) {  // a layer's key and value on one row
-      rows.back().kind = "self-attention key + value";
+      rows.back().kind = cross ? "cross-attention key + value" : "self-attention key + value";
       rows.back().ports += " + value";
       rows.back().bytes += bytes;
       continue;
     }
     rows.push_back({p.spec.layer, std::string(tasks::state_kind_name(p.spec.kind)), p.past, bytes,
-                    p.spec.update != tasks::StateUpdate::Replace});
+                    p.spec.update != tasks::StateUpdate::Replace, p.spec.update == tasks::StateUpdate::Keep});
   }
   return rows;
 }
@@ -99,11 +104,18 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
     j["contract_of"] = {{"format", backend.info().name}, {"layout", plan.layout}, {"notes", plan.notes}};
     j["inputs"] = io(inputs);
     j["outputs"] = io(outputs);
+    if (m.components.size() > 1) {  // inputs/outputs above are the first component's
+      j["components"] = nlohmann::ordered_json::array();
+      for (const auto& c : m.components) {
+        const Backend::Plan cp = backend.plan(c, m, recipe, true);
+        j["components"].push_back({{"role", c.role}, {"inputs", io(cp.inputs)}, {"outputs", io(cp.outputs)}});
+      }
+    }
     if (const auto rows = state_rows(m.components.at(0).state); !rows.empty()) {
       auto arr = nlohmann::ordered_json::array();
       for (const auto& r : rows)
         arr.push_back({{"layer", r.layer}, {"kind", r.kind}, {"ports", r.ports}, {"bytes_per_row", r.bytes},
-                       {"per_position", r.per_position}});
+                       {"per_position", r.per_position}, {"per_source_position", r.per_source}});
       j["state_per_layer"] = arr;
     }
     j["preflight"] = {{"disk_bytes", p.disk_bytes},
@@ -129,27 +141,48 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
     for (const auto& d : x.shape) dims.push_back(d.str());
     out += fmt::format("  {} {:<28} {:<4} [{}]\n", dir, x.name, dtype_name(x.dtype), fmt::join(dims, ", "));
   };
-  const size_t shown = 7;  // inputs: ids, mask, positions (when read), and the first layers' cache
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (i == shown && inputs.size() > shown + 1) {
-      out += fmt::format("     ... {} more cache inputs\n", inputs.size() - shown - 1);
-      i = inputs.size() - 1;
+  auto ports = [&](const std::vector<tasks::IoSpec>& ins, const std::vector<tasks::IoSpec>& outs) {
+    const size_t shown = 7;  // inputs: ids, mask, positions (when read), and the first layers' cache
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (i == shown && ins.size() > shown + 1) {
+        out += fmt::format("     ... {} more cache inputs\n", ins.size() - shown - 1);
+        i = ins.size() - 1;
+      }
+      line("in ", ins[i]);
     }
-    line("in ", inputs[i]);
-  }
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (i == 5 && outputs.size() > 6) {
-      out += fmt::format("     ... {} more cache outputs\n", outputs.size() - 6);
-      i = outputs.size() - 1;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (i == 5 && outs.size() > 6) {
+        out += fmt::format("     ... {} more cache outputs\n", outs.size() - 6);
+        i = outs.size() - 1;
+      }
+      line("out", outs[i]);
     }
-    line("out", outputs[i]);
-  }
+  };
+  if (m.components.size() == 1) ports(inputs, outputs);
+  else
+    for (size_t k = 0; k < m.components.size(); ++k) {
+      const Backend::Plan cp = k == 0 ? plan : backend.plan(m.components[k], m, recipe, true);
+      out += fmt::format(" component {}{}:\n", m.components[k].role, cp.layout.empty() ? "" : " (" + cp.layout + ")");
+      if (k > 0)
+        for (const auto& note : cp.notes) out += fmt::format("  note: {}\n", note);
+      ports(cp.inputs, cp.outputs);
+    }
   if (m.task->generative()) out += "  total_sequence_length = past_sequence_length + sequence_length\n";
-  if (const auto rows = state_rows(m.components.at(0).state); !rows.empty()) {
+  else {  // the relations the components' contracts declare (an encoder-decoder's decoder length)
+    std::set<std::string> said;
+    for (const auto& c : m.components)
+      for (const auto& r : c.graph.symbols().relations())
+        if (said.insert(r.sum).second) out += fmt::format("  {} = {} + {}\n", r.sum, r.a, r.b);
+  }
+  // The state of the first component that carries one (an encoder-decoder's encoder carries none).
+  const tasks::Component* stateful = &m.components.at(0);
+  for (const auto& c : m.components)
+    if (stateful->state.empty() && !c.state.empty()) stateful = &c;
+  if (const auto rows = state_rows(stateful->state); !rows.empty()) {
     out += "\nstate per layer (one row; a growing cache per cached position):\n";
     for (const auto& r : rows)
       out += fmt::format("  layer {:<3} {:<34} {:<32} {}{}\n", r.layer, r.kind, r.ports, human_bytes(r.bytes),
-                         r.per_position ? " per position" : "");
+                         r.per_source ? " per source position" : r.per_position ? " per position" : "");
   }
   out += fmt::format(
       "\npreflight ({}, f32): disk {}, peak memory {} (with the built-in verification; {} with --no-verify), largest "

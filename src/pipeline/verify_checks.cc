@@ -72,8 +72,15 @@ void accumulate(Diff& d, const std::string& name, const Tensor& a, const Tensor&
 // (empty when the graphs do not expose them), for diagnose_divergence.
 std::vector<LayerDiff> layer_diffs(const ir::Graph& ref, const ir::Graph& art, const std::map<std::string, Tensor>& in,
                                    int64_t layers, double atol) {
+  // Each layer the graphs name so, up to the first they do not (an encoder-decoder's encoder has its
+  // own depth, not the manifest's decoder layers).
   std::vector<std::string> keep;
-  for (int64_t i = 0; i < layers; ++i) keep.push_back(fmt::format("/model/layers.{}/output", i));
+  for (int64_t i = 0; i < layers; ++i) {
+    std::string name = fmt::format("/model/layers.{}/output", i);
+    if (!ref.find(name) || !art.find(name)) break;
+    keep.push_back(std::move(name));
+  }
+  if (keep.empty()) return {};
   runtime::ExecOptions o;
   o.cache_weights = false;  // one run each: nothing worth keeping
   o.keep_values = keep;
