@@ -84,6 +84,10 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
   const auto& inputs = plan.inputs;
   const auto& outputs = plan.outputs;
   const std::string written_as = backend.info().name + (plan.layout.empty() ? "" : ", " + plan.layout);
+  // The state of the first component that carries one (an encoder-decoder's encoder carries none).
+  const tasks::Component* stateful = &m.components.at(0);
+  for (const auto& c : m.components)
+    if (stateful->state.empty() && !c.state.empty()) stateful = &c;
 
   if (as_json) {
     nlohmann::ordered_json j;
@@ -111,7 +115,7 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
         j["components"].push_back({{"role", c.role}, {"inputs", io(cp.inputs)}, {"outputs", io(cp.outputs)}});
       }
     }
-    if (const auto rows = state_rows(m.components.at(0).state); !rows.empty()) {
+    if (const auto rows = state_rows(stateful->state); !rows.empty()) {
       auto arr = nlohmann::ordered_json::array();
       for (const auto& r : rows)
         arr.push_back({{"layer", r.layer}, {"kind", r.kind}, {"ports", r.ports}, {"bytes_per_row", r.bytes},
@@ -174,10 +178,6 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
       for (const auto& r : c.graph.symbols().relations())
         if (said.insert(r.sum).second) out += fmt::format("  {} = {} + {}\n", r.sum, r.a, r.b);
   }
-  // The state of the first component that carries one (an encoder-decoder's encoder carries none).
-  const tasks::Component* stateful = &m.components.at(0);
-  for (const auto& c : m.components)
-    if (stateful->state.empty() && !c.state.empty()) stateful = &c;
   if (const auto rows = state_rows(stateful->state); !rows.empty()) {
     out += "\nstate per layer (one row; a growing cache per cached position):\n";
     for (const auto& r : rows)
