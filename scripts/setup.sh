@@ -32,15 +32,27 @@ venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
+# (grep drops a warning this machine's pip config prints for every package; pip's status is kept)
+quiet() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; return "${PIPESTATUS[0]}"; }
 stamp="$venv/.hfx-requirements"
 if ! cmp -s requirements-test.txt "$stamp" 2>/dev/null; then
   echo "setup: installing Python test oracles into .venv"
-  # (grep drops a warning this machine's pip config prints for every package; pip's status is kept)
-  quiet() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; return "${PIPESTATUS[0]}"; }
   quiet "$venv/bin/pip" install -q --upgrade pip
   quiet "$venv/bin/pip" install -q torch==2.13.0
   quiet "$venv/bin/pip" install -q -r requirements-test.txt
   cp requirements-test.txt "$stamp"
+fi
+
+# Optimum, a client of the encoder-decoder layout: optimum-onnx pins an older Transformers, so it has a
+# venv of its own (.venv-optimum), with the same torch.
+optimum_venv="$root/.venv-optimum"
+optimum_stamp="$optimum_venv/.hfx-requirements"
+if ! cmp -s requirements-optimum.txt "$optimum_stamp" 2>/dev/null; then
+  echo "setup: installing Optimum (a client test) into .venv-optimum"
+  [ -x "$optimum_venv/bin/python" ] || python3 -m venv "$optimum_venv"
+  quiet "$optimum_venv/bin/pip" install -q torch==2.13.0
+  quiet "$optimum_venv/bin/pip" install -q -r requirements-optimum.txt
+  cp requirements-optimum.txt "$optimum_stamp"
 fi
 
 # Build (Release, warnings as errors), through ccache where it is installed (rebuilds of a fresh

@@ -31,9 +31,9 @@ void refuse_encoder_decoder(const LoadedModel& m, const std::string& format);
 
 struct ExportJob;
 
-// The built-in check of a format's components that are not decode steps (an encoder, an
-// encoder-decoder's graphs): verify's first shape cases on the staged export, run by `runtime`,
-// against the reference executor. Returns how many checks passed; Mismatch naming the failing check
+// The built-in check of a format's components that are not decoder-only steps (an encoder, an
+// encoder-decoder's graphs): verify's first shape cases on the staged export (and an encoder-decoder's
+// 8 greedy tokens), run by `runtime`, against the reference executor. Returns how many checks passed; Mismatch naming the failing check
 // otherwise ("the <format> export does not match its reference (<what>): ..., nothing was written").
 size_t check_shape_cases(const ExportJob& job, const std::string& format, const std::string& runtime,
                          const std::string& what);

@@ -1,0 +1,49 @@
+"""Optimum's ORTModelForSeq2SeqLM, a client users run, loads hfx's encoder-decoder export unmodified
+(OUT/onnx: encoder_model.onnx, decoder_model.onnx, decoder_with_past_model.onnx, config.json,
+generation_config.json) and generates Transformers' greedy tokens. optimum-onnx pins transformers <
+4.58, so Optimum runs in its own venv (.venv-optimum, made by scripts/setup.sh from
+requirements-optimum.txt) in a subprocess; Transformers 5's tokens come from this process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_hfx
+from test_seq2seq_cli import transformers_tokens
+
+OPTIMUM_PYTHON = Path(os.environ.get("HFX_OPTIMUM_PYTHON", ROOT / ".venv-optimum" / "bin" / "python"))
+
+# Run by Optimum's Python: greedy tokens for right-padded sources, the start token dropped.
+DRIVER = """
+import json, sys, torch
+from optimum.onnxruntime import ORTModelForSeq2SeqLM
+folder, sources, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+model = ORTModelForSeq2SeqLM.from_pretrained(folder, use_cache=True, use_merged=False, provider="CPUExecutionProvider")
+length = max(len(s) for s in sources)
+ids = torch.zeros((len(sources), length), dtype=torch.long)
+mask = torch.zeros_like(ids)
+for b, s in enumerate(sources):
+    ids[b, :len(s)] = torch.tensor(s)
+    mask[b, :len(s)] = 1
+out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False, num_beams=1)
+print(json.dumps(out[:, 1:].tolist()))
+"""
+
+
+@pytest.mark.parametrize("case", ["t5", "t5-gated-tied", "mt5", "t5-v5-config"])
+def test_optimum_generates_transformers_tokens(case, tiny_checkpoint, tmp_path):
+    if not OPTIMUM_PYTHON.exists():
+        pytest.fail(f"{OPTIMUM_PYTHON} is missing: bash scripts/setup.sh makes .venv-optimum")
+    ckpt = tiny_checkpoint(case)
+    out = tmp_path / "out"
+    run_hfx("export", "--model", ckpt, "--format", "onnx", "--quiet", out)
+    sources = [[5, 9, 17, 33, 2, 60, 1], [7, 7, 40, 1]]
+    proc = subprocess.run([str(OPTIMUM_PYTHON), "-c", DRIVER, str(out / "onnx"), json.dumps(sources), "32"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tokens = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert tokens == transformers_tokens(ckpt, sources, 32)
