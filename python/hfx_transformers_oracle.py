@@ -149,7 +149,8 @@ def seq2seq_step(model, feeds):
     if "encoder_attention_mask" not in feeds:
         out = model.get_encoder()(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"])
         return {"last_hidden_state": out.last_hidden_state.detach().contiguous()}
-    first = "encoder_hidden_states" in feeds
+    # The first step reads encoder_hidden_states (the merged decoder's too, its past empty then).
+    first = "encoder_hidden_states" in feeds and feeds.get("past_key_values.0.decoder.key", torch.zeros(0)).numel() == 0
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
     if first:
         hidden = feeds["encoder_hidden_states"]
@@ -169,7 +170,7 @@ def seq2seq_step(model, feeds):
     result = {"logits": out.logits}
     for layer, entry in enumerate(out.past_key_values.self_attention_cache.layers):
         result[f"present.{layer}.decoder.key"], result[f"present.{layer}.decoder.value"] = entry.keys, entry.values
-        if first:
+        if "encoder_hidden_states" in feeds:  # the first step, or the merged decoder (its cross state as read)
             cross = out.past_key_values.cross_attention_cache.layers[layer]
             result[f"present.{layer}.encoder.key"], result[f"present.{layer}.encoder.value"] = cross.keys, cross.values
     return {k: v.detach().to(torch.float32).contiguous() for k, v in result.items()}

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "models/bart.h"
 #include "models/bert.h"
 #include "models/decoder.h"
 #include "models/gpt2.h"
@@ -220,6 +221,18 @@ const std::vector<ModelEntry>& model_registry() {
                     make_t5),
       seq2seq_entry("mt5", "MT5ForConditionalGeneration", "the T5 network, gated-gelu by default, output never scaled",
                     make_mt5),
+      seq2seq_entry("bart", "BartForConditionalGeneration",
+                    "encoder-decoder: learned positions (offset 2), layernorm_embedding, post-norm LayerNorm layers, "
+                    "biased q/k/v/out scaled by head_dim^-0.5, fc1/fc2 MLP, final_logits_bias",
+                    make_bart),
+      seq2seq_entry("mbart", "MBartForConditionalGeneration",
+                    "the BART network pre-norm, with a final layer_norm after each stack; starts from bos_token_id "
+                    "without decoder_start_token_id",
+                    make_mbart),
+      seq2seq_entry("marian", "MarianMTModel",
+                    "the BART network with sinusoidal positions and no layernorm_embedding; separate encoder and "
+                    "decoder vocabularies (share_encoder_decoder_embeddings false)",
+                    make_marian),
   };
   return entries;
 }

@@ -21,7 +21,9 @@ struct Seq2SeqDecoderInputs {
   ir::ValueId encoder_hidden_states = ir::kNone;
   // Per layer [batch, heads, past, head_dim]; empty for a first step (no self-attention past).
   std::vector<ir::ValueId> past_key, past_value;
-  // Per layer [batch, heads, enc, head_dim]; empty when encoder_hidden_states is given.
+  // Per layer [batch, heads, enc, head_dim]; empty when encoder_hidden_states is given. Given with
+  // encoder_hidden_states too (the merged decoder), they are empty on the first step ([.., 0, ..]) and
+  // used as they are after it: kept_or_computed.
   std::vector<ir::ValueId> cross_key, cross_value;
 };
 
@@ -30,6 +32,12 @@ struct Seq2SeqDecoderOutputs {
   std::vector<ir::ValueId> present_key, present_value;  // per layer, the self-attention cache after this step
   std::vector<ir::ValueId> cross_key, cross_value;      // per layer, when computed (a first step)
 };
+
+// The merged decoder's cross-attention keys/values without a branch: `kept` ([b, h, 0 or enc, d], the
+// carried state, empty on the first step) when it holds any, else `computed` ([b, h, enc, d], from
+// encoder_hidden_states): the first enc rows of Concat(kept, computed) along the length axis. Optimum
+// and transformers.js feed an empty past on the first step (use_cache_branch false).
+ir::ValueId kept_or_computed(ir::Builder& b, ir::ValueId kept, ir::ValueId computed);
 
 class Seq2SeqLm {
  public:

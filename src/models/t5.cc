@@ -204,6 +204,10 @@ class T5 final : public Seq2SeqLm {
         if (first) {
           k = project(b, in.encoder_hidden_states, p + "1.EncDecAttention.k");
           v = project(b, in.encoder_hidden_states, p + "1.EncDecAttention.v");
+          if (!in.cross_key.empty()) {  // the merged decoder: the carried state once there is one
+            k = kept_or_computed(b, in.cross_key[size_t(i)], k);
+            v = kept_or_computed(b, in.cross_value[size_t(i)], v);
+          }
           out.cross_key.push_back(k);
           out.cross_value.push_back(v);
         } else {

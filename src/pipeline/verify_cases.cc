@@ -142,8 +142,11 @@ std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role,
       {"prompt, batch max", "longest, batch max"},    {"decode, cache partial", "one token, batch min"},
       {"prompt, batch min", "longest, batch min"},    {"chunk, cache partial", "half length"},
       {"decode, cache near full", "one token, batch max"}, {"sequence max, cache near full", "longest, batch min"}};
-  // A step with no cache to read: a prefill, an encoder, an encoder-decoder's first decoder step.
-  const bool uncached = role == "prefill" || role == "encoder" || takes(g, "encoder_hidden_states");
+  // A step with no cache to read: a prefill, an encoder, an encoder-decoder's first decoder step (not
+  // its merged decoder, which takes a past as well).
+  bool reads_past = false;
+  for (auto id : g.inputs()) reads_past = reads_past || tasks::find_past(cache.states, g.value(id).name);
+  const bool uncached = role == "prefill" || role == "encoder" || (takes(g, "encoder_hidden_states") && !reads_past);
   auto add = [&](std::string name, int64_t b, int64_t s, int64_t p) {
     if (role == "encoder" && encoder_names.count(name)) name = encoder_names.at(name);
     if (uncached) p = 0;
@@ -262,11 +265,20 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
     for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = normal(rng);
     in["encoder_hidden_states"] = std::move(t);
   }
+  // The merged decoder's first step (no past) reads an empty cross state and computes it: its
+  // use_cache_branch is false then, as Optimum and transformers.js feed it.
+  const bool merged_first = P == 0 && wanted.count("encoder_hidden_states");
+  if (wanted.count("use_cache_branch")) {
+    Tensor flag(DType::Bool, {1});
+    flag.data()[0] = !merged_first;
+    in["use_cache_branch"] = std::move(flag);
+  }
   for (auto id : g.inputs()) {
     const std::string& name = g.value(id).name;
     const tasks::StatePort* port = tasks::find_past(cache.states, name);
     if (!port) continue;
-    const int64_t length = port->spec.update == tasks::StateUpdate::Keep ? E : cache.static_cache ? cache.max_cache_len : P;
+    const bool keep = port->spec.update == tasks::StateUpdate::Keep;
+    const int64_t length = keep ? (merged_first ? 0 : E) : cache.static_cache ? cache.max_cache_len : P;
     Tensor t(port->spec.dtype, tasks::state_dims(port->spec, B, length));
     HFX_CHECK(t.dtype() == DType::F32, "state {} is {}: verify's random states are f32", name, dtype_name(t.dtype()));
     // A replaced state (a convolution's) before any token is zeros, as a runtime that keeps it (the

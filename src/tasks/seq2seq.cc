@@ -19,6 +19,8 @@ const std::string kEncoder = "encoder_sequence_length";
 const std::string kSeq = "decoder_sequence_length";
 const std::string kPast = "past_decoder_sequence_length";
 const std::string kTotal = "total_decoder_sequence_length";
+// The merged decoder's carried cross state: 0 on its first step, the source's length after.
+const std::string kPastEncoder = "past_encoder_sequence_length";
 
 // Names every output by the contract and declares its shape (an input passed through as is gets an
 // Identity to carry the name).
@@ -39,7 +41,8 @@ void name_outputs(Component& c, ir::Builder& b, const std::vector<ir::ValueId>& 
 void declare_bounds(ir::Graph& g, const CausalLmOptions& o) {
   auto& syms = g.symbols();
   if (!o.dynamic) {
-    for (const auto& name : seq2seq_dim_names()) syms.set_bounds(name, {name == kPast ? 0 : 1, std::nullopt});
+    for (const auto& name : seq2seq_dim_names())
+      syms.set_bounds(name, {name == kPast || name == kPastEncoder ? 0 : 1, std::nullopt});
     for (const auto& [name, b] : o.dims) syms.set_bounds(name, b);
   }
   std::set<std::string> used;
@@ -79,32 +82,45 @@ Component build_encoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
   return c;
 }
 
-// The first decoder step (`with_past` false: reads encoder_hidden_states, returns every state) or a
-// later one (reads the carried state, returns the self-attention cache).
-Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o, bool with_past) {
+// The decoder's graphs: the first step (reads encoder_hidden_states, returns every state), a later
+// step (reads the carried state, returns the self-attention cache), or both in one graph (Merged:
+// Optimum's and transformers.js's decoder_model_merged, with use_cache_branch; an empty past on the
+// first step, the cross state computed then and carried after, kept_or_computed).
+enum class Step { First, WithPast, Merged };
+
+Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o, Step step) {
   std::vector<StatePort> ports = state_ports(model);
-  Component c{with_past ? "decoder_with_past" : "decoder", with_past ? "decoder_with_past_model" : "decoder_model",
-              ir::Graph("main"), {}, {}, {}, {}};
+  const bool reads_past = step != Step::First, reads_hidden = step != Step::WithPast;
+  static const char* const kRoles[] = {"decoder", "decoder_with_past", "decoder_merged"};
+  static const char* const kStems[] = {"decoder_model", "decoder_with_past_model", "decoder_model_merged"};
+  Component c{kRoles[int(step)], kStems[int(step)], ir::Graph("main"), {}, {}, {}, {}};
   ir::Graph& g = c.graph;
   g.symbols().relate_sum(kTotal, kPast, kSeq);
   const int64_t hidden = model.summary().hidden_size;
   c.inputs = {{"input_ids", DType::I64, {Dim::sym(kBatch), Dim::sym(kSeq)}},
               {"encoder_attention_mask", DType::I64, {Dim::sym(kBatch), Dim::sym(kEncoder)}}};
-  if (!with_past) c.inputs.push_back({"encoder_hidden_states", DType::F32, {Dim::sym(kBatch), Dim::sym(kEncoder), Dim::fixed(hidden)}});
-  else
-    for (const auto& p : ports) c.inputs.push_back({p.past, p.spec.dtype, state_shape(p.spec, Dim::sym(kPast))});
+  if (reads_hidden)
+    c.inputs.push_back({"encoder_hidden_states", DType::F32, {Dim::sym(kBatch), Dim::sym(kEncoder), Dim::fixed(hidden)}});
+  if (reads_past)
+    for (const auto& p : ports) {
+      Shape shape = state_shape(p.spec, Dim::sym(kPast));
+      if (step == Step::Merged && is_cross(p)) shape[size_t(p.spec.axis)] = Dim::sym(kPastEncoder);
+      c.inputs.push_back({p.past, p.spec.dtype, shape});
+    }
+  // Read by no node: clients that see it feed a merged decoder (Optimum tells one by this input).
+  if (step == Step::Merged) c.inputs.push_back({"use_cache_branch", DType::Bool, {Dim::fixed(1)}});
   c.outputs = {{"logits", DType::F32, {Dim::sym(kBatch), Dim::sym(kSeq), Dim::fixed(model.summary().vocab_size)}}};
   for (const auto& p : ports)
-    if (!with_past || !is_cross(p))
-      c.outputs.push_back({p.present, p.spec.dtype, state_shape(p.spec, Dim::sym(with_past ? kTotal : kSeq))});
+    if (step != Step::WithPast || !is_cross(p))
+      c.outputs.push_back({p.present, p.spec.dtype, state_shape(p.spec, Dim::sym(reads_past ? kTotal : kSeq))});
 
   std::map<std::string, ir::ValueId> ids;
   for (const auto& spec : c.inputs) ids[spec.name] = g.add_input(spec.name, spec.dtype, spec.shape);
   models::Seq2SeqDecoderInputs in;
   in.input_ids = ids.at("input_ids");
   in.encoder_attention_mask = ids.at("encoder_attention_mask");
-  if (!with_past) in.encoder_hidden_states = ids.at("encoder_hidden_states");
-  else
+  if (reads_hidden) in.encoder_hidden_states = ids.at("encoder_hidden_states");
+  if (reads_past)
     for (const auto& p : ports) {
       auto& slot = p.spec.kind == StateKind::SelfAttentionKey     ? in.past_key
                    : p.spec.kind == StateKind::SelfAttentionValue ? in.past_value
@@ -116,7 +132,7 @@ Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
   const models::Seq2SeqDecoderOutputs out = model.decode(b, in);
   std::vector<ir::ValueId> values = {out.logits};
   for (const auto& p : ports) {
-    if (with_past && is_cross(p)) continue;
+    if (step == Step::WithPast && is_cross(p)) continue;
     const auto& list = p.spec.kind == StateKind::SelfAttentionKey     ? out.present_key
                        : p.spec.kind == StateKind::SelfAttentionValue ? out.present_value
                        : p.spec.kind == StateKind::CrossAttentionKey  ? out.cross_key
@@ -139,7 +155,7 @@ class Seq2SeqTask final : public Task {
     return n;
   }
   std::vector<models::ModuleKind> needs() const override { return {models::ModuleKind::Seq2Seq}; }
-  std::vector<std::string> roles() const override { return {"encoder", "decoder", "decoder_with_past"}; }
+  std::vector<std::string> roles() const override { return {"encoder", "decoder", "decoder_with_past", "decoder_merged"}; }
   // Not yet the steps of hfx's decode loop: generate and the greedy checks drive causal steps only;
   // the export's check runs each graph on its shape cases.
   bool generative() const override { return false; }
@@ -152,7 +168,7 @@ class Seq2SeqTask final : public Task {
 }  // namespace
 
 const std::vector<std::string>& seq2seq_dim_names() {
-  static const std::vector<std::string> names = {kBatch, kEncoder, kSeq, kPast, kTotal};
+  static const std::vector<std::string> names = {kBatch, kEncoder, kSeq, kPast, kTotal, kPastEncoder};
   return names;
 }
 
@@ -167,8 +183,9 @@ std::vector<Component> build_seq2seq(const models::Seq2SeqLm& model, const Causa
   }
   std::vector<Component> out;
   out.push_back(build_encoder(model, o));
-  out.push_back(build_decoder(model, o, false));
-  out.push_back(build_decoder(model, o, true));
+  out.push_back(build_decoder(model, o, Step::First));
+  out.push_back(build_decoder(model, o, Step::WithPast));
+  out.push_back(build_decoder(model, o, Step::Merged));
   return out;
 }
 

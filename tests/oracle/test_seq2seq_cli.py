@@ -40,7 +40,7 @@ def test_every_precision_passes_its_check(case, precision, tiny_checkpoint, tmp_
     assert "checks passed" in proc.stdout and "on ONNX Runtime" in proc.stdout, proc.stdout
     assert "openvino: " in proc.stdout and "checks passed on OpenVINO" in proc.stdout, proc.stdout
     manifest = json.loads((out / "hfx.json").read_text())
-    assert sorted({c["role"] for c in manifest["components"]}) == ["decoder", "decoder_with_past", "encoder"]
+    assert sorted({c["role"] for c in manifest["components"]}) == ["decoder", "decoder_merged", "decoder_with_past", "encoder"]
 
 
 def transformers_tokens(folder: Path, sources: list[list[int]], new_tokens: int) -> list[list[int]]:
@@ -143,12 +143,13 @@ def test_refusals_are_one_line_and_write_nothing(args, words, tiny_checkpoint, t
     assert not out.exists()
 
 
-def test_inspect_shows_the_three_graphs_and_their_state(tiny_checkpoint):
+def test_inspect_shows_the_graphs_and_their_state(tiny_checkpoint):
     proc = run_hfx("inspect", tiny_checkpoint("t5"))
-    for line in (" component encoder", " component decoder ", " component decoder_with_past",
+    for line in (" component encoder", " component decoder ", " component decoder_with_past", " component decoder_merged",
+                 "in  use_cache_branch             bool [1]",
                  "in  encoder_hidden_states", "total_decoder_sequence_length = past_decoder_sequence_length + "
                  "decoder_sequence_length", "cross-attention key + value", "per source position"):
         assert line in proc.stdout, (line, proc.stdout)
     j = json.loads(run_hfx("inspect", tiny_checkpoint("t5"), "--json").stdout)
-    assert [c["role"] for c in j["components"]] == ["encoder", "decoder", "decoder_with_past"]
+    assert [c["role"] for c in j["components"]] == ["encoder", "decoder", "decoder_with_past", "decoder_merged"]
     assert any(r["per_source_position"] for r in j["state_per_layer"])

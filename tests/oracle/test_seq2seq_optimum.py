@@ -1,6 +1,7 @@
 """Optimum's ORTModelForSeq2SeqLM, a client users run, loads hfx's encoder-decoder export unmodified
-(OUT/onnx: encoder_model.onnx, decoder_model.onnx, decoder_with_past_model.onnx, config.json,
-generation_config.json) and generates Transformers' greedy tokens. optimum-onnx pins transformers <
+(OUT/onnx: encoder_model.onnx with decoder_model.onnx + decoder_with_past_model.onnx, or with
+decoder_model_merged.onnx, the graph transformers.js loads too; config.json, generation_config.json) and
+generates Transformers' greedy tokens. optimum-onnx pins transformers <
 4.58, so Optimum runs in its own venv (.venv-optimum, made by scripts/setup.sh from
 requirements-optimum.txt) in a subprocess; Transformers 5's tokens come from this process."""
 from __future__ import annotations
@@ -21,8 +22,9 @@ OPTIMUM_PYTHON = Path(os.environ.get("HFX_OPTIMUM_PYTHON", ROOT / ".venv-optimum
 DRIVER = """
 import json, sys, torch
 from optimum.onnxruntime import ORTModelForSeq2SeqLM
-folder, sources, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-model = ORTModelForSeq2SeqLM.from_pretrained(folder, use_cache=True, use_merged=False, provider="CPUExecutionProvider")
+folder, sources, new, merged = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "merged"
+model = ORTModelForSeq2SeqLM.from_pretrained(folder, use_cache=True, use_merged=merged, provider="CPUExecutionProvider")
+assert model.decoder.is_merged == merged, "Optimum did not load the decoder asked for"
 length = max(len(s) for s in sources)
 ids = torch.zeros((len(sources), length), dtype=torch.long)
 mask = torch.zeros_like(ids)
@@ -34,15 +36,16 @@ print(json.dumps(out[:, 1:].tolist()))
 """
 
 
+@pytest.mark.parametrize("decoder", ["split", "merged"])
 @pytest.mark.parametrize("case", ["t5", "t5-gated-tied", "mt5", "t5-v5-config"])
-def test_optimum_generates_transformers_tokens(case, tiny_checkpoint, tmp_path):
+def test_optimum_generates_transformers_tokens(case, decoder, tiny_checkpoint, tmp_path):
     if not OPTIMUM_PYTHON.exists():
         pytest.fail(f"{OPTIMUM_PYTHON} is missing: bash scripts/setup.sh makes .venv-optimum")
     ckpt = tiny_checkpoint(case)
     out = tmp_path / "out"
     run_hfx("export", "--model", ckpt, "--format", "onnx", "--quiet", out)
     sources = [[5, 9, 17, 33, 2, 60, 1], [7, 7, 40, 1]]
-    proc = subprocess.run([str(OPTIMUM_PYTHON), "-c", DRIVER, str(out / "onnx"), json.dumps(sources), "32"],
+    proc = subprocess.run([str(OPTIMUM_PYTHON), "-c", DRIVER, str(out / "onnx"), json.dumps(sources), "32", decoder],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     tokens = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,11 +1,14 @@
-"""T5 and mT5 encoder-decoders against Transformers eager, fp32, on tiny random checkpoints
-(tiny_models.SEQ2SEQ_CASES): relu and gated-gelu MLPs, tied (decoder output scaled by
+"""T5, mT5, BART, mBART and Marian encoder-decoders against Transformers eager, fp32, on tiny random
+checkpoints (tiny_models.SEQ2SEQ_CASES): relu and gated-gelu MLPs, tied (decoder output scaled by
 d_model**-0.5) and untied heads, decoders deeper than their encoders, relative-position buckets
-that reach their log-spaced range, and an untied T5 whose config.json is Transformers 5's own.
+that reach their log-spaced range, and an untied T5 whose config.json is Transformers 5's own; BART's
+post-norm and mBART's pre-norm LayerNorm layers, learned (offset 2) and Marian's sinusoidal positions,
+scaled and unscaled embeddings, final_logits_bias, each stack's own embedding when saved, Marian's
+separate decoder vocabulary, and mBART starting from bos_token_id without a decoder_start_token_id.
 
 The export is Optimum's layout (hfx.json roles encoder, decoder, decoder_with_past), run by ONNX
-Runtime. Each case: a batch of 2 encoder prompts of 12 tokens, row 1 right-padded by 4 (T5
-tokenizers pad right): the encoder output at every position (pad positions too: a pad query still
+Runtime. Each case: a batch of 2 encoder prompts of 12 tokens, row 1 right-padded by 4 (T5, BART
+and Marian tokenizers pad right): the encoder output at every position (pad positions too: a pad query still
 attends over the row's real keys, in both) within 1e-4 of Transformers; then the first decoder step
 over 3 tokens ([start, t, t], a multi-token first step) with its logits, self-attention presents and
 cross-attention presents; then 3 single-token steps of decoder_with_past, fed the presents of the
@@ -43,15 +46,38 @@ LONG_STEPS = 40
 NEW_TOKENS = 64
 
 
-def encoder_prompt(vocab: int):
-    """input_ids, attention_mask [2, 12]: ids of 2.. (not pad 0 nor EOS 1), each real row ending in EOS
-    as a T5 tokenizer's does; row 1 right-padded with pad 0 by RIGHT_PAD."""
+def geometry(config):
+    """(heads, head_dim, d_model, logits vocabulary, decoder layers) of the decoder of a T5 / mT5 or a
+    BART / mBART / Marian config (Marian's unshared decoder_vocab_size)."""
+    if config.model_type in ("t5", "mt5"):
+        return config.num_heads, config.d_kv, config.d_model, config.vocab_size, config.num_decoder_layers
+    heads = config.decoder_attention_heads
+    shared = getattr(config, "share_encoder_decoder_embeddings", True)
+    return (heads, config.d_model // heads, config.d_model, config.vocab_size if shared else config.decoder_vocab_size,
+            config.decoder_layers)
+
+
+def start_token(model) -> int:
+    """The token generate() starts decoding from: decoder_start_token_id, else bos_token_id (mBART's)."""
+    g = model.generation_config
+    return g.decoder_start_token_id if g.decoder_start_token_id is not None else g.bos_token_id
+
+
+def prompt_ids(config) -> tuple[int, int]:
+    """The (EOS, pad) ids a prompt ends and is padded with: T5's 1 and 0, BART's 2 and 1, Marian's own."""
+    eos = config.eos_token_id
+    return (eos[0] if isinstance(eos, list) else eos), config.pad_token_id
+
+
+def encoder_prompt(vocab: int, eos: int = 1, pad: int = 0):
+    """input_ids, attention_mask [2, 12]: ids of 2.. (T5: not pad 0 nor EOS 1), each real row ending in
+    EOS as a T5 / BART / Marian tokenizer's does; row 1 right-padded with pad by RIGHT_PAD."""
     rng = np.random.default_rng(11)
     ids = rng.integers(2, vocab, size=(2, PROMPT_LEN)).astype(np.int64)
     mask = np.ones_like(ids)
     real = PROMPT_LEN - RIGHT_PAD
-    ids[0, -1] = ids[1, real - 1] = 1
-    ids[1, real:], mask[1, real:] = 0, 0
+    ids[0, -1] = ids[1, real - 1] = eos
+    ids[1, real:], mask[1, real:] = pad, 0
     return ids, mask
 
 
@@ -79,7 +105,7 @@ def transformers_run(model, ids, mask, first, steps):
             for kind, part in (("decoder", cache.self_attention_cache), ("encoder", cache.cross_attention_cache)):
                 if kind == "encoder" and n > 0:
                     continue  # decoder_with_past does not output the cross keys/values again
-                assert len(part.layers) == model.config.num_decoder_layers
+                assert len(part.layers) == geometry(model.config)[4]
                 for i, layer in enumerate(part.layers):
                     presents[f"present.{i}.{kind}.key"] = layer.keys.numpy().copy()
                     presents[f"present.{i}.{kind}.value"] = layer.values.numpy().copy()
@@ -127,17 +153,19 @@ def sessions_of(seq2seq_export):
 
 @pytest.mark.parametrize("case", CASES)
 def test_each_graph_has_its_own_weights_file(case, seq2seq_export):
-    """The three graphs hfx.json names, under Optimum's file names, each a valid ONNX model whose
+    """The four graphs hfx.json names (the merged decoder too), under Optimum's file names, each a valid ONNX model whose
     weights are all in its own <file>_data: Optimum (from the hub, and its save_pretrained) and
     transformers.js fetch a graph's external data by that one name, so a graph reading another's
     file does not load there."""
     folder = seq2seq_export(case)
     manifest = json.loads((folder / "hfx.json").read_text())
-    assert {c["role"] for c in manifest["components"]} == {"encoder", "decoder", "decoder_with_past"}, manifest["components"]
+    roles = {c["role"]: folder / c["file"] for c in manifest["components"] if c["format"] == "onnx"}
+    assert set(roles) == {"encoder", "decoder", "decoder_with_past", "decoder_merged"}, manifest["components"]
     problems = []
-    for role, path in component_files(folder).items():
+    for role, path in roles.items():
         assert path.name == {"encoder": "encoder_model.onnx", "decoder": "decoder_model.onnx",
-                             "decoder_with_past": "decoder_with_past_model.onnx"}[role], path
+                             "decoder_with_past": "decoder_with_past_model.onnx",
+                             "decoder_merged": "decoder_model_merged.onnx"}[role], path
         onnx.checker.check_model(str(path), full_check=True)
         locations = {e.value for t in onnx.load(str(path), load_external_data=False).graph.initializer
                      for e in t.external_data if e.key == "location"}
@@ -153,8 +181,7 @@ def test_io_contract(case, tiny_checkpoint, seq2seq_export):
     layers as num_decoder_layers, not num_layers)."""
     folder = seq2seq_export(case)
     config = load_reference(tiny_checkpoint(case)).config
-    heads, d_kv, d_model, vocab, layers = (config.num_heads, config.d_kv, config.d_model, config.vocab_size,
-                                           config.num_decoder_layers)
+    heads, d_kv, d_model, vocab, layers = geometry(config)
     f32, i64 = "tensor(float)", "tensor(int64)"
     enc_ids = (i64, ["batch_size", "encoder_sequence_length"])
     dec_ids = (i64, ["batch_size", "decoder_sequence_length"])
@@ -214,8 +241,8 @@ def compare_runs(case, ours, ref) -> dict:
 def test_onnxruntime_matches_transformers(case, tiny_checkpoint, sessions_of):
     model = load_reference(tiny_checkpoint(case))
     c = model.config
-    ids, mask = encoder_prompt(c.vocab_size)
-    first, steps = decoder_inputs(c.vocab_size, c.decoder_start_token_id)
+    ids, mask = encoder_prompt(c.vocab_size, *prompt_ids(c))
+    first, steps = decoder_inputs(geometry(c)[3], start_token(model))
     ref_hidden, ref = transformers_run(model, ids, mask, first, steps)
     hidden, ours = ort_run(sessions_of(case), ids, mask, first, steps)
     diffs = {"encoder last_hidden_state": assert_close(f"{case} encoder last_hidden_state", hidden, ref_hidden)}
@@ -228,16 +255,20 @@ def test_onnxruntime_matches_transformers(case, tiny_checkpoint, sessions_of):
 def test_long_cached_decode_matches_transformers(case, tiny_checkpoint, sessions_of):
     """A one-token first step ([start], as generate() starts) and LONG_STEPS teacher-forced steps of
     decoder_with_past, every step's logits and self presents compared: the decoder's causal
-    relative-position buckets past max_exact and (t5, t5-gated-tied) past max_distance, which the
-    parity test's 6 decoder positions do not all reach and greedy tokens of a random model (which soon
-    repeat themselves) would hardly show."""
+    relative-position buckets past max_exact and (t5, t5-gated-tied) past max_distance, and the BART
+    family's position rows (learned or sinusoidal) taken from the past length, which the parity test's 6
+    decoder positions do not all reach and greedy tokens of a random model (which soon repeat
+    themselves) would hardly show."""
     model = load_reference(tiny_checkpoint(case))
     c = model.config
-    assert LONG_STEPS + 1 > c.relative_attention_num_buckets // 2, "the steps must reach the log-spaced buckets"
-    ids, mask = encoder_prompt(c.vocab_size)
+    if hasattr(c, "relative_attention_num_buckets"):
+        assert LONG_STEPS + 1 > c.relative_attention_num_buckets // 2, "the steps must reach the log-spaced buckets"
+    else:
+        assert LONG_STEPS + 1 <= c.max_position_embeddings, "the steps must stay within the position table"
+    ids, mask = encoder_prompt(c.vocab_size, *prompt_ids(c))
     rng = np.random.default_rng(13)
-    first = np.full((2, 1), c.decoder_start_token_id, np.int64)
-    steps = [rng.integers(2, c.vocab_size, size=(2, 1)).astype(np.int64) for _ in range(LONG_STEPS)]
+    first = np.full((2, 1), start_token(model), np.int64)
+    steps = [rng.integers(2, geometry(c)[3], size=(2, 1)).astype(np.int64) for _ in range(LONG_STEPS)]
     _, ref = transformers_run(model, ids, mask, first, steps)
     _, ours = ort_run(sessions_of(case), ids, mask, first, steps)
     diffs = compare_runs(case, ours, ref)
@@ -265,14 +296,15 @@ def test_greedy_tokens_match_transformers(case, stop, tiny_checkpoint, sessions_
     other runs on, and (mt5, whose row 1 meets it too) the stop once every row is done."""
     model = load_reference(tiny_checkpoint(case))
     g = model.generation_config
-    ids, mask = encoder_prompt(model.config.vocab_size)
+    ids, mask = encoder_prompt(model.config.vocab_size, *prompt_ids(model.config))
     eos = g.eos_token_id
+    start = start_token(model)
     if stop == "met-eos":
         free = transformers_greedy(model, ids, mask, eos)
         # row 0's first token from its 6th step on that is neither the start nor pad nor EOS already
-        eos = next(int(t) for t in free[0, 6:] if t not in (g.decoder_start_token_id, g.pad_token_id, eos))
+        eos = next(int(t) for t in free[0, 6:] if t not in (start, g.pad_token_id, eos))
     want = transformers_greedy(model, ids, mask, eos)
-    got = generate(None, ids, mask, NEW_TOKENS, g.decoder_start_token_id, eos, g.pad_token_id, sessions=sessions_of(case))
+    got = generate(None, ids, mask, NEW_TOKENS, start, eos, g.pad_token_id, sessions=sessions_of(case))
     assert got.shape == want.shape and (got == want).all(), (
         f"{case} (eos {eos}): hfx+onnxruntime\n{got.tolist()}\nTransformers\n{want.tolist()}")
     met = np.isin(want[:, 1:], np.atleast_1d(eos))

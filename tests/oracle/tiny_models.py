@@ -220,6 +220,12 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
 # by AutoModelForSeq2SeqLM; kept out of CASES, whose tests run one causal decoder graph.
 T5_BASE = dict(vocab_size=128, d_model=64, d_kv=16, num_heads=4, d_ff=96, decoder_start_token_id=0, pad_token_id=0,
                eos_token_id=1)
+# The BART family (bart, mbart, marian): 4 heads of 16, 2 + 2 layers, positions for a 12-token prompt and
+# 1 + 64 decoded tokens. forced_eos_token_id (2 in BartConfig and MBartConfig, 0 in MarianConfig) is unset:
+# generate() would force EOS at max_length, a logits processor hfx's greedy loop does not run.
+BART_BASE = dict(vocab_size=128, d_model=64, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=96,
+                 decoder_ffn_dim=96, encoder_layers=2, decoder_layers=2, max_position_embeddings=128, pad_token_id=1,
+                 bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)
 SEQ2SEQ_CASES: dict[str, tuple[str, dict]] = {
     # T5 1.0's relu MLP with T5 1.1's untied lm_head (no d_model**-0.5 on the decoder output), a decoder
     # deeper than the encoder, 8 buckets up to distance 20: a 12-token prompt reaches the log-spaced
@@ -240,6 +246,27 @@ SEQ2SEQ_CASES: dict[str, tuple[str, dict]] = {
     "t5-v5-config": ("t5", dict(T5_BASE, feed_forward_proj="relu", tie_word_embeddings=False, num_layers=2,
                                 num_decoder_layers=3, relative_attention_num_buckets=8,
                                 relative_attention_max_distance=20)),
+    # BART: post-norm LayerNorm layers, gelu, learned positions (offset 2), layernorm_embedding, no embedding
+    # scale; untied (Transformers 5 then saves shared, each stack's embed_tokens and lm_head, all distinct,
+    # and reads each stack's own), a decoder deeper than the encoder with fewer (wider) heads and a
+    # narrower feed-forward. BART's special ids (bos 0, pad 1, eos = decoder start 2)
+    "bart": ("bart", dict(BART_BASE, tie_word_embeddings=False, encoder_layers=2, decoder_layers=3,
+                          encoder_attention_heads=8, decoder_ffn_dim=80)),
+    # tied head and embeddings (shared.weight only), embeddings scaled by sqrt(d_model), relu
+    "bart-tied-scaled": ("bart", dict(BART_BASE, scale_embedding=True, activation_function="relu")),
+    # mBART: pre-norm layers with a final layer_norm per stack, scaled embeddings, tied; no
+    # decoder_start_token_id (MBartConfig's default): generate() starts from bos_token_id
+    "mbart": ("mbart", dict(BART_BASE, scale_embedding=True, decoder_start_token_id=None)),
+    # Marian: sinusoidal positions (computed; save_pretrained drops the table), no layernorm_embedding,
+    # swish (opus-mt's), scaled embeddings, tied; opus-mt's special ids (pad = decoder start = the last
+    # id, eos 0, no bos)
+    "marian": ("marian", dict(BART_BASE, activation_function="swish", scale_embedding=True, pad_token_id=127,
+                              decoder_start_token_id=127, eos_token_id=0, bos_token_id=None)),
+    # Marian with separate vocabularies (share_encoder_decoder_embeddings false): the encoder's 128 ids,
+    # the decoder's and the head's 100 (decoder.embed_tokens, the head tied to it), gelu
+    "marian-vocabs": ("marian", dict(BART_BASE, share_encoder_decoder_embeddings=False, decoder_vocab_size=100,
+                                     scale_embedding=True, pad_token_id=99, decoder_start_token_id=99,
+                                     eos_token_id=0, bos_token_id=None)),
 }
 # The seq2seq cases whose config.json is left as Transformers 5 writes it; the others are rewritten the
 # way the hub's T5 / flan-t5 / mT5 configs read (see make()).
@@ -264,7 +291,8 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
         # Transformers 5's T5Config / MT5Config force tie_word_embeddings true, so from_config shares
         # lm_head with the embedding whatever the config says: give lm_head its own weight (randomised
         # below, saved as lm_head.weight) like a T5 1.1 / flan-t5 / mT5 checkpoint's
-        model.lm_head.weight = torch.nn.Parameter(model.shared.weight.detach().clone())
+        # (BART's from_config unties them itself; this is then a no-op before the randomisation)
+        model.lm_head.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
         model.all_tied_weights_keys.pop("lm_head.weight", None)
     # from_config leaves some weights at their init constants (norms = 1, biases = 0): randomise
     # everything so that a weight read from the wrong place can't hide. Norm scales stay centred on
@@ -278,9 +306,13 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
             # k's d_model^-0.5): without it the scores of these weights are ~16 wide and softmax so sharp
             # that Transformers' own fp32 drifts 7.6e-4 from its fp64 over 40 decoder steps (1.5e-5 with it),
             # below which no runtime can be gated, and greedy tokens settle on one token within 5 steps
+            # (T5's q only: BART, mBART and Marian scale their scores by head_dim^-0.5 themselves)
             for name, p in model.named_parameters():
                 if name.endswith(".q.weight"):
                     p.mul_(config.d_kv ** -0.5)
+            # BART's final_logits_bias: a buffer (zeros from from_config, saved), randomised like the rest
+            if getattr(model, "final_logits_bias", None) is not None:
+                model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape) * 0.2)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)

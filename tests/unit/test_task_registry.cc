@@ -24,7 +24,8 @@ TEST(TaskRegistry, EveryModelTypeHasItsDefaultTaskAndTheModulesItNeeds) {
   EXPECT_EQ(models::find_model("llama").default_task, "causal-lm");
   EXPECT_EQ(models::find_model("bert").default_task, "feature-extraction");
   EXPECT_EQ(models::find_model("t5").default_task, "seq2seq-lm");
-  EXPECT_EQ(models::find_model_entry("bart"), nullptr);
+  EXPECT_EQ(models::find_model("bart").default_task, "seq2seq-lm");
+  EXPECT_EQ(models::find_model_entry("fsmt"), nullptr);
 }
 
 TEST(TaskRegistry, TasksAreFoundByNameAndSayWhatTheyAre) {
@@ -40,10 +41,10 @@ TEST(TaskRegistry, TasksAreFoundByNameAndSayWhatTheyAre) {
   const tasks::Task* seq2seq = tasks::find_task("seq2seq-lm");
   ASSERT_TRUE(seq2seq);
   EXPECT_EQ(seq2seq->needs(), std::vector<models::ModuleKind>{models::ModuleKind::Seq2Seq});
-  EXPECT_EQ(seq2seq->roles(), (std::vector<std::string>{"encoder", "decoder", "decoder_with_past"}));
+  EXPECT_EQ(seq2seq->roles(), (std::vector<std::string>{"encoder", "decoder", "decoder_with_past", "decoder_merged"}));
   // Each role once, in task order: an encoder-decoder's encoder and decoder are the roles' names already.
   EXPECT_EQ(tasks::known_roles(),
-            (std::vector<std::string>{"decoder", "prefill", "decode", "encoder", "decoder_with_past"}));
+            (std::vector<std::string>{"decoder", "prefill", "decode", "encoder", "decoder_with_past", "decoder_merged"}));
   // BertModel's pooler, bare or under one base-model prefix, is left unused on purpose; nothing else.
   EXPECT_TRUE(features->ignores_weight("bert.pooler.dense.weight"));
   EXPECT_TRUE(features->ignores_weight("pooler.dense.bias"));
@@ -53,13 +54,13 @@ TEST(TaskRegistry, TasksAreFoundByNameAndSayWhatTheyAre) {
 
 TEST(TaskRegistry, AnUnknownModelTypeListsEverySupportedOne) {
   try {
-    models::find_model("bart");
-    FAIL() << "bart found";
+    models::find_model("fsmt");
+    FAIL() << "fsmt found";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
     const std::string m = e.message();
-    EXPECT_NE(m.find("model_type `bart` is not supported (supported: llama, "), std::string::npos) << m;
-    EXPECT_NE(m.find(", gpt_neox, lfm2, mamba2, granitemoehybrid, bamba, bert, roberta, xlm-roberta, distilbert, t5, mt5)"),
+    EXPECT_NE(m.find("model_type `fsmt` is not supported (supported: llama, "), std::string::npos) << m;
+    EXPECT_NE(m.find(", gpt_neox, lfm2, mamba2, granitemoehybrid, bamba, bert, roberta, xlm-roberta, distilbert, t5, mt5, bart, mbart, marian)"),
               std::string::npos)
         << m;
   }

@@ -20,6 +20,7 @@ ov::element::Type ov_type(DType t) {
     case DType::F32: return ov::element::f32;
     case DType::I64: return ov::element::i64;
     case DType::I32: return ov::element::i32;
+    case DType::Bool: return ov::element::boolean;  // a merged decoder's use_cache_branch (one byte each, as hfx's)
     default: unsupported("openvino runner: {} inputs", dtype_name(t));
   }
 }
@@ -61,9 +62,12 @@ const std::filesystem::path& checked_ir(const std::filesystem::path& xml) {
 std::string port_sig(const ov::Output<const ov::Node>& port) {
   std::vector<std::string> dims;
   const auto& shape = port.get_partial_shape();
-  if (shape.rank().is_dynamic()) return port.get_element_type().to_string() + "[...]";
+  // hfx's dtype names: OpenVINO spells bool "boolean".
+  const auto& t = port.get_element_type();
+  const std::string type = t == ov::element::boolean ? "bool" : t.to_string();
+  if (shape.rank().is_dynamic()) return type + "[...]";
   for (const auto& d : shape) dims.push_back(d.is_static() ? std::to_string(d.get_length()) : "?");
-  return fmt::format("{}[{}]", port.get_element_type().to_string(), fmt::join(dims, ","));
+  return fmt::format("{}[{}]", type, fmt::join(dims, ","));
 }
 
 class OpenVinoRunner final : public StepRunner {
