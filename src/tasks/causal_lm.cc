@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
 
 #include "core/error.h"
 #include "ir/builder.h"
@@ -91,20 +90,7 @@ void declare_bounds(ir::Graph& graph, const CausalLmOptions& o) {
     syms.set_bounds(kTotal, {1, std::nullopt});
     for (const auto& [name, b] : o.dims) syms.set_bounds(name, b);
   }
-  // Keep only the symbols this graph uses.
-  std::set<std::string> used;
-  for (auto id : graph.inputs())
-    for (const auto& d : graph.value(id).shape)
-      if (d.is_symbol()) used.insert(d.symbol);
-  for (auto id : graph.outputs())
-    for (const auto& d : graph.value(id).shape)
-      if (d.is_symbol()) used.insert(d.symbol);
-  SymbolTable kept;
-  for (const auto& [name, b] : syms.all())
-    if (used.count(name)) kept.set_bounds(name, b);
-  for (const auto& r : syms.relations())
-    if (used.count(r.sum)) kept.relate_sum(r.sum, r.a, r.b);
-  syms = kept;
+  keep_used_symbols(graph);
 }
 
 Component build_component(const models::CausalLm& model, const CausalLmOptions& o, Step step, std::string role,

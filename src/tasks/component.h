@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/builder.h"
 #include "ir/graph.h"
 #include "tasks/state_names.h"
 
@@ -26,5 +27,11 @@ struct Component {
   // The state its steps carry, named by the contract (tasks/state.h); empty for an encoder.
   std::vector<StatePort> state;
 };
+
+// Names each of `values` by the contract's output of the same index (c.outputs), declares its shape
+// and makes it a graph output; an input passed through as is gets an Identity to carry the name.
+void name_outputs(Component& c, ir::Builder& b, const std::vector<ir::ValueId>& values);
+// Drops the bounds and relations of the symbols no input or output of `g` uses.
+void keep_used_symbols(ir::Graph& g);
 
 }  // namespace hfx::tasks

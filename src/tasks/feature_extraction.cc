@@ -28,13 +28,7 @@ std::vector<Component> build_feature_extraction(const models::Encoder& model, co
     c.outputs.push_back({"logits", DType::F32, {Dim::sym("batch_size"), Dim::fixed(model.num_labels())}});
     values.push_back(out.logits);
   }
-  for (size_t i = 0; i < values.size(); ++i) {
-    ir::ValueId v = values[i];
-    if (g.value(v).producer < 0) v = b.add1("Identity", {v});
-    g.rename(v, c.outputs[i].name);
-    g.value(v).shape = c.outputs[i].shape;
-    g.add_output(v);
-  }
+  name_outputs(c, b, values);
   if (!o.dynamic) {
     g.symbols().set_bounds("batch_size", {1, std::nullopt});
     g.symbols().set_bounds("sequence_length", {1, std::nullopt});

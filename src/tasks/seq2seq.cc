@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "core/error.h"
 #include "ir/builder.h"
@@ -22,20 +21,6 @@ const std::string kTotal = "total_decoder_sequence_length";
 // The merged decoder's carried cross state: 0 on its first step, the source's length after.
 const std::string kPastEncoder = "past_encoder_sequence_length";
 
-// Names every output by the contract and declares its shape (an input passed through as is gets an
-// Identity to carry the name).
-void name_outputs(Component& c, ir::Builder& b, const std::vector<ir::ValueId>& values) {
-  ir::Graph& g = c.graph;
-  HFX_CHECK(values.size() == c.outputs.size(), "{}: {} values for {} outputs", c.role, values.size(), c.outputs.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    ir::ValueId v = values[i];
-    if (g.value(v).producer < 0) v = b.add1("Identity", {v});
-    g.rename(v, c.outputs[i].name);
-    g.value(v).shape = c.outputs[i].shape;
-    g.add_output(v);
-  }
-}
-
 // Bounds: a step has a row and a token, a source has a token; only the past may be empty. --dim
 // tightens them, --dynamic drops them. Only the symbols the graph uses are kept.
 void declare_bounds(ir::Graph& g, const CausalLmOptions& o) {
@@ -45,17 +30,7 @@ void declare_bounds(ir::Graph& g, const CausalLmOptions& o) {
       syms.set_bounds(name, {name == kPast || name == kPastEncoder ? 0 : 1, std::nullopt});
     for (const auto& [name, b] : o.dims) syms.set_bounds(name, b);
   }
-  std::set<std::string> used;
-  for (const auto& list : {g.inputs(), g.outputs()})
-    for (auto id : list)
-      for (const auto& d : g.value(id).shape)
-        if (d.is_symbol()) used.insert(d.symbol);
-  SymbolTable kept;
-  for (const auto& [name, b] : syms.all())
-    if (used.count(name)) kept.set_bounds(name, b);
-  for (const auto& r : syms.relations())
-    if (used.count(r.sum)) kept.relate_sum(r.sum, r.a, r.b);
-  syms = kept;
+  keep_used_symbols(g);
 }
 
 std::vector<StatePort> state_ports(const models::Seq2SeqLm& model) {
