@@ -153,3 +153,22 @@ def test_inspect_shows_the_graphs_and_their_state(tiny_checkpoint):
     j = json.loads(run_hfx("inspect", tiny_checkpoint("t5"), "--json").stdout)
     assert [c["role"] for c in j["components"]] == ["encoder", "decoder", "decoder_with_past", "decoder_merged"]
     assert any(r["per_source_position"] for r in j["state_per_layer"])
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("relative_attention_num_buckets", 2, "relative_attention_num_buckets 2 is below 4"),
+    ("relative_attention_max_distance", 3, "relative_attention_max_distance 3 must be above the exact buckets (4)"),
+    ("feed_forward_proj", "gated-foo", "feed_forward_proj \"foo\" is not supported"),
+    ("feed_forward_proj", "gated-gelu-new", "is not `gated-ACT` or `ACT`"),
+    ("decoder_start_token_id", 100000, "decoder_start_token_id 100000 is not below vocab_size 128"),
+    ("d_kv", 0, "field \"d_kv\": expected an integer in [1, "),
+])
+def test_a_bad_t5_config_is_one_line_naming_the_key(key, value, words, tiny_checkpoint, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint("t5"), ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config[key] = value
+    (ckpt / "config.json").write_text(json.dumps(config))
+    proc = hfx("export", "--model", ckpt, tmp_path / "out", check=False)
+    assert proc.returncode == 1 and words in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert not (tmp_path / "out").exists()
