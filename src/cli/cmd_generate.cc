@@ -86,10 +86,13 @@ void register_generate(CLI::App& app, Action& action) {
     std::string runtime;  // empty: picked from the export's formats (pipeline/verify_runtimes.h)
   };
   auto s = std::make_shared<State>();
-  auto* cmd = app.add_subcommand("generate", "Generate tokens from an export (reference executor, or --runtime openvino|torch|executorch).");
+  auto* cmd = app.add_subcommand("generate", "Generate tokens from an export (reference executor, or --runtime openvino|torch|executorch): "
+                                             "a decoder's continuation of the prompt, or an encoder-decoder's output for "
+                                             "the prompt as its source (T5, BART, Marian: docs/seq2seq.md).");
   cmd->add_option("out", s->dir, "Export folder (with hfx.json)")->required();
   auto* text = cmd->add_option("--prompt", s->prompt, "Prompt text (encoded with the export's tokenizer.json)");
-  cmd->add_option("--prompt-ids", s->prompt_ids, "Prompt as token ids 1,2,3; repeat for a batch (left-padded)")
+  cmd->add_option("--prompt-ids", s->prompt_ids,
+                  "Prompt as token ids 1,2,3; repeat for a batch (left-padded; an encoder-decoder's sources right-padded)")
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
@@ -130,6 +133,11 @@ void register_generate(CLI::App& app, Action& action) {
         if (!tok) bad_input("{}: --prompt needs tokenizer.json in the export; use --prompt-ids", s->dir.string());
         prompts.push_back(tok->encode(s->prompt, true));
       }
+      if (art.seq2seq() && s->runtime == "onnxruntime")
+        unsupported("onnx: the onnxruntime runtime runs through `hfx verify --runtime onnxruntime` (python driver), not "
+                    "as a step runner here; `python python/hfx_ort_seq2seq.py {} --prompt-ids 1,2,3` generates an "
+                    "encoder-decoder with ONNX Runtime",
+                    s->dir.string());
       if (art.seq2seq()) check_sources_fit(art, prompts, s->sampling.max_new_tokens);
       else check_prompts_fit(art, prompts, s->sampling.max_new_tokens);
       auto opts = s->sampling;
