@@ -150,7 +150,9 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_flag("--static-cache", s->static_cache, "Fixed-length KV buffers written in place (needs --max-cache-len)");
   cmd->add_option("--max-cache-len", s->max_cache_len, "Length N of the static cache buffers");
   cmd->add_option("--dim", s->dims, "Bound a dim: NAME=MIN:MAX (batch_size, sequence_length, past_sequence_length, "
-                                    "total_sequence_length); repeatable")
+                                    "total_sequence_length; an encoder-decoder's encoder_sequence_length, "
+                                    "decoder_sequence_length, past_decoder_sequence_length, "
+                                    "total_decoder_sequence_length); repeatable")
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
