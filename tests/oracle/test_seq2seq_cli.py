@@ -128,7 +128,6 @@ def test_generate_refuses_what_the_contract_cannot_take(tiny_checkpoint, tmp_pat
 
 
 @pytest.mark.parametrize("args,words", [
-    (["--format", "pt2"], "format pt2 does not write an encoder-decoder (t5) yet"),
     (["--format", "executorch"], "format executorch does not write an encoder-decoder (t5) yet"),
     (["--split-prefill"], "--split-prefill and --static-cache apply to decoder-only models"),
     (["--static-cache", "--max-cache-len", "16"], "--split-prefill and --static-cache apply to decoder-only models"),
@@ -172,3 +171,18 @@ def test_a_bad_t5_config_is_one_line_naming_the_key(key, value, words, tiny_chec
     proc = hfx("export", "--model", ckpt, tmp_path / "out", check=False)
     assert proc.returncode == 1 and words in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+# One case: each program loads in torch for seconds (marian's passes the same way, docs/seq2seq.md).
+@pytest.mark.parametrize("case", ["t5-gated-tied"])
+def test_pt2_programs_run_in_torch_as_transformers(case, tiny_checkpoint, tmp_path):
+    """The four graphs as torch.export archives (the pt2 lowering needed nothing new): torch.export.load
+    runs them, through hfx's torch step server, over the shape matrix and 64 greedy tokens, against
+    Transformers eager."""
+    out = tmp_path / "out"
+    proc = hfx("export", "--model", tiny_checkpoint(case), "--format", "pt2", out)
+    assert "pt2: archives read back" in proc.stdout, proc.stdout
+    files = sorted(p.name for p in (out / "pt2").glob("*.pt2"))
+    assert files == ["decoder_model.pt2", "decoder_model_merged.pt2", "decoder_with_past_model.pt2", "encoder_model.pt2"]
+    verify = hfx("verify", out, "--runtime", "torch", "--oracle", "transformers")
+    assert "pass greedy generation (64 tokens, batch 2): identical tokens" in verify.stdout, verify.stdout

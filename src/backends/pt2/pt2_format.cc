@@ -106,11 +106,6 @@ class Pt2Backend final : public Backend {
 
   std::vector<std::string> passes() const override { return {"decompose-composites-keep-linear-embedding"}; }
 
-  Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
-    refuse_encoder_decoder(m, "pt2");  // before the work starts
-    return Backend::plan(c, m, recipe, contract);
-  }
-
   void write_component(const tasks::Component& c, ExportJob& job) const override {
     const quant::PrecisionSpec& precision = job.recipe.precision_for(c.role);
     if (!precision.is_default())
@@ -118,7 +113,6 @@ class Pt2Backend final : public Backend {
                   "without them, or in a separate export",
                   precision.str());
     refuse_ssd_scan(c, "pt2");
-    refuse_encoder_decoder(job.model, "pt2");
     std::vector<std::string> passes_run;
     ir::Graph g = with_context(c.role, [&] { return passes::run_pipeline(c.graph, passes(), &passes_run); });
     pt2_backend::Pt2WriteOptions o;
@@ -145,7 +139,8 @@ class Pt2Backend final : public Backend {
       return fmt::format("pt2: archives read back; not run ({} has no torch: `hfx verify --runtime torch` with a Python "
                          "that has torch {} checks them)",
                          python, runtime::kTestedTorch);
-    if (!m.task->generative()) return "pt2: archives read back; not run (encoder; `hfx verify --runtime torch` checks it)";
+    if (!m.task->generative())
+      return "pt2: archives read back; not run (not a decoder-only model; `hfx verify --runtime torch` checks it)";
     const GreedyCheck done = check_greedy_tokens(
         job, "pt2", "torch", [](const tasks::Component& c) { return c.graph; },
         [&](const tasks::Component& c) {
