@@ -38,7 +38,7 @@ void refuse_ssd_scan(const tasks::Component& c, const std::string& format) {
 
 void refuse_encoder_decoder(const LoadedModel& m, const std::string& format) {
   if (m.model.exposes(models::ModuleKind::Seq2Seq))
-    unsupported("format {} does not write an encoder-decoder ({}) yet: export onnx or openvino", format,
+    unsupported("format {} does not write an encoder-decoder ({}) yet: export onnx, openvino or pt2", format,
                 m.summary().model_type);
 }
 

@@ -26,7 +26,7 @@ std::unique_ptr<Progress> weight_progress(const std::string& what, const ir::Gra
 // Unsupported, naming the format, when `c` carries a Mamba-2 scan state (the pt2 lowering, which the
 // executorch writer builds on, has no floor division for the scan's chunk count; docs/ssm.md).
 void refuse_ssd_scan(const tasks::Component& c, const std::string& format);
-// Unsupported for an encoder-decoder (T5): `format` does not write one yet.
+// Unsupported for an encoder-decoder (T5, BART): `format` (executorch) does not write one yet.
 void refuse_encoder_decoder(const LoadedModel& m, const std::string& format);
 
 struct ExportJob;
