@@ -105,13 +105,9 @@ def seq2seq_tokens(sessions, model, prompts, max_new_tokens):
     """An encoder-decoder's greedy tokens as hfx's seq2seq loop returns them: sources right-padded, new
     tokens only (no start token), a finished row padded with pad_token_id."""
     pad = model["pad_token_id"] if model["pad_token_id"] is not None else 0
-    length = max(len(p) for p in prompts)
-    ids = np.full((len(prompts), length), pad, np.int64)
-    mask = np.zeros((len(prompts), length), np.int64)
-    for b, p in enumerate(prompts):
-        ids[b, :len(p)], mask[b, :len(p)] = p, 1
-    rows = hfx_ort_seq2seq.generate(None, ids, mask, max_new_tokens, model["decoder_start_token_id"],
-                                    model["eos_token_ids"] or None, pad, sessions=sessions)
+    rows = hfx_ort_seq2seq.generate(None, hfx_ort_seq2seq.prompt_source(sessions, prompts, pad), max_new_tokens,
+                                    model["decoder_start_token_id"], model["eos_token_ids"] or None, pad,
+                                    sessions=sessions)
     return rows[:, 1:].tolist()
 
 

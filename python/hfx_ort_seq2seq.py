@@ -1,9 +1,10 @@
-"""Greedy decoding over an hfx seq2seq export (T5, mT5) with ONNX Runtime.
+"""Greedy decoding over an hfx seq2seq export (T5, BART's family, Whisper) with ONNX Runtime.
 
 The export is Optimum's three-graph layout (the one ORTModelForSeq2SeqLM and transformers.js load),
 listed in hfx.json's components by role:
 
     encoder            input_ids, attention_mask -> last_hidden_state                  (run once)
+                       (Whisper: input_features -> last_hidden_state; its steps read no encoder_attention_mask)
     decoder            input_ids, encoder_attention_mask, encoder_hidden_states
                        -> logits, present.{i}.decoder.key|value, present.{i}.encoder.key|value
     decoder_with_past  input_ids, encoder_attention_mask, past_key_values.{i}.decoder|encoder.key|value
@@ -16,11 +17,11 @@ past_key_values.{i}.encoder.* (decoder_with_past does not output them again). Ea
 only the inputs it declares.
 
     from hfx_ort_seq2seq import generate
-    rows = generate("out/t5", ids, mask, max_new_tokens=32, decoder_start_token_id=0, eos_token_id=1,
-                    pad_token_id=0)
+    rows = generate("out/t5", {"input_ids": ids, "attention_mask": mask}, max_new_tokens=32,
+                    decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
 
 The result is what Transformers' generate() returns for an encoder-decoder: [batch, 1 + steps], the
-start token first; a row that has emitted EOS is padded with pad_token_id, and decoding stops when
+start token (the decoder prompt) first; a row that has emitted EOS is padded with pad_token_id, and decoding stops when
 every row has (or after max_new_tokens).
 
 Command line:  python python/hfx_ort_seq2seq.py OUT --prompt-ids 5,6,7,1 [--prompt-ids ...] [-n 64]
@@ -30,6 +31,7 @@ its EOS)
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -73,24 +75,54 @@ def run(session, feed: dict) -> dict:
     return dict(zip(names, session.run(None, {k: v for k, v in feed.items() if k in wanted})))
 
 
-def generate(export_dir, input_ids, attention_mask, max_new_tokens: int, decoder_start_token_id: int,
-             eos_token_id, pad_token_id: int, sessions: dict | None = None) -> np.ndarray:
-    """Greedy tokens [batch, 1 + steps] (start token first) for the encoder prompt `input_ids` /
-    `attention_mask` [batch, length]. `eos_token_id`: an id, a list of ids, or None (never stops
-    early). `sessions`: role -> session already open (anything with ORT's get_inputs / get_outputs /
-    run), else opened from `export_dir`."""
-    sessions = sessions or open_sessions(export_dir)
-    ids = np.asarray(input_ids, np.int64)
-    mask = np.asarray(attention_mask, np.int64)
-    eos = set() if eos_token_id is None else {int(e) for e in np.atleast_1d(eos_token_id)}
-    batch = ids.shape[0]
+def verify_speech_features(prompts, mel_bins: int, frames: int) -> np.ndarray:
+    """The features hfx's checks feed a speech encoder for greedy prompts (token ids): [rows, mel_bins,
+    frames], feature [m, t] = f32(sin(0.05 (t + 1) (m + 1) + 0.3 prompt[(m + t) mod n])) computed in
+    double as runtime/seq2seq_generate.cc's verify_speech_features computes it (math.sin is the C
+    library's sin, so the bits agree)."""
+    out = np.empty((len(prompts), mel_bins, frames), np.float32)
+    for b, p in enumerate(prompts):
+        for m in range(mel_bins):
+            out[b, m] = [math.sin(0.05 * (t + 1) * (m + 1) + 0.3 * p[(m + t) % len(p)]) for t in range(frames)]
+    return out
 
-    hidden = run(sessions["encoder"], {"input_ids": ids, "attention_mask": mask})["last_hidden_state"]
-    rows = [np.full(batch, decoder_start_token_id, np.int64)]
+
+def prompt_source(sessions: dict, prompts, pad_token_id: int) -> dict:
+    """The encoder's inputs for greedy prompts: the ids right-padded with their mask, or for a speech
+    encoder (input_features, Whisper's) verify_speech_features of the graph's fixed shape."""
+    inputs = {i.name: i for i in sessions["encoder"].get_inputs()}
+    if "input_features" in inputs:
+        _, mel_bins, frames = inputs["input_features"].shape
+        return {"input_features": verify_speech_features(prompts, int(mel_bins), int(frames))}
+    length = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), length), pad_token_id, np.int64)
+    mask = np.zeros((len(prompts), length), np.int64)
+    for b, p in enumerate(prompts):
+        ids[b, :len(p)], mask[b, :len(p)] = p, 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def generate(export_dir, source: dict, max_new_tokens: int, decoder_start_token_id: int,
+             eos_token_id, pad_token_id: int, sessions: dict | None = None, decoder_prompt=None) -> np.ndarray:
+    """Greedy tokens [batch, len(decoder prompt) + steps] (the decoder prompt first) for the encoder's
+    inputs `source` (input_ids + attention_mask [batch, length], or input_features; prompt_source).
+    `decoder_prompt`: the tokens decoding starts from (default [decoder_start_token_id]).
+    `eos_token_id`: an id, a list of ids, or None (never stops early). `sessions`: role -> session
+    already open (anything with ORT's get_inputs / get_outputs / run), else opened from `export_dir`."""
+    sessions = sessions or open_sessions(export_dir)
+    eos = set() if eos_token_id is None else {int(e) for e in np.atleast_1d(eos_token_id)}
+    hidden = run(sessions["encoder"], source)["last_hidden_state"]
+    batch = hidden.shape[0]
+    prompt = np.asarray(decoder_prompt if decoder_prompt is not None else [decoder_start_token_id], np.int64)
+    mask = source.get("attention_mask")  # a text source's, read as encoder_attention_mask
+    rows = [np.full(batch, t, np.int64) for t in prompt]
     done = np.zeros(batch, bool)
     state: dict = {}  # present.* by name: the latest self-attention ones, the first step's cross ones
     for step in range(max_new_tokens):
-        feed = {"input_ids": rows[-1][:, None], "encoder_attention_mask": mask, "encoder_hidden_states": hidden}
+        ids = np.stack(rows, axis=1) if step == 0 else rows[-1][:, None]
+        feed = {"input_ids": ids, "encoder_hidden_states": hidden}
+        if mask is not None:
+            feed["encoder_attention_mask"] = mask
         if step == 0:
             out = run(sessions["decoder"], feed)
         else:
@@ -143,13 +175,9 @@ def main() -> None:
         bad = [i for i in prompts[-1] if i < 0 or (vocab is not None and i >= vocab)]
         if bad:
             fail(f"--prompt-ids: token {bad[0]} is outside the vocabulary [0, {vocab})", code=2)
-    length = max(len(p) for p in prompts)
-    ids = np.full((len(prompts), length), pad, np.int64)
-    mask = np.zeros((len(prompts), length), np.int64)
-    for b, p in enumerate(prompts):
-        ids[b, :len(p)], mask[b, :len(p)] = p, 1
     try:
-        rows = generate(args.export, ids, mask, args.max_new_tokens, start, eos, pad)
+        sessions = open_sessions(args.export)
+        rows = generate(None, prompt_source(sessions, prompts, pad), args.max_new_tokens, start, eos, pad, sessions)
     except Exception as exc:  # noqa: BLE001 - a missing component or a runtime's refusal, on one line
         fail(f"{type(exc).__name__}: {exc}")
     eos_ids = set(np.atleast_1d(eos).tolist()) if eos is not None else set()

@@ -146,7 +146,10 @@ def seq2seq_step(model, feeds):
     step from the carried past_key_values.{i}.decoder|encoder.* (logits, present.{i}.decoder.*). The
     caches are sized lazily: one built from the config has the encoder's depth, not the decoder's."""
     from transformers import DynamicCache, EncoderDecoderCache
-    if "encoder_attention_mask" not in feeds:
+    if "input_features" in feeds:  # a speech encoder's (Whisper's)
+        out = model.get_encoder()(input_features=feeds["input_features"])
+        return {"last_hidden_state": out.last_hidden_state.detach().contiguous()}
+    if "attention_mask" in feeds:
         out = model.get_encoder()(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"])
         return {"last_hidden_state": out.last_hidden_state.detach().contiguous()}
     # The first step reads encoder_hidden_states (the merged decoder's too, its past empty then).
@@ -165,8 +168,9 @@ def seq2seq_step(model, feeds):
         # Read only for its shape: every layer's cross-attention reuses the cached keys/values.
         length = feeds["past_key_values.0.encoder.key"].shape[2]
         hidden = torch.zeros(feeds["input_ids"].shape[0], length, model.config.d_model)
-    out = model(encoder_outputs=(hidden,), attention_mask=feeds["encoder_attention_mask"],
-                decoder_input_ids=feeds["input_ids"], past_key_values=cache, use_cache=True)
+    source_mask = {"attention_mask": feeds["encoder_attention_mask"]} if "encoder_attention_mask" in feeds else {}
+    out = model(encoder_outputs=(hidden,), decoder_input_ids=feeds["input_ids"], past_key_values=cache, use_cache=True,
+                **source_mask)
     result = {"logits": out.logits}
     for layer, entry in enumerate(out.past_key_values.self_attention_cache.layers):
         result[f"present.{layer}.decoder.key"], result[f"present.{layer}.decoder.value"] = entry.keys, entry.values
@@ -228,8 +232,19 @@ def generate(model, g):
     from transformers import DynamicCache, EncoderDecoderCache
     config.decoder_start_token_id = model.config.decoder_start_token_id
     # A cache sized lazily: one built from the config has the encoder's depth, not the decoder's.
-    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
-                         past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()))
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    if model.main_input_name == "input_features":  # a speech model: the features hfx's checks feed it
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from hfx_ort_seq2seq import verify_speech_features
+        c = model.config
+        features = torch.from_numpy(verify_speech_features(prompts, c.num_mel_bins, 2 * c.max_source_positions))
+        # Transformers' generate() itself (GenerationMixin's): Whisper's own generate() adds its
+        # language / task prompt and suppressions from generation_config.json, which a greedy check
+        # with a fresh config leaves out on both sides.
+        out = transformers.GenerationMixin.generate(model, input_features=features, generation_config=config,
+                                                    past_key_values=cache)
+        return out[:, 1:].tolist()
+    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, past_key_values=cache)
     return out[:, 1:].tolist()
 
 

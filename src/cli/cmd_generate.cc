@@ -183,8 +183,9 @@ void register_generate(CLI::App& app, Action& action) {
         }
         std::fflush(stdout);
       };
-      auto rows = encoder ? runtime::generate_seq2seq({*encoder, *first, *next}, art.cache, prompts,
-                                                      *art.decoder_start_token_id, opts, on_token)
+      auto rows = encoder ? runtime::generate_seq2seq({*encoder, *first, *next}, art.cache,
+                                                      runtime::text_sources(prompts, opts.pad_token_id),
+                                                      {*art.decoder_start_token_id}, opts, on_token)
                           : runtime::generate(*first, next ? *next : *first, art.cache, prompts, opts, on_token);
       if (stream) fmt::print("\n");
       else

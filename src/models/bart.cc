@@ -1,12 +1,20 @@
-// BART, mBART and Marian, reproducing Transformers' modeling_bart.py, modeling_mbart.py and
-// modeling_marian.py (BartForConditionalGeneration, MBartForConditionalGeneration, MarianMTModel) in
-// eval mode. One network; the families differ by their traits:
+// BART, mBART, Marian and Whisper, reproducing Transformers' modeling_bart.py, modeling_mbart.py,
+// modeling_marian.py and modeling_whisper.py (BartForConditionalGeneration, MBartForConditionalGeneration,
+// MarianMTModel, WhisperForConditionalGeneration) in eval mode. One network; the families differ by
+// their traits:
 //   embeddings  the token embedding times sqrt(d_model) when scale_embedding, plus a position table:
 //               learned with an offset of 2 (BartLearnedPositionalEmbedding: max_position_embeddings + 2
 //               rows, position p reads row p + 2; BART, mBART) or sinusoidal (Marian: max_position_embeddings
 //               rows, sin in the first half of each row and cos in the second, computed here in double
 //               and rounded to f32 as create_weight does, unless the checkpoint saved the table, which
 //               Transformers then loads); then layernorm_embedding (BART, mBART; not Marian)
+//   speech      Whisper's encoder reads log-mel features [batch, num_mel_bins, 2 * max_source_positions]
+//               (the one length its encoder accepts) through conv1 (kernel 3, padding 1), gelu, conv2
+//               (kernel 3, stride 2, padding 1), gelu, each lowered as one MatMul over the 3 taps side by
+//               side (im2col); then its saved sinusoidal positions, no mask anywhere (its decoder reads no
+//               encoder_attention_mask either), key projections without bias, positions without offset
+//               in the decoder, pre-norm, and proj_out tied to the decoder's embedding. Transformers
+//               defines but never applies Whisper's embed_scale: scale_embedding is ignored as it does.
 //   layers      LayerNorm (eps 1e-5, nn.LayerNorm's) around self-attention, cross-attention (decoder) and
 //               fc1/act/fc2: post-norm, norm(x + f(x)) (BART, Marian), or pre-norm, x + f(norm(x)), with a
 //               final layer_norm after each stack (mBART)
@@ -44,6 +52,7 @@ constexpr int64_t kMaxTableElements = int64_t(1) << 28;
 constexpr double kLayerNormEps = 1e-5;
 
 enum class Positions { Learned, Sinusoidal };
+enum class Source { Tokens, Mel };
 
 // What tells the families apart (the rest of the network is one).
 struct BartTraits {
@@ -51,7 +60,11 @@ struct BartTraits {
   bool pre_norm = false;            // mBART: a norm before each sub-layer, a final layer_norm per stack
   bool layernorm_embedding = true;  // BART, mBART: a LayerNorm after the embeddings
   Positions positions = Positions::Learned;
+  int64_t position_offset = 2;      // BartLearnedPositionalEmbedding's offset (Whisper's: none)
   bool marian = false;              // share_encoder_decoder_embeddings, decoder_vocab_size
+  Source source = Source::Tokens;   // Whisper: log-mel features through a convolutional stem
+  bool key_bias = true;             // Whisper's k_proj has none
+  std::string head = "lm_head";     // the untied head's name (Whisper's proj_out)
   // The config class's defaults for keys config.json may omit.
   int64_t default_pad = 1;
   std::optional<int64_t> default_bos = 0;
@@ -59,7 +72,8 @@ struct BartTraits {
   // decoder_start_token_id when config.json has none: BartConfig's 2; MarianConfig's is its default
   // pad_token_id (58100, the pad of its default vocabulary); mBART has none (generate() then starts
   // from bos_token_id).
-  enum class Start { Two, Pad, Bos } default_start = Start::Two;
+  enum class Start { Fixed, Pad, Bos } default_start = Start::Fixed;
+  int64_t default_start_id = 2;
   // Keys of fairseq-era configs that Transformers 5 ignores, with the value that describes the network
   // its class runs for this model_type.
   std::vector<std::pair<const char*, bool>> legacy_flags;
@@ -92,12 +106,28 @@ const BartTraits kMarian = {
     .legacy_flags = {{"normalize_before", false}, {"add_final_layer_norm", false}, {"normalize_embedding", false},
                      {"static_position_embeddings", true}, {"add_bias_logits", false}},
 };
+const BartTraits kWhisper = {
+    .model_type = "whisper",
+    .hf_class = "WhisperForConditionalGeneration",
+    .pre_norm = true,
+    .layernorm_embedding = false,
+    .position_offset = 0,
+    .source = Source::Mel,
+    .key_bias = false,
+    .head = "proj_out",
+    .default_pad = 50256,
+    .default_bos = 50256,
+    .default_eos = 50256,
+    .default_start_id = 50257,
+};
 
 struct BartConfig {
   int64_t vocab_size = 0;          // the encoder's (and, shared, the decoder's)
   int64_t target_vocab_size = 0;   // the decoder's and the logits'
   int64_t d_model = 0, encoder_layers = 0, decoder_layers = 0, encoder_heads = 0, decoder_heads = 0,
           encoder_ffn = 0, decoder_ffn = 0, max_positions = 0;
+  // Whisper's: its tables' rows (encoder, decoder) and the features' mel bins.
+  int64_t source_positions = 0, target_positions = 0, mel_bins = 0;
   bool scale_embedding = false;
   bool shared = true;  // one embedding for both stacks (Marian's share_encoder_decoder_embeddings)
   Activation act = Activation::Gelu;
@@ -115,7 +145,7 @@ BartConfig parse_config(const io::Checkpoint& ckpt, const BartTraits& t) {
     if (auto v = io::optional_bool(f, j, key); v && *v != runs)
       unsupported("{}: {} {} is not supported for model_type {} ({} runs as {} {}; Transformers ignores the key)", file,
                   key, *v, t.model_type, t.hf_class, key, runs);
-  if (!t.marian)
+  if (!t.marian && t.source == Source::Tokens)
     if (auto extra = io::optional_int(f, j, "extra_pos_embeddings", 0); extra && *extra != 2)
       unsupported("{}: extra_pos_embeddings {} is not supported ({} offsets its learned positions by 2; Transformers "
                   "ignores the key)",
@@ -129,13 +159,26 @@ BartConfig parse_config(const io::Checkpoint& ckpt, const BartTraits& t) {
   c.decoder_heads = io::optional_int(f, j, "decoder_attention_heads", 1, 4096).value_or(16);
   c.encoder_ffn = io::optional_int(f, j, "encoder_ffn_dim", 1, kMaxDim).value_or(4096);
   c.decoder_ffn = io::optional_int(f, j, "decoder_ffn_dim", 1, kMaxDim).value_or(4096);
+  if (t.source == Source::Mel) {
+    // WhisperConfig's defaults (whisper-tiny's geometry).
+    c.d_model = io::optional_int(f, j, "d_model", 1, kMaxDim).value_or(384);
+    c.encoder_layers = io::optional_int(f, j, "encoder_layers", 1, 4096).value_or(4);
+    c.decoder_layers = io::optional_int(f, j, "decoder_layers", 1, 4096).value_or(4);
+    c.encoder_heads = io::optional_int(f, j, "encoder_attention_heads", 1, 4096).value_or(6);
+    c.decoder_heads = io::optional_int(f, j, "decoder_attention_heads", 1, 4096).value_or(6);
+    c.encoder_ffn = io::optional_int(f, j, "encoder_ffn_dim", 1, kMaxDim).value_or(1536);
+    c.decoder_ffn = io::optional_int(f, j, "decoder_ffn_dim", 1, kMaxDim).value_or(1536);
+    c.mel_bins = io::optional_int(f, j, "num_mel_bins", 1, 4096).value_or(80);
+    c.source_positions = io::optional_int(f, j, "max_source_positions", 1, 1 << 20).value_or(1500);
+    c.target_positions = io::optional_int(f, j, "max_target_positions", 1, 1 << 20).value_or(448);
+  }
   c.max_positions = io::optional_int(f, j, "max_position_embeddings", 1, 1 << 24).value_or(1024);
   for (const auto& [key, heads] : {std::pair{"encoder_attention_heads", c.encoder_heads},
                                    std::pair{"decoder_attention_heads", c.decoder_heads}})
     if (c.d_model % heads != 0)
       bad_input("{}: d_model {} is not a multiple of {} {} (each head is d_model / heads wide)", file, c.d_model, key,
                 heads);
-  c.scale_embedding = io::optional_bool(f, j, "scale_embedding").value_or(false);
+  c.scale_embedding = t.source == Source::Tokens && io::optional_bool(f, j, "scale_embedding").value_or(false);
   c.act_name = io::optional_string(f, j, "activation_function").value_or("gelu");
   c.act = parse_activation(f, "activation_function", c.act_name);
   c.target_vocab_size = c.vocab_size;
@@ -161,7 +204,7 @@ BartConfig parse_config(const io::Checkpoint& ckpt, const BartTraits& t) {
     if (auto s = io::optional_int(*g, g->json, "decoder_start_token_id", 0))
       start = s, start_from = g->path.filename().string();
   if (!start && !j.contains("decoder_start_token_id")) {
-    if (t.default_start == BartTraits::Start::Two) start = 2;
+    if (t.default_start == BartTraits::Start::Fixed) start = t.default_start_id;
     else if (t.default_start == BartTraits::Start::Pad) start = config_pad;
   }
   if (!start) start = c.bos_token_id;
@@ -218,14 +261,16 @@ class Bart final : public Seq2SeqLm {
     s_.eos_token_ids = c_.eos_token_ids;
     s_.bos_token_id = c_.bos_token_id;
     s_.pad_token_id = c_.pad_token_id;
-    const bool own_head = ckpt_.find("lm_head.weight") != nullptr;
+    const bool own_head = ckpt_.find(head_name()) != nullptr;
     s_.features = {
         {"layers", fmt::format("encoder {}, decoder {}, {}{}", c_.encoder_layers, c_.decoder_layers,
                                t_.pre_norm ? "pre-norm with a final layer_norm per stack" : "post-norm",
                                t_.layernorm_embedding ? ", layernorm_embedding" : "")},
         {"attention", fmt::format("encoder {} heads, decoder {} heads x {}, scaled by head_dim^-0.5, biased projections",
                                   c_.encoder_heads, c_.decoder_heads, c_.d_model / c_.decoder_heads)},
-        {"positions", t_.positions == Positions::Learned
+        {"positions", speech() ? fmt::format("encoder sinusoidal ({} saved), decoder learned ({})", c_.source_positions,
+                                             c_.target_positions)
+                      : t_.positions == Positions::Learned
                           ? fmt::format("learned, offset 2 ({} positions)", c_.max_positions)
                           : fmt::format("sinusoidal ({} positions{})", c_.max_positions,
                                         positions_ ? ", computed" : ", from the checkpoint")},
@@ -233,10 +278,14 @@ class Bart final : public Seq2SeqLm {
                                   c_.scale_embedding ? ", scaled by sqrt(d_model)" : "")},
         {"feed-forward", fmt::format("fc1/{}/fc2 ({} encoder, {} decoder)", activation_name(c_.act), c_.encoder_ffn,
                                      c_.decoder_ffn)},
-        {"head", fmt::format("{}{}", own_head ? "lm_head" : "tied to the embedding",
+        {"head", fmt::format("{}{}", own_head ? t_.head : "tied to the embedding",
                              ckpt_.find("final_logits_bias") ? ", final_logits_bias" : "")},
         {"decoder start", fmt::format("token {}", c_.decoder_start_token_id)},
     };
+    if (speech())
+      s_.features.insert(s_.features.begin(),
+                         {"source", fmt::format("{} mel bins x {} frames, conv1/gelu/conv2 (stride 2)/gelu", c_.mel_bins,
+                                                2 * c_.source_positions)});
   }
 
   const ModelSummary& summary() const override { return s_; }
@@ -244,13 +293,21 @@ class Bart final : public Seq2SeqLm {
   int64_t decoder_layers() const override { return c_.decoder_layers; }
   int64_t heads() const override { return c_.decoder_heads; }
   int64_t head_dim() const override { return c_.d_model / c_.decoder_heads; }
+  Seq2SeqSource source() const override {
+    if (!speech()) return {};
+    return {.speech = true, .mel_bins = c_.mel_bins, .frames = 2 * c_.source_positions,
+            .encoder_length = c_.source_positions};
+  }
 
   ir::ValueId encode(ir::Builder& b, const EncoderInputs& in) const override {
     auto stack = b.scope("encoder");
-    ir::ValueId seq = b.squeeze(b.shape_of(in.input_ids, 1, 2), {0});
-    ir::ValueId h = embed(b, "encoder", in.input_ids, b.add1("Range", {b.i64(0), seq, b.i64(1)}));
-    ir::ValueId bias;
-    {
+    ir::ValueId h, bias;
+    if (speech()) {
+      h = mel_stem(b, in.input_features);
+      bias = no_mask(b);
+    } else {
+      ir::ValueId seq = b.squeeze(b.shape_of(in.input_ids, 1, 2), {0});
+      h = embed(b, "encoder", in.input_ids, b.add1("Range", {b.i64(0), seq, b.i64(1)}));
       auto s = b.scope("attention_mask");
       bias = b.add1("PaddingBias", {in.attention_mask});  // [b, 1, 1, s]
     }
@@ -260,7 +317,7 @@ class Bart final : public Seq2SeqLm {
       const std::string l = p(fmt::format("encoder.layers.{}.", i));
       h = sublayer(b, h, l + "self_attn_layer_norm", "self_attn", [&](ir::ValueId x) {
         ir::ValueId q = project(b, x, l + "self_attn.q_proj", heads);
-        ir::ValueId k = project(b, x, l + "self_attn.k_proj", heads);
+        ir::ValueId k = project(b, x, l + "self_attn.k_proj", heads, t_.key_bias);
         ir::ValueId v = project(b, x, l + "self_attn.v_proj", heads);
         return attend(b, q, k, v, bias, l + "self_attn.out_proj", heads);
       });
@@ -274,21 +331,18 @@ class Bart final : public Seq2SeqLm {
   Seq2SeqDecoderOutputs decode(ir::Builder& b, const Seq2SeqDecoderInputs& in) const override {
     auto stack = b.scope("decoder");
     Seq2SeqDecoderOutputs out;
-    ir::ValueId self_bias, cross_bias, positions;
+    ir::ValueId self_bias, cross_bias = ir::kNone;
+    StepPositions pos;
     {
       auto s = b.scope("attention_mask");
-      ir::ValueId seq = b.squeeze(b.shape_of(in.input_ids, 1, 2), {0});
-      ir::ValueId past = in.past_key.empty() ? b.i64(0) : b.squeeze(b.shape_of(in.past_key[0], 2, 3), {0});
-      ir::ValueId total = b.plus(past, seq);
-      positions = b.add1("Range", {past, total, b.i64(1)});  // the queries' positions
-      ir::ValueId keys = b.add1("Range", {b.i64(0), total, b.i64(1)});
-      // The causal mask: a later key gets the lowest f32, as Transformers' eager mask adds it.
-      ir::ValueId later = b.add1("Greater", {b.minus(b.unsqueeze(keys, {0}), b.unsqueeze(positions, {1})), b.i64(0)});
-      self_bias = b.unsqueeze(b.add1("Where", {later, b.f32(std::numeric_limits<float>::lowest()), b.f32(0.0f)}),
-                              {0, 1});  // [1, 1, s, t]
-      cross_bias = b.add1("PaddingBias", {in.encoder_attention_mask});  // [b, 1, 1, enc]
+      pos = step_positions(b, in);
+      self_bias = causal_bias(b, pos);  // [1, 1, s, t]
+      // Whisper's decoder reads no source mask: its features are never padded.
+      cross_bias = in.encoder_attention_mask != ir::kNone
+                       ? b.add1("PaddingBias", {in.encoder_attention_mask})  // [b, 1, 1, enc]
+                       : no_mask(b);
     }
-    ir::ValueId h = embed(b, "decoder", in.input_ids, positions);
+    ir::ValueId h = embed(b, "decoder", in.input_ids, pos.queries);
     const bool first = in.encoder_hidden_states != ir::kNone;
     const int64_t heads = c_.decoder_heads;
     for (int64_t i = 0; i < c_.decoder_layers; ++i) {
@@ -296,12 +350,10 @@ class Bart final : public Seq2SeqLm {
       const std::string l = p(fmt::format("decoder.layers.{}.", i));
       h = sublayer(b, h, l + "self_attn_layer_norm", "self_attn", [&](ir::ValueId x) {
         ir::ValueId q = project(b, x, l + "self_attn.q_proj", heads);
-        ir::ValueId k = project(b, x, l + "self_attn.k_proj", heads);
+        ir::ValueId k = project(b, x, l + "self_attn.k_proj", heads, t_.key_bias);
         ir::ValueId v = project(b, x, l + "self_attn.v_proj", heads);
-        if (!in.past_key.empty()) {
-          k = b.concat({in.past_key[size_t(i)], k}, 2);
-          v = b.concat({in.past_value[size_t(i)], v}, 2);
-        }
+        k = grow_self_cache(b, in.past_key, i, k);
+        v = grow_self_cache(b, in.past_value, i, v);
         out.present_key.push_back(k);
         out.present_value.push_back(v);
         return attend(b, q, k, v, self_bias, l + "self_attn.out_proj", heads);
@@ -310,7 +362,7 @@ class Bart final : public Seq2SeqLm {
         ir::ValueId q = project(b, x, l + "encoder_attn.q_proj", heads);
         ir::ValueId k, v;
         if (first) {
-          k = project(b, in.encoder_hidden_states, l + "encoder_attn.k_proj", heads);
+          k = project(b, in.encoder_hidden_states, l + "encoder_attn.k_proj", heads, t_.key_bias);
           v = project(b, in.encoder_hidden_states, l + "encoder_attn.v_proj", heads);
           if (!in.cross_key.empty()) {  // the merged decoder: the carried state once there is one
             k = kept_or_computed(b, in.cross_key[size_t(i)], k);
@@ -321,8 +373,10 @@ class Bart final : public Seq2SeqLm {
         } else {
           // The carried keys/values stand for these projections: bound all the same, so weight
           // accounting holds for a graph that does not read them.
-          for (const char* w : {"k_proj", "v_proj"})
-            for (const char* part : {".weight", ".bias"}) ckpt_.mark_used(l + "encoder_attn." + w + part);
+          for (const std::string w : {"k_proj", "v_proj"}) {
+            ckpt_.mark_used(l + "encoder_attn." + w + ".weight");
+            if (w == "v_proj" || t_.key_bias) ckpt_.mark_used(l + "encoder_attn." + w + ".bias");
+          }
           k = in.cross_key[size_t(i)];
           v = in.cross_value[size_t(i)];
         }
@@ -332,9 +386,9 @@ class Bart final : public Seq2SeqLm {
       b.graph().rename(h, fmt::format("/decoder/layers.{}/output", i));
     }
     if (t_.pre_norm) h = layer_norm(b, h, p("decoder.layer_norm"), "layer_norm");
-    const bool own_head = ckpt_.find("lm_head.weight") != nullptr;
+    const bool own_head = ckpt_.find(head_name()) != nullptr;
     out.logits = lm_head(b, ckpt_, h, own_head ? ir::kNone : embedding_table(b, "lm_head"), !own_head,
-                         c_.target_vocab_size, c_.d_model);
+                         c_.target_vocab_size, c_.d_model, head_name());
     if (ckpt_.find("final_logits_bias")) {
       auto s = b.scope("final_logits_bias");
       out.logits = b.plus(out.logits, bind_weight(b, ckpt_, "final_logits_bias", {1, c_.target_vocab_size},
@@ -346,6 +400,47 @@ class Bart final : public Seq2SeqLm {
  private:
   // Checkpoint name `name` under the model's prefix ("model." as BartForConditionalGeneration saves it).
   std::string p(const std::string& name) const { return prefix_ + name; }
+  bool speech() const { return t_.source == Source::Mel; }
+  std::string head_name() const { return t_.head + ".weight"; }
+
+  // A bias that masks nothing, for Whisper's attention (no padding to mask): [1, 1, 1, 1] zeros.
+  static ir::ValueId no_mask(ir::Builder& b) {
+    return b.constant(Tensor::from_vector<float>(DType::F32, {1, 1, 1, 1}, {0.0f}), "no_mask");
+  }
+
+  // One Conv1d (kernel 3, padding 1, stride `stride`) over x [b, frames, in] -> [b, out_frames, out]:
+  // the taps at frames t*stride - 1, t*stride, t*stride + 1 of the zero-padded input side by side in
+  // Conv1d's weight order (channel-major, [b, out_frames, in * 3]) times weight [out, in, 3] read as
+  // [out, in * 3], plus bias. The frame count is fixed (Whisper's), so each tap is a static Slice.
+  ir::ValueId conv1d(ir::Builder& b, ir::ValueId x, const std::string& prefix, int64_t in, int64_t out,
+                     int64_t frames, int64_t stride) const {
+    auto s = b.scope(prefix.substr(prefix.rfind('.') + 1));
+    ir::ValueId zeros = b.add1("Expand", {b.constant(Tensor(DType::F32, {1, 1, in}), "conv_padding"),
+                                          b.concat({b.shape_of(x, 0, 1), b.i64s({1, in})}, 0)});
+    ir::ValueId padded = b.concat({zeros, x, zeros}, 1);  // [b, frames + 2, in]
+    const int64_t out_frames = (frames - 1) / stride + 1;
+    std::vector<ir::ValueId> taps;
+    for (int64_t k = 0; k < 3; ++k)
+      taps.push_back(b.unsqueeze(b.add1("Slice", {padded, b.i64s({k}), b.i64s({k + stride * (out_frames - 1) + 1}),
+                                                    b.i64s({1}), b.i64s({stride})}),
+                                 {3}));
+    ir::ValueId cols = b.reshape(b.concat(taps, 3), {0, 0, in * 3});
+    const std::string why = fmt::format("Conv1d {} -> {}, kernel 3", in, out);
+    ir::ValueId w = bind_weight(b, ckpt_, prefix + ".weight", {out, in, 3}, why,
+                                [&](ir::WeightRef r) { return r.reshaped({out, in * 3}); });
+    return b.add1("Linear", {cols, w, bind_weight(b, ckpt_, prefix + ".bias", {out}, why)});
+  }
+
+  // Whisper's stem: gelu(conv1), gelu(conv2) (stride 2), plus the saved sinusoidal positions.
+  ir::ValueId mel_stem(ir::Builder& b, ir::ValueId features) const {
+    const int64_t frames = 2 * c_.source_positions;
+    ir::ValueId x = b.transpose(features, {0, 2, 1});  // [b, frames, mel]
+    x = activation(b, conv1d(b, x, p("encoder.conv1"), c_.mel_bins, c_.d_model, frames, 1), Activation::Gelu);
+    x = activation(b, conv1d(b, x, p("encoder.conv2"), c_.d_model, c_.d_model, frames, 2), Activation::Gelu);
+    auto s = b.scope("embed_positions");
+    return b.plus(x, bind_weight(b, ckpt_, p("encoder.embed_positions.weight"), {c_.source_positions, c_.d_model},
+                                 fmt::format("max_source_positions={}, d_model={}", c_.source_positions, c_.d_model)));
+  }
 
   std::string detect_prefix() const {
     for (const char* prefix : {"model.", ""})
@@ -396,10 +491,14 @@ class Bart final : public Seq2SeqLm {
       auto s = b.scope("embed_positions");
       const std::string name = p(stack + ".embed_positions.weight");
       ir::ValueId table;
-      if (t_.positions == Positions::Learned) {
-        table = bind_weight(b, ckpt_, name, {c_.max_positions + 2, c_.d_model},
-                            fmt::format("max_position_embeddings={} + 2, d_model={}", c_.max_positions, c_.d_model));
-        positions = b.plus(positions, b.i64(2));
+      if (speech()) {
+        table = bind_weight(b, ckpt_, name, {c_.target_positions, c_.d_model},
+                            fmt::format("max_target_positions={}, d_model={}", c_.target_positions, c_.d_model));
+      } else if (t_.positions == Positions::Learned) {
+        table = bind_weight(b, ckpt_, name, {c_.max_positions + t_.position_offset, c_.d_model},
+                            fmt::format("max_position_embeddings={} + {}, d_model={}", c_.max_positions,
+                                        t_.position_offset, c_.d_model));
+        positions = b.plus(positions, b.i64(t_.position_offset));
       } else if (ckpt_.find(name)) {
         table = bind_weight(b, ckpt_, name, {c_.max_positions, c_.d_model},
                             fmt::format("max_position_embeddings={}, d_model={}", c_.max_positions, c_.d_model));
@@ -426,8 +525,8 @@ class Bart final : public Seq2SeqLm {
   }
 
   // [b, s, d_model] -> [b, heads, s, d_model / heads]
-  ir::ValueId project(ir::Builder& b, ir::ValueId x, const std::string& prefix, int64_t heads) const {
-    return split_heads(b, linear(b, ckpt_, x, prefix, c_.d_model, c_.d_model, true, why()), heads, c_.d_model / heads);
+  ir::ValueId project(ir::Builder& b, ir::ValueId x, const std::string& prefix, int64_t heads, bool bias = true) const {
+    return split_heads(b, linear(b, ckpt_, x, prefix, c_.d_model, c_.d_model, bias, why()), heads, c_.d_model / heads);
   }
 
   // softmax(q k^T * head_dim^-0.5 + bias) v, heads merged, then the output projection `o`.
@@ -458,5 +557,6 @@ class Bart final : public Seq2SeqLm {
 std::unique_ptr<Seq2SeqLm> make_bart(const io::Checkpoint& ckpt) { return std::make_unique<Bart>(ckpt, kBart); }
 std::unique_ptr<Seq2SeqLm> make_mbart(const io::Checkpoint& ckpt) { return std::make_unique<Bart>(ckpt, kMBart); }
 std::unique_ptr<Seq2SeqLm> make_marian(const io::Checkpoint& ckpt) { return std::make_unique<Bart>(ckpt, kMarian); }
+std::unique_ptr<Seq2SeqLm> make_whisper(const io::Checkpoint& ckpt) { return std::make_unique<Bart>(ckpt, kWhisper); }
 
 }  // namespace hfx::models

@@ -16,6 +16,7 @@ struct EncoderInputs {
   ir::ValueId input_ids = ir::kNone;       // i64 [batch, seq]
   ir::ValueId attention_mask = ir::kNone;  // i64 [batch, seq]
   ir::ValueId token_type_ids = ir::kNone;  // i64 [batch, seq]; kNone when the model has no segments
+  ir::ValueId input_features = ir::kNone;  // f32 [batch, mel, frames]: a speech encoder's (Whisper) instead of ids
 };
 
 struct EncoderOutputs {

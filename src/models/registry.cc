@@ -233,6 +233,11 @@ const std::vector<ModelEntry>& model_registry() {
                     "the BART network with sinusoidal positions and no layernorm_embedding; separate encoder and "
                     "decoder vocabularies (share_encoder_decoder_embeddings false)",
                     make_marian),
+      seq2seq_entry("whisper", "WhisperForConditionalGeneration",
+                    "speech: log-mel features through conv1/conv2 (stride 2) and saved sinusoidal positions into a "
+                    "pre-norm BART encoder with no mask; key projections without bias, learned decoder positions, "
+                    "proj_out tied to the decoder's embedding",
+                    make_whisper),
   };
   return entries;
 }

@@ -1,4 +1,4 @@
-// Encoder-decoder models (T5 today; BART and Whisper next): an encoder run once over the source, and
+// Encoder-decoder models (T5, BART and its family, Whisper): an encoder run once over the source, and
 // a decoder whose steps attend to their own growing cache and to the encoder's output through
 // cross-attention keys/values that the first step computes and every later step reads unchanged.
 // Like CausalLm, a definition emits canonical IR for one call and the task (tasks/seq2seq) owns the
@@ -12,10 +12,20 @@
 
 namespace hfx::models {
 
+// What the encoder reads: a text model's token ids and their padding mask (which every decoder step
+// reads too, as encoder_attention_mask), or a speech model's log-mel features (Whisper's: unmasked and
+// of one fixed length, the only one its encoder accepts, which its convolutional stem halves).
+struct Seq2SeqSource {
+  bool speech = false;
+  int64_t mel_bins = 0;        // input_features [batch, mel_bins, frames]
+  int64_t frames = 0;
+  int64_t encoder_length = 0;  // last_hidden_state's length (frames / 2)
+};
+
 // Inputs of one decoder step, created by the task.
 struct Seq2SeqDecoderInputs {
   ir::ValueId input_ids = ir::kNone;               // i64 [batch, seq]: the decoder's tokens
-  ir::ValueId encoder_attention_mask = ir::kNone;  // i64 [batch, enc]: the source's padding
+  ir::ValueId encoder_attention_mask = ir::kNone;  // i64 [batch, enc]: a text source's padding
   // f32 [batch, enc, hidden]: the encoder's output, read by a first step (cross keys/values computed
   // from it); kNone for a step that reads the cross keys/values carried from the first.
   ir::ValueId encoder_hidden_states = ir::kNone;
@@ -39,6 +49,21 @@ struct Seq2SeqDecoderOutputs {
 // and transformers.js feed an empty past on the first step (use_cache_branch false).
 ir::ValueId kept_or_computed(ir::Builder& b, ir::ValueId kept, ir::ValueId computed);
 
+// A decoder step's positions: its tokens' (past .. past + seq, the past length read from the first past
+// key's shape, 0 for a first step) and every key's (0 .. past + seq), i64 1-D.
+struct StepPositions {
+  ir::ValueId queries = ir::kNone, keys = ir::kNone;
+};
+StepPositions step_positions(ir::Builder& b, const Seq2SeqDecoderInputs& in);
+// key position - query position, i64 [queries, keys].
+ir::ValueId relative_positions(ir::Builder& b, const StepPositions& p);
+// The causal mask added to `bias` ([.., queries, keys]): a later key gets the lowest f32, as Transformers'
+// eager mask adds it. Without a bias, the mask alone as [1, 1, queries, keys].
+ir::ValueId causal_bias(ir::Builder& b, const StepPositions& p, ir::ValueId bias = ir::kNone);
+// Layer `layer`'s self-attention keys or values after this step: the past ones (when the step has a
+// past) followed by this step's.
+ir::ValueId grow_self_cache(ir::Builder& b, const std::vector<ir::ValueId>& past, int64_t layer, ir::ValueId now);
+
 class Seq2SeqLm {
  public:
   virtual ~Seq2SeqLm() = default;
@@ -49,7 +74,9 @@ class Seq2SeqLm {
   virtual int64_t decoder_layers() const = 0;
   virtual int64_t heads() const = 0;
   virtual int64_t head_dim() const = 0;
-  // The encoder over input_ids and attention_mask: last_hidden_state only.
+  // What the encoder reads (token ids unless a speech model says otherwise).
+  virtual Seq2SeqSource source() const { return {}; }
+  // The encoder over input_ids and attention_mask (or input_features): last_hidden_state only.
   virtual ir::ValueId encode(ir::Builder& b, const EncoderInputs& in) const = 0;
   virtual Seq2SeqDecoderOutputs decode(ir::Builder& b, const Seq2SeqDecoderInputs& in) const = 0;
 };

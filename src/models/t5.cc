@@ -164,15 +164,9 @@ class T5 final : public Seq2SeqLm {
     ir::ValueId self_bias, cross_bias;
     {
       auto s = b.scope("position_bias");
-      ir::ValueId seq = b.squeeze(b.shape_of(in.input_ids, 1, 2), {0});
-      ir::ValueId past = in.past_key.empty() ? b.i64(0) : b.squeeze(b.shape_of(in.past_key[0], 2, 3), {0});
-      ir::ValueId total = b.plus(past, seq);
-      ir::ValueId queries = b.add1("Range", {past, total, b.i64(1)});
-      ir::ValueId keys = b.add1("Range", {b.i64(0), total, b.i64(1)});
-      ir::ValueId pb = position_bias(b, "decoder", queries, keys, false);
-      // The causal mask folded into the bias: a later key gets the lowest f32, as Transformers adds it.
-      ir::ValueId later = b.add1("Greater", {relative(b, queries, keys), b.i64(0)});
-      self_bias = b.add1("Where", {later, b.f32(std::numeric_limits<float>::lowest()), pb});
+      const StepPositions pos = step_positions(b, in);
+      // The causal mask folded into the bias.
+      self_bias = causal_bias(b, pos, position_bias(b, "decoder", pos.queries, pos.keys, false));
     }
     {
       auto s = b.scope("cross_mask");
@@ -188,10 +182,8 @@ class T5 final : public Seq2SeqLm {
         ir::ValueId q = project(b, x, p + "0.SelfAttention.q");
         ir::ValueId k = project(b, x, p + "0.SelfAttention.k");
         ir::ValueId v = project(b, x, p + "0.SelfAttention.v");
-        if (!in.past_key.empty()) {
-          k = b.concat({in.past_key[size_t(i)], k}, 2);
-          v = b.concat({in.past_value[size_t(i)], v}, 2);
-        }
+        k = grow_self_cache(b, in.past_key, i, k);
+        v = grow_self_cache(b, in.past_value, i, v);
         out.present_key.push_back(k);
         out.present_value.push_back(v);
         h = b.plus(h, attend(b, q, k, v, self_bias, p + "0.SelfAttention.o"));
@@ -277,16 +269,12 @@ class T5 final : public Seq2SeqLm {
     return linear(b, ckpt_, activation(b, up, c_.act), prefix + ".wo", c_.d_ff, c_.hidden_size, false, why());
   }
 
-  // key position - query position, [queries, keys] i64.
-  static ir::ValueId relative(ir::Builder& b, ir::ValueId queries, ir::ValueId keys) {
-    return b.minus(b.unsqueeze(keys, {0}), b.unsqueeze(queries, {1}));
-  }
 
   // The relative position bias [1, heads, queries, keys] of stack `stack` ("encoder", "decoder").
   ir::ValueId position_bias(ir::Builder& b, const std::string& stack, ir::ValueId queries, ir::ValueId keys,
                             bool bidirectional) const {
     const int64_t buckets = bidirectional ? c_.num_buckets / 2 : c_.num_buckets;
-    ir::ValueId rel = relative(b, queries, keys);
+    ir::ValueId rel = relative_positions(b, {queries, keys});
     ir::ValueId zero = b.i64(0);
     ir::ValueId later = b.add1("Greater", {rel, zero});
     // Distance in the direction that has buckets: |rel| (bidirectional), else how far back (0 ahead).

@@ -89,6 +89,11 @@ Artifact open_artifact(const fs::path& dir, const std::string& format) {
   const auto& pad = model["pad_token_id"];
   a.pad_token_id = pad.is_number_integer() ? pad.get<int64_t>() : a.eos_token_ids.empty() ? 0 : a.eos_token_ids[0];
   if (model.contains("decoder_start_token_id")) a.decoder_start_token_id = model["decoder_start_token_id"].get<int64_t>();
+  if (model.contains("speech_source")) {
+    const auto& src = model["speech_source"];
+    a.speech = runtime::SpeechSource{src["mel_bins"].get<int64_t>(), src["frames"].get<int64_t>(),
+                                     src["encoder_length"].get<int64_t>()};
+  }
   const auto& recipe = a.manifest["recipe"];
   a.cache.static_cache = recipe["static_cache"].get<bool>();
   a.cache.max_cache_len = recipe["max_cache_len"].get<int64_t>();

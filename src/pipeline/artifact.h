@@ -11,6 +11,7 @@
 
 #include "ir/graph.h"
 #include "runtime/generate.h"
+#include "runtime/seq2seq_generate.h"
 
 namespace hfx::pipeline {
 
@@ -37,6 +38,8 @@ struct Artifact {
   // An encoder-decoder's (its components encoder, decoder, decoder_with_past): the token its decoded
   // sequences start from.
   std::optional<int64_t> decoder_start_token_id;
+  // A speech encoder-decoder's (Whisper's) input geometry: its encoder reads input_features.
+  std::optional<runtime::SpeechSource> speech;
 
   // Whether it is an encoder-decoder's export: decoded by runtime/seq2seq_generate.h.
   bool seq2seq() const { return decoder_start_token_id.has_value(); }

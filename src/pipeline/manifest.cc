@@ -129,6 +129,9 @@ ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& 
   // An encoder-decoder's decoder steps carry self- and cross-attention state (tasks/seq2seq.h).
   if (loaded.model.exposes(models::ModuleKind::Seq2Seq)) {
     m["decoder_start_token_id"] = loaded.model.seq2seq().decoder_start_token_id();
+    // A speech encoder's input (Whisper's log-mel features), which decode loops and checks feed it.
+    if (const models::Seq2SeqSource src = loaded.model.seq2seq().source(); src.speech)
+      m["speech_source"] = {{"mel_bins", src.mel_bins}, {"frames", src.frames}, {"encoder_length", src.encoder_length}};
     for (const auto& c : loaded.components)
       if (!c.state.empty()) {
         m["state_names"] = std::string(tasks::state_names(tasks::StateNames::Seq2Seq).name);

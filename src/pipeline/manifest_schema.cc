@@ -238,6 +238,14 @@ void validate_model(const Schema& s, const json& m) {
     s.integer(model, "/model", "decoder_start_token_id", 0, kMaxId, "");
     if (!model.contains("states")) s.bad("/model/decoder_start_token_id", "belongs to an encoder-decoder, whose states are listed");
   }
+  if (model.contains("speech_source")) {
+    const json& src = model["speech_source"];
+    s.type(src, "/model/speech_source", json::value_t::object, "an object");
+    if (!model.contains("decoder_start_token_id"))
+      s.bad("/model/speech_source", "belongs to an encoder-decoder, which has a decoder_start_token_id");
+    for (const char* key : {"mel_bins", "frames", "encoder_length"})
+      s.integer(src, "/model/speech_source", key, 1, ManifestLimits::kMaxHeadsOrDim);
+  }
   if (model.contains("states")) validate_states(s, model);
 }
 

@@ -180,9 +180,9 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
     };
     auto encoder = runner("encoder"), first = runner("decoder"), next = runner("decoder_with_past");
     Progress progress = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
-    ctx.expected_tokens = runtime::generate_seq2seq({*encoder, *first, *next}, ctx.art.cache, ctx.prompts,
-                                                    *ctx.art.decoder_start_token_id, so,
-                                                    [&](size_t, int64_t) { progress.advance(1, 0); });
+    ctx.expected_tokens = runtime::generate_seq2seq(
+        {*encoder, *first, *next}, ctx.art.cache, runtime::prompt_sources(ctx.prompts, so.pad_token_id, ctx.art.speech),
+        {*ctx.art.decoder_start_token_id}, so, [&](size_t, int64_t) { progress.advance(1, 0); });
     progress.finish();
     return;
   }

@@ -235,13 +235,18 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
     }
     for (int64_t i = 0; i < S; ++i) ids[size_t(b * S + i)] = int64_t(rng() % uint64_t(vocab));
   }
-  in["input_ids"] = i64s({B, S}, ids);
-  // An encoder-decoder's decoder step reads no positions nor a mask of its own tokens (causal, all real).
-  const bool seq2seq_step = wanted.count("encoder_attention_mask") > 0;
+  // A speech encoder (Whisper's) reads its features only.
+  const bool speech_encoder = wanted.count("input_features") > 0;
+  if (!speech_encoder) in["input_ids"] = i64s({B, S}, ids);
+  // An encoder-decoder's decoder step (it reads the source: its encoder's output or the cross state
+  // kept from it) reads no positions nor a mask of its own tokens (causal, all real).
+  bool seq2seq_step = wanted.count("encoder_hidden_states") > 0;
+  for (const auto& p : cache.states)
+    seq2seq_step = seq2seq_step || (p.spec.update == tasks::StateUpdate::Keep && wanted.count(p.past));
   // The reference graph reads position_ids even when the artifact does not (onnx ort profile);
   // run() hands each graph only its own inputs.
   if (decoder && !seq2seq_step) in["position_ids"] = i64s({B, S}, pos);
-  if (!seq2seq_step) in["attention_mask"] = i64s({B, mask_len}, mask);
+  if (!seq2seq_step && !speech_encoder) in["attention_mask"] = i64s({B, mask_len}, mask);
   if (wanted.count("token_type_ids")) {
     std::vector<int64_t> types(static_cast<size_t>(B * S));
     for (int64_t i = 0; i < B * S; ++i) types[size_t(i)] = (i % S) >= S / 2;  // two segments
@@ -257,14 +262,20 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
       for (int64_t j = E - std::min<int64_t>(2 * b, E - 1); j < E; ++j) source[size_t(b * E + j)] = 0;
     in["encoder_attention_mask"] = i64s({B, E}, source);
   }
-  if (wanted.count("encoder_hidden_states")) {
-    int64_t hidden = 0;
+  // Random f32 for `name`, whose non-batch dims are fixed in the graph (`length` for a symbolic one).
+  auto random_input = [&](const std::string& name, int64_t length) {
+    std::vector<int64_t> dims = {B};
     for (auto id : g.inputs())
-      if (g.value(id).name == "encoder_hidden_states") hidden = g.value(id).shape.at(2).value;
-    Tensor t(DType::F32, {B, E, hidden});
+      if (g.value(id).name == name)
+        for (size_t i = 1; i < g.value(id).shape.size(); ++i)
+          dims.push_back(g.value(id).shape[i].is_fixed() ? g.value(id).shape[i].value : length);
+    Tensor t(DType::F32, dims);
     for (int64_t i = 0; i < t.numel(); ++i) t.as<float>()[i] = normal(rng);
-    in["encoder_hidden_states"] = std::move(t);
-  }
+    in[name] = std::move(t);
+  };
+  if (wanted.count("encoder_hidden_states")) random_input("encoder_hidden_states", E);
+  // A speech encoder's log-mel features (Whisper's: every dim but the batch fixed).
+  if (wanted.count("input_features")) random_input("input_features", E);
   // The merged decoder's first step (no past) reads an empty cross state and computes it: its
   // use_cache_branch is false then, as Optimum and transformers.js feed it.
   const bool merged_first = P == 0 && wanted.count("encoder_hidden_states");

@@ -59,8 +59,10 @@ std::vector<std::vector<int64_t>> timed_generate_seq2seq(
   const int64_t greedy_total = w.sampling.max_new_tokens * int64_t(w.prompts.size());
   const auto t0 = Clock::now();
   Progress progress = Progress::steps("verify: greedy, artifact on " + runtime, greedy_total, "tokens");
-  auto tokens = runtime::generate_seq2seq({*encoder, *first, *next}, art.cache, w.prompts, *art.decoder_start_token_id,
-                                          w.sampling, [&](size_t, int64_t) { progress.advance(1, 0); });
+  auto tokens = runtime::generate_seq2seq(
+      {*encoder, *first, *next}, art.cache,
+      runtime::prompt_sources(w.prompts, w.sampling.pad_token_id, art.speech),
+      {*art.decoder_start_token_id}, w.sampling, [&](size_t, int64_t) { progress.advance(1, 0); });
   progress.finish();
   generate_s = seconds_since(t0);
   return tokens;

@@ -1,6 +1,7 @@
 #include "runtime/seq2seq_generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -23,38 +24,81 @@ Tensor take(std::map<std::string, Tensor>& result, const std::string& name, cons
 
 }  // namespace
 
+Seq2SeqSources text_sources(const std::vector<std::vector<int64_t>>& rows, int64_t pad) {
+  if (rows.empty()) bad_input("generate: no prompt given");
+  Seq2SeqSources s;
+  s.rows = int64_t(rows.size());
+  for (const auto& r : rows) {
+    if (r.empty()) bad_input("generate: a prompt is empty");
+    s.length = std::max<int64_t>(s.length, int64_t(r.size()));
+  }
+  // Right padding: each source starts at column 0.
+  std::vector<int64_t> ids(size_t(s.rows * s.length), pad), mask(size_t(s.rows * s.length), 0);
+  for (int64_t b = 0; b < s.rows; ++b)
+    for (size_t i = 0; i < rows[size_t(b)].size(); ++i) {
+      ids[size_t(b * s.length) + i] = rows[size_t(b)][i];
+      mask[size_t(b * s.length) + i] = 1;
+    }
+  s.mask = i64_tensor({s.rows, s.length}, mask);
+  s.encoder_inputs = {{"input_ids", i64_tensor({s.rows, s.length}, ids)}, {"attention_mask", s.mask}};
+  return s;
+}
+
+Seq2SeqSources speech_sources(Tensor features, int64_t encoder_length) {
+  HFX_CHECK(features.rank() == 3 && features.dtype() == DType::F32, "speech features must be f32 [rows, mel, frames]");
+  Seq2SeqSources s;
+  s.rows = features.dim(0);
+  s.length = encoder_length;
+  s.encoder_inputs = {{"input_features", std::move(features)}};
+  return s;
+}
+
+Tensor verify_speech_features(const std::vector<std::vector<int64_t>>& prompts, int64_t mel_bins, int64_t frames) {
+  Tensor t(DType::F32, {int64_t(prompts.size()), mel_bins, frames});
+  float* out = t.as<float>();
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const auto& p = prompts[b];
+    HFX_CHECK(!p.empty(), "verify_speech_features: an empty prompt");
+    for (int64_t m = 0; m < mel_bins; ++m)
+      for (int64_t f = 0; f < frames; ++f)
+        *out++ = float(std::sin(0.05 * double(f + 1) * double(m + 1) + 0.3 * double(p[size_t(m + f) % p.size()])));
+  }
+  return t;
+}
+
+Seq2SeqSources prompt_sources(const std::vector<std::vector<int64_t>>& prompts, int64_t pad,
+                              const std::optional<SpeechSource>& speech) {
+  if (!speech) return text_sources(prompts, pad);
+  if (prompts.empty()) bad_input("generate: no prompt given");
+  return speech_sources(verify_speech_features(prompts, speech->mel_bins, speech->frames), speech->encoder_length);
+}
+
 std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, const CacheSpec& cache,
-                                                   const std::vector<std::vector<int64_t>>& sources, int64_t start,
+                                                   const Seq2SeqSources& sources, const std::vector<int64_t>& prompt,
                                                    const SamplingOptions& o,
                                                    const std::function<void(size_t, int64_t)>& on_token) {
-  if (sources.empty()) bad_input("generate: no prompt given");
-  const auto B = int64_t(sources.size());
-  int64_t L = 0;
-  for (const auto& s : sources) {
-    if (s.empty()) bad_input("generate: a prompt is empty");
-    L = std::max<int64_t>(L, int64_t(s.size()));
-  }
-  check_state_memory(cache, B, 1 + o.max_new_tokens, L);
-  // Right padding: each source starts at column 0.
-  std::vector<int64_t> ids(size_t(B * L), o.pad_token_id), mask(size_t(B * L), 0);
-  for (int64_t b = 0; b < B; ++b)
-    for (size_t i = 0; i < sources[size_t(b)].size(); ++i) {
-      ids[size_t(b * L) + i] = sources[size_t(b)][i];
-      mask[size_t(b * L) + i] = 1;
-    }
-  const Tensor source_mask = i64_tensor({B, L}, mask);
-  auto encoded = r.encoder.run({{"input_ids", i64_tensor({B, L}, ids)}, {"attention_mask", source_mask}});
+  const int64_t B = sources.rows;
+  HFX_CHECK(!prompt.empty(), "generate: an empty decoder prompt");
+  check_state_memory(cache, B, int64_t(prompt.size()) + o.max_new_tokens, sources.length);
+  auto encoded = r.encoder.run(sources.encoder_inputs);
   Tensor hidden = take(encoded, "last_hidden_state", "encoder");
+  const std::vector<std::string> step_inputs = r.first.input_names();
+  const bool masked = std::find(step_inputs.begin(), step_inputs.end(), "encoder_attention_mask") != step_inputs.end();
+  if (masked && sources.mask.numel() == 0)
+    bad_input("generate: the decoder reads encoder_attention_mask, which a speech source does not have");
 
   Sampler sampler(o);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
   std::vector<bool> done(size_t(B), false);
   const std::set<int64_t> eos(o.eos_token_ids.begin(), o.eos_token_ids.end());
-  std::vector<int64_t> step_ids(size_t(B), start);
+  // The first step reads the whole decoder prompt, every later one the last token.
+  std::vector<int64_t> step_ids;
+  for (int64_t b = 0; b < B; ++b) step_ids.insert(step_ids.end(), prompt.begin(), prompt.end());
   std::map<std::string, Tensor> past;  // every state's past input, by name
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    std::map<std::string, Tensor> feed = {{"input_ids", i64_tensor({B, 1}, step_ids)},
-                                          {"encoder_attention_mask", source_mask}};
+    const int64_t seq = step == 0 ? int64_t(prompt.size()) : 1;
+    std::map<std::string, Tensor> feed = {{"input_ids", i64_tensor({B, seq}, step_ids)}};
+    if (masked) feed["encoder_attention_mask"] = sources.mask;
     if (step == 0) feed["encoder_hidden_states"] = hidden;
     else
       for (const auto& [name, t] : past) feed[name] = t;
@@ -63,10 +107,12 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
     for (const auto& p : cache.states)
       if (step == 0 || p.spec.update != tasks::StateUpdate::Keep)
         past[p.past] = take(result, p.present, step == 0 ? "first step" : "step");
-    const Tensor& logits = step_logits(result, B, 1);
+    const Tensor& logits = step_logits(result, B, seq);
     const int64_t V = logits.dim(2);
+    step_ids.resize(size_t(B));
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t tok = done[size_t(b)] ? o.pad_token_id : sampler.pick(logits.as<float>() + b * V, V);
+      const float* row = logits.as<float>() + (b * seq + seq - 1) * V;  // the last position's
+      const int64_t tok = done[size_t(b)] ? o.pad_token_id : sampler.pick(row, V);
       step_ids[size_t(b)] = tok;
       out[size_t(b)].push_back(tok);
       if (done[size_t(b)]) continue;

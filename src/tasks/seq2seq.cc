@@ -44,12 +44,22 @@ bool is_cross(const StatePort& p) {
 
 Component build_encoder(const models::Seq2SeqLm& model, const CausalLmOptions& o) {
   const Shape ids = {Dim::sym(kBatch), Dim::sym(kEncoder)};
+  const models::Seq2SeqSource source = model.source();
   Component c{"encoder", "encoder_model", ir::Graph("main"), {}, {}, {}, {}};
-  c.inputs = {{"input_ids", DType::I64, ids}, {"attention_mask", DType::I64, ids}};
-  c.outputs = {{"last_hidden_state", DType::F32, {Dim::sym(kBatch), Dim::sym(kEncoder), Dim::fixed(model.summary().hidden_size)}}};
+  const Dim hidden = Dim::fixed(model.summary().hidden_size);
   models::EncoderInputs in;
-  in.input_ids = c.graph.add_input("input_ids", DType::I64, ids);
-  in.attention_mask = c.graph.add_input("attention_mask", DType::I64, ids);
+  if (source.speech) {
+    // Whisper's encoder takes one length only: both are fixed.
+    const Shape features = {Dim::sym(kBatch), Dim::fixed(source.mel_bins), Dim::fixed(source.frames)};
+    c.inputs = {{"input_features", DType::F32, features}};
+    c.outputs = {{"last_hidden_state", DType::F32, {Dim::sym(kBatch), Dim::fixed(source.encoder_length), hidden}}};
+    in.input_features = c.graph.add_input("input_features", DType::F32, features);
+  } else {
+    c.inputs = {{"input_ids", DType::I64, ids}, {"attention_mask", DType::I64, ids}};
+    c.outputs = {{"last_hidden_state", DType::F32, {Dim::sym(kBatch), Dim::sym(kEncoder), hidden}}};
+    in.input_ids = c.graph.add_input("input_ids", DType::I64, ids);
+    in.attention_mask = c.graph.add_input("attention_mask", DType::I64, ids);
+  }
   ir::Builder b(c.graph);
   name_outputs(c, b, {model.encode(b, in)});
   declare_bounds(c.graph, o);
@@ -72,8 +82,9 @@ Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
   ir::Graph& g = c.graph;
   g.symbols().relate_sum(kTotal, kPast, kSeq);
   const int64_t hidden = model.summary().hidden_size;
-  c.inputs = {{"input_ids", DType::I64, {Dim::sym(kBatch), Dim::sym(kSeq)}},
-              {"encoder_attention_mask", DType::I64, {Dim::sym(kBatch), Dim::sym(kEncoder)}}};
+  c.inputs = {{"input_ids", DType::I64, {Dim::sym(kBatch), Dim::sym(kSeq)}}};
+  const bool masked_source = !model.source().speech;
+  if (masked_source) c.inputs.push_back({"encoder_attention_mask", DType::I64, {Dim::sym(kBatch), Dim::sym(kEncoder)}});
   if (reads_hidden)
     c.inputs.push_back({"encoder_hidden_states", DType::F32, {Dim::sym(kBatch), Dim::sym(kEncoder), Dim::fixed(hidden)}});
   if (reads_past)
@@ -93,7 +104,7 @@ Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
   for (const auto& spec : c.inputs) ids[spec.name] = g.add_input(spec.name, spec.dtype, spec.shape);
   models::Seq2SeqDecoderInputs in;
   in.input_ids = ids.at("input_ids");
-  in.encoder_attention_mask = ids.at("encoder_attention_mask");
+  if (masked_source) in.encoder_attention_mask = ids.at("encoder_attention_mask");
   if (reads_hidden) in.encoder_hidden_states = ids.at("encoder_hidden_states");
   if (reads_past)
     for (const auto& p : ports) {

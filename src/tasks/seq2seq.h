@@ -4,6 +4,9 @@
 //   encoder            encoder_model.onnx
 //     input_ids, attention_mask  i64 [batch_size, encoder_sequence_length]
 //     -> last_hidden_state       f32 [batch_size, encoder_sequence_length, hidden]
+//     (a speech model, Whisper, as ORTModelForSpeechSeq2Seq loads it: input_features f32 [batch_size,
+//     mel_bins, frames] -> last_hidden_state [batch_size, frames / 2, hidden], both lengths fixed; its
+//     decoder steps read no encoder_attention_mask)
 //   decoder            decoder_model.onnx: the first step, which computes the cross-attention state
 //     input_ids                  i64 [batch_size, decoder_sequence_length]
 //     encoder_attention_mask     i64 [batch_size, encoder_sequence_length]

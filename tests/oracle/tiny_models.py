@@ -226,6 +226,11 @@ T5_BASE = dict(vocab_size=128, d_model=64, d_kv=16, num_heads=4, d_ff=96, decode
 BART_BASE = dict(vocab_size=128, d_model=64, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=96,
                  decoder_ffn_dim=96, encoder_layers=2, decoder_layers=2, max_position_embeddings=128, pad_token_id=1,
                  bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)
+WHISPER_BASE = dict(vocab_size=128, num_mel_bins=16, d_model=64, encoder_layers=2, decoder_layers=2,
+                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=96, decoder_ffn_dim=96,
+                    max_source_positions=12, max_target_positions=96, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                    decoder_start_token_id=3, begin_suppress_tokens=None, suppress_tokens=None)
+SPEECH_TYPES = {"whisper"}
 SEQ2SEQ_CASES: dict[str, tuple[str, dict]] = {
     # T5 1.0's relu MLP with T5 1.1's untied lm_head (no d_model**-0.5 on the decoder output), a decoder
     # deeper than the encoder, 8 buckets up to distance 20: a 12-token prompt reaches the log-spaced
@@ -267,6 +272,14 @@ SEQ2SEQ_CASES: dict[str, tuple[str, dict]] = {
     "marian-vocabs": ("marian", dict(BART_BASE, share_encoder_decoder_embeddings=False, decoder_vocab_size=100,
                                      scale_embedding=True, pad_token_id=99, decoder_start_token_id=99,
                                      eos_token_id=0, bos_token_id=None)),
+    # Whisper: 16 mel bins x 24 frames (max_source_positions 12, the one length its encoder takes),
+    # conv stem, pre-norm, no k_proj bias, tied proj_out; decoder positions for a prompt + 64 tokens.
+    # No begin_suppress_tokens (WhisperConfig's default (220, 50256) is outside this vocabulary)
+    "whisper": ("whisper", dict(WHISPER_BASE)),
+    # deeper decoder than encoder, wider heads in the encoder, relu, a different start token
+    "whisper-shapes": ("whisper", dict(WHISPER_BASE, encoder_layers=1, decoder_layers=3, encoder_attention_heads=8,
+                                       decoder_attention_heads=2, activation_function="relu", num_mel_bins=20,
+                                       max_source_positions=10, decoder_start_token_id=5)),
 }
 # The seq2seq cases whose config.json is left as Transformers 5 writes it; the others are rewritten the
 # way the hub's T5 / flan-t5 / mT5 configs read (see make()).
@@ -276,7 +289,7 @@ SEQ2SEQ_AS_SAVED = {"t5-v5-config"}
 def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int = 0) -> Path:
     """Saves the tiny checkpoint for `case` into `folder` (created) and returns it."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
 
     seq2seq = case in SEQ2SEQ_CASES
     model_type, overrides = {**CASES, **PARITY_CASES, **HYBRID_CASES, **SEQ2SEQ_CASES}[case]
@@ -284,8 +297,8 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
     cfg.update(overrides)
     config = AutoConfig.for_model(model_type, **cfg)
     torch.manual_seed(seed)
-    model = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM).from_config(
-        config, torch_dtype=getattr(torch, dtype))
+    model = (AutoModelForSpeechSeq2Seq if model_type in SPEECH_TYPES else AutoModelForSeq2SeqLM if seq2seq
+             else AutoModelForCausalLM).from_config(config, torch_dtype=getattr(torch, dtype))
     untied = seq2seq and cfg.get("tie_word_embeddings") is False
     if untied:
         # Transformers 5's T5Config / MT5Config force tie_word_embeddings true, so from_config shares
@@ -334,10 +347,13 @@ def load_reference(folder: str | os.PathLike):
     """The Transformers eager model for a saved checkpoint, in f32 (AutoModelForSeq2SeqLM for an
     encoder-decoder config)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
 
-    seq2seq = bool(json.loads((Path(folder) / "config.json").read_text()).get("is_encoder_decoder"))
-    model = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM).from_pretrained(
+    config = json.loads((Path(folder) / "config.json").read_text())
+    seq2seq = bool(config.get("is_encoder_decoder"))
+    cls = (AutoModelForSpeechSeq2Seq if config.get("model_type") in SPEECH_TYPES else AutoModelForSeq2SeqLM if seq2seq
+           else AutoModelForCausalLM)
+    model = cls.from_pretrained(
         folder, torch_dtype=torch.float32, attn_implementation="eager")
     model.eval()
     return model

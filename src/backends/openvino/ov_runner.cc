@@ -92,21 +92,28 @@ class OpenVinoRunner final : public StepRunner {
 
   std::vector<std::string> input_names() const override { return inputs_; }
 
+  const Tensor& given(const std::map<std::string, Tensor>& feed, const std::string& name) const {
+    auto it = feed.find(name);
+    if (it == feed.end()) bad_input("{}: input {} was not given", xml_.string(), name);
+    return it->second;
+  }
+
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feed) override {
-    const Tensor& ids = feed.at("input_ids");
-    const int64_t batch = ids.shape().at(0);
-    if (stateful_ && feed.at("attention_mask").shape().at(1) == ids.shape().at(1)) request_.reset_state();
-    std::vector<int32_t> beams(size_t(batch), 0);
-    std::iota(beams.begin(), beams.end(), 0);
+    std::vector<int32_t> beams;
+    if (stateful_) {
+      // A stateful decoder starts over when its mask covers only this step's tokens.
+      const Tensor& ids = given(feed, "input_ids");
+      if (given(feed, "attention_mask").shape().at(1) == ids.shape().at(1)) request_.reset_state();
+      beams.resize(size_t(ids.shape().at(0)));
+      std::iota(beams.begin(), beams.end(), 0);
+    }
     try {
       for (const auto& name : inputs_) {
-        auto it = feed.find(name);
-        if (it == feed.end()) bad_input("{}: input {} was not given", xml_.string(), name);
-        const Tensor& t = it->second;
+        const Tensor& t = given(feed, name);
         ov::Shape shape(t.shape().begin(), t.shape().end());
         request_.set_tensor(name, ov::Tensor(ov_type(t.dtype()), shape, const_cast<uint8_t*>(t.data())));
       }
-      if (stateful_) request_.set_tensor("beam_idx", ov::Tensor(ov::element::i32, ov::Shape{size_t(batch)}, beams.data()));
+      if (stateful_) request_.set_tensor("beam_idx", ov::Tensor(ov::element::i32, ov::Shape{beams.size()}, beams.data()));
       request_.infer();
     } catch (const ov::Exception& e) {
       fail(ErrorKind::Internal, "{}: OpenVINO inference failed: {}", xml_.string(), std::string(e.what()).substr(0, 400));
