@@ -57,8 +57,7 @@ Sound read_sound_file(const std::filesystem::path& path) {
     const int code = sf_error(nullptr);
     const char* why = sf_strerror(nullptr);
     if (code == SF_ERR_SYSTEM) fail(ErrorKind::Io, "{}: cannot open the sound file: {}", where, why);
-    bad_input("{}: expected a sound file libsndfile reads (WAV, FLAC, Ogg, AIFF, ...), found none: {}", where,
-              why);
+    bad_input("{}: expected a sound file (WAV, FLAC, Ogg, AIFF, ...); libsndfile cannot read it: {}", where, why);
   }
   Sound sound;
   sound.format = describe_format(info.format);
