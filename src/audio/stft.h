@@ -4,7 +4,7 @@
 //   - the signal padded by n_fft / 2 on each side with its reflection (x[-k] = x[k], the edge sample
 //     not repeated), so frame t is centred on sample t * hop_length;
 //   - frames = 1 + (n + 2 * (n_fft / 2) - n_fft) / hop_length, each multiplied by the periodic Hann
-//     window 0.5 - 0.5 cos(2 pi k / n_fft) (its f32 values, as torch holds the window);
+//     window 0.5 - 0.5 cos(2 pi k / n_fft) (computed in f32 as torch.hann_window computes it);
 //   - the one-sided spectrum, bins 0 .. n_fft / 2.
 // Computed in double from f32 samples: torch's f32 transform differs from it by its own rounding.
 #pragma once
