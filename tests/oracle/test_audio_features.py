@@ -1,8 +1,8 @@
 """The audio front end (src/audio, docs/audio.md) against Transformers, through build/hfx_audio_features.
 
 Speech is made offline by espeak-ng (22050 Hz, int16, mono) and rewritten here with `soundfile` as
-FLAC, stereo, float32 WAV, 8 kHz, 44.1 kHz and 16 kHz files, a clip under a second and one longer than
-30 s. For each, hfx's 16 kHz samples are compared with Transformers' own loader
+FLAC, stereo, float32 WAV, 8 kHz, 44.1 kHz and 16 kHz files, a clip under a second, one that starts at
+its loudest sample and one longer than 30 s. For each, hfx's 16 kHz samples are compared with Transformers' own loader
 (`audio_utils.load_audio(path, 16000, backend="soundfile")`: soundfile, the channel mean, soxr HQ),
 and hfx's log-mel features with `WhisperFeatureExtractor` applied to those same samples, for
 Whisper's 80-mel config and large-v3's 128-mel one. Files that are not sound must give one line on
@@ -95,6 +95,8 @@ def sounds(tmp_path_factory) -> dict[str, Path]:
     write("rate_44k", soxr.resample(x, rate, 44100, quality="VHQ"), 44100, "PCM_24")
     write("rate_16k", soxr.resample(x, rate, 16000, quality="VHQ"), 16000, "PCM_16")
     write("short", pcm[: rate // 2], rate, "PCM_16")
+    # Starting at the loudest sample: the first frame reads the reflection before the start.
+    write("starts_loud", pcm[int(np.abs(pcm).argmax()):], rate, "PCM_16")
     repeats = math.ceil(40 * rate / len(pcm))
     write("long", np.tile(pcm, repeats), rate, "PCM_16")  # over 40 s: cut to the 30 s window
     return files
@@ -121,7 +123,7 @@ def reference_features(config: dict, samples: np.ndarray) -> np.ndarray:
     return out[0]
 
 
-NAMES = ["speech", "flac", "stereo", "float32", "rate_8k", "rate_44k", "rate_16k", "short", "long"]
+NAMES = ["speech", "flac", "stereo", "float32", "rate_8k", "rate_44k", "rate_16k", "short", "starts_loud", "long"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -200,14 +202,19 @@ def _not_sound(base: Path, sounds) -> dict[str, Path]:
     text.write_text("this is a text file with a .wav name\n")
     cut = base / "header_cut.wav"
     cut.write_bytes(sounds["speech"].read_bytes()[:30])
+    # A WAV whose format tag (0x1234) names no sample format libsndfile decodes.
+    data = sounds["speech"].read_bytes()
+    at = data.index(b"fmt ") + 8
+    tag = base / "format_tag.wav"
+    tag.write_bytes(data[:at] + (0x1234).to_bytes(2, "little") + data[at + 2:])
     empty = base / "empty.wav"
     empty.write_bytes(b"")
     folder = base / "folder.wav"
     folder.mkdir()
-    return {"text": text, "header_cut": cut, "empty": empty, "folder": folder}
+    return {"text": text, "header_cut": cut, "format_tag": tag, "empty": empty, "folder": folder}
 
 
-@pytest.mark.parametrize("case", ["text", "header_cut", "empty", "folder"])
+@pytest.mark.parametrize("case", ["text", "header_cut", "format_tag", "empty", "folder"])
 def test_not_sound_is_one_line_naming_the_file(sounds, configs, tmp_path, case):
     bad = _not_sound(tmp_path / "in", sounds)[case]
     proc, features_path, samples_path = run_tool(bad, configs[80], tmp_path / "out")
