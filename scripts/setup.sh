@@ -11,6 +11,8 @@ apt_packages=(build-essential cmake ninja-build pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libopenblas-dev libssl-dev libzip-dev ccache
+  libsndfile1-dev libsoxr-dev libfftw3-dev  # read, resample, transform sound: Whisper's front end (src/audio)
+  espeak-ng  # speaks the test sentences offline: tests/oracle/test_audio_features.py
   flatbuffers-compiler libflatbuffers-dev  # flatc + headers: the ExecuTorch program schema (src/backends/executorch)
   clang libclang-rt-14-dev  # clang + its sanitizer runtimes: the fuzz targets (scripts/fuzz.sh)
   chromium)  # headless, renders report.html in tests/oracle/test_report.py and scripts/report_screenshots.sh
