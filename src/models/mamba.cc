@@ -7,6 +7,7 @@
 #include "models/blocks.h"
 #include "models/short_conv.h"
 #include "models/ssd.h"
+#include "models/ssm_backbone.h"
 #include "models/weights.h"
 
 namespace hfx::models {
@@ -69,14 +70,10 @@ ir::ValueId weightless_rms(ir::Builder& b, ir::ValueId x, int64_t n, double eps,
   return b.add1("RMSNorm", {x, b.constant(ones, scope + "_ones")}, {{"epsilon", eps}});
 }
 
-struct MixerOut {
-  ir::ValueId out = ir::kNone, conv_state = ir::kNone, ssm_state = ir::kNone;
-};
-
 //   x ─ (padding zeroed) ─ in_proj ─┬─ x ─ causal depthwise conv ─ act ─ (zeroed) ─┬─ x_proj ─ dt, B, C ─┐
 //                                   │                                              └────────────────────┴─ scan ─┐
 //                                   └─ z ───────────────────────────────────────────────────── silu ─────────── * ─ out_proj
-MixerOut mamba_mixer(ir::Builder& b, const io::Checkpoint& ckpt, const MambaConfig& c, const std::string& p, ir::ValueId x,
+SsmMixerOut mamba_mixer(ir::Builder& b, const io::Checkpoint& ckpt, const MambaConfig& c, const std::string& p, ir::ValueId x,
                      ir::ValueId past_conv, ir::ValueId past_ssm, const std::optional<ir::ValueId>& pad_mask) {
   const int64_t I = c.intermediate, N = c.state_size, R = c.time_step_rank, K = c.conv_kernel;
   const std::string why = fmt::format("hidden_size={}, intermediate={}, state_size={}, time_step_rank={}", c.hidden_size,
@@ -88,18 +85,10 @@ MixerOut mamba_mixer(ir::Builder& b, const io::Checkpoint& ckpt, const MambaConf
     proj = linear(b, ckpt, x, p + "in_proj", c.hidden_size, 2 * I, c.proj_bias, why);
   }
   ir::ValueId xs = b.slice(proj, 0, I, 2), gate = b.slice(proj, I, 2 * I, 2);
-  MixerOut r;
-  {
-    auto s = b.scope("conv1d");
-    // conv1d.weight is torch's depthwise [channels, 1, kernel]: read as [channels, kernel].
-    ir::ValueId w = bind_weight(b, ckpt, p + "conv1d.weight", {I, 1, K}, why,
-                                [&](ir::WeightRef ref) { return ref.reshaped({I, K}); });
-    ir::ValueId bias = c.conv_bias ? bind_weight(b, ckpt, p + "conv1d.bias", {I}, why) : ir::kNone;
-    ConvOut cv = causal_depthwise_conv(b, b.transpose(xs, {0, 2, 1}), past_conv, w, bias, I, K);
-    r.conv_state = cv.present;
-    xs = activation(b, b.transpose(cv.out, {0, 2, 1}), c.act);  // [b, s, intermediate]
-    if (pad_mask) xs = b.times(xs, *pad_mask);
-  }
+  SsmMixerOut r;
+  ConvOut cv = mixer_conv1d(b, ckpt, xs, p + "conv1d", {I, K, c.conv_bias, c.act}, past_conv, pad_mask, why);
+  r.conv_state = cv.present;
+  xs = cv.out;  // [b, s, intermediate]
   ir::ValueId ssm;
   {
     auto s = b.scope("x_proj");
@@ -140,8 +129,7 @@ class Mamba final : public CausalLm {
   }
 
   const ModelSummary& summary() const override { return s_; }
-  // No layer attends: no key/value cache to size.
-  CacheGeometry cache() const override { return {c_.num_layers, 0, 0, std::vector<int64_t>(size_t(c_.num_layers), 0)}; }
+  CacheGeometry cache() const override { return ssm_cache_geometry(c_.num_layers); }
 
   std::vector<ir::StateSpec> states(const StateLayout& l) const override {
     return hybrid_states(std::vector<bool>(size_t(c_.num_layers), false), 0, 0, l, [&](int64_t i) {
@@ -152,32 +140,11 @@ class Mamba final : public CausalLm {
   std::string_view state_names() const override { return "js-hybrid"; }
 
   CausalLmOutputs build(ir::Builder& b, const CausalLmInputs& in) const override {
-    auto model_scope = b.scope("backbone");
-    ir::ValueId embed = bind_weight(b, ckpt_, "backbone.embeddings.weight", {c_.vocab_size, c_.hidden_size},
-                                    fmt::format("vocab_size, hidden_size={}", c_.hidden_size));
-    ir::ValueId h = b.add1("Embedding", {embed, in.input_ids});
-    const std::optional<ir::ValueId> pad_mask = padding_states_mask(b, in);
-    CausalLmOutputs out;
-    for (int64_t i = 0; i < c_.num_layers; ++i) {
-      auto layer_scope = b.scope(fmt::format("layers.{}", i));
-      const std::string p = fmt::format("backbone.layers.{}.", i);
-      ir::ValueId x = norm(b, ckpt_, h, p + "norm", c_.hidden_size, NormKind::Rms, c_.eps, false, "norm");
-      MixerOut m;
-      {
-        auto s = b.scope("mixer");
-        m = mamba_mixer(b, ckpt_, c_, p + "mixer.", x, in.past_conv.empty() ? ir::kNone : in.past_conv[size_t(i)],
-                        in.past_ssm.empty() ? ir::kNone : in.past_ssm[size_t(i)], pad_mask);
-      }
-      out.present_key.push_back(ir::kNone);
-      out.present_value.push_back(ir::kNone);
-      out.present_conv.push_back(m.conv_state);
-      out.present_ssm.push_back(m.ssm_state);
-      h = b.plus(h, m.out);
-      b.graph().rename(h, fmt::format("/model/layers.{}/output", i));  // the name verify localises by
-    }
-    h = norm(b, ckpt_, h, "backbone.norm_f", c_.hidden_size, NormKind::Rms, c_.eps, false, "norm_f");
-    out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size);
-    return out;
+    return build_ssm_backbone(b, ckpt_, in, {c_.vocab_size, c_.hidden_size, c_.num_layers, c_.eps, c_.tie_word_embeddings},
+                              [&](ir::Builder& b, const std::string& prefix, ir::ValueId x, ir::ValueId past_conv,
+                                  ir::ValueId past_ssm, const std::optional<ir::ValueId>& pad_mask) {
+                                return mamba_mixer(b, ckpt_, c_, prefix, x, past_conv, past_ssm, pad_mask);
+                              });
   }
 
  private:

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <span>
 
@@ -36,29 +37,37 @@ struct Scan {
   std::vector<float> state;  // [B, H, P, N]
 };
 
-// The graph over S positions (a symbol: one graph serves every length), run once.
-Scan run_graph(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
-               const Tensor* initial, int64_t chunk) {
-  ir::Graph g("main");
-  ir::Builder b(g);
-  const Dim s = Dim::sym("sequence_length");
-  std::map<std::string, Tensor> feeds = {{"x", x}, {"dt", dt}, {"B", Bm}, {"C", Cm}};
-  ir::ValueId xv = g.add_input("x", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(P)});
-  ir::ValueId dtv = g.add_input("dt", DType::F32, {Dim::fixed(B), s, Dim::fixed(H)});
-  ir::ValueId bv = g.add_input("B", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(N)});
-  ir::ValueId cv = g.add_input("C", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(N)});
+// Builds a scan over g's inputs (`build`, given the carried state's input or kNone), feeds `feeds`
+// (and `initial` when not null), runs it once.
+Scan run_scan(ir::Graph& g, std::map<std::string, Tensor> feeds, const Tensor* initial,
+              const std::function<models::SsdOut(ir::ValueId)>& build) {
   ir::ValueId init = ir::kNone;
   if (initial) {
     feeds["initial"] = *initial;
     init = g.add_input("initial", DType::F32, fixed_shape(initial->shape()));
   }
-  models::SsdOut r = models::ssd_chunk_scan(b, xv, dtv, b.constant(A), bv, cv, b.constant(D), init, {H, P, N, chunk});
+  models::SsdOut r = build(init);
   g.rename(r.out, "y");
   g.rename(r.final_state, "state");
   g.add_output(r.out);
   g.add_output(r.final_state);
   auto outs = runtime::Executor(g).run(feeds);
   return {vec(outs.at("y").values<float>()), vec(outs.at("state").values<float>())};
+}
+
+// The graph over S positions (a symbol: one graph serves every length), run once.
+Scan run_graph(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
+               const Tensor* initial, int64_t chunk) {
+  ir::Graph g("main");
+  ir::Builder b(g);
+  const Dim s = Dim::sym("sequence_length");
+  ir::ValueId xv = g.add_input("x", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(P)});
+  ir::ValueId dtv = g.add_input("dt", DType::F32, {Dim::fixed(B), s, Dim::fixed(H)});
+  ir::ValueId bv = g.add_input("B", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(N)});
+  ir::ValueId cv = g.add_input("C", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(N)});
+  return run_scan(g, {{"x", x}, {"dt", dt}, {"B", Bm}, {"C", Cm}}, initial, [&](ir::ValueId init) {
+    return models::ssd_chunk_scan(b, xv, dtv, b.constant(A), bv, cv, b.constant(D), init, {H, P, N, chunk});
+  });
 }
 
 // The recurrence, in double, from `initial` (zeros when null).
@@ -188,23 +197,13 @@ Scan run_selective(const Tensor& x, const Tensor& dt, const Tensor& A, const Ten
   ir::Graph g("main");
   ir::Builder b(g);
   const Dim s = Dim::sym("sequence_length");
-  std::map<std::string, Tensor> feeds = {{"x", x}, {"dt", dt}, {"B", Bm}, {"C", Cm}};
   ir::ValueId xv = g.add_input("x", DType::F32, {Dim::fixed(B), s, Dim::fixed(SI)});
   ir::ValueId dtv = g.add_input("dt", DType::F32, {Dim::fixed(B), s, Dim::fixed(SI)});
   ir::ValueId bv = g.add_input("B", DType::F32, {Dim::fixed(B), s, Dim::fixed(SN)});
   ir::ValueId cv = g.add_input("C", DType::F32, {Dim::fixed(B), s, Dim::fixed(SN)});
-  ir::ValueId init = ir::kNone;
-  if (initial) {
-    feeds["initial"] = *initial;
-    init = g.add_input("initial", DType::F32, fixed_shape(initial->shape()));
-  }
-  models::SsdOut r = models::selective_scan(b, xv, dtv, b.constant(A), bv, cv, b.constant(D), init, SI, SN);
-  g.rename(r.out, "y");
-  g.rename(r.final_state, "state");
-  g.add_output(r.out);
-  g.add_output(r.final_state);
-  auto outs = runtime::Executor(g).run(feeds);
-  return {vec(outs.at("y").values<float>()), vec(outs.at("state").values<float>())};
+  return run_scan(g, {{"x", x}, {"dt", dt}, {"B", Bm}, {"C", Cm}}, initial, [&](ir::ValueId init) {
+    return models::selective_scan(b, xv, dtv, b.constant(A), bv, cv, b.constant(D), init, SI, SN);
+  });
 }
 
 Scan selective_recurrence(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& Cm,
