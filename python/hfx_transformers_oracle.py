@@ -180,6 +180,32 @@ def seq2seq_step(model, feeds):
     return {k: v.detach().to(torch.float32).contiguous() for k, v in result.items()}
 
 
+# MambaModel and FalconMambaModel (Mamba-1, as of Transformers 5.23) multiply by the 2-D attention mask
+# as given, where Mamba-2 first trims it to the step's own columns (create_recurrent_attention_mask):
+# after a cache, a [batch, past + s] mask broadcasts the step over past + s positions. And their scan
+# over several tokens starts from a zero state, dropping the cached one (mamba_selective_scan takes
+# none). generate() never meets either: it passes no mask after the prompt and one token per step.
+RAW_MASK_MIXERS = ("mamba", "falcon_mamba")
+
+
+def run_token_by_token(model, args):
+    """A Mamba-1 step after a cache as generate() runs it: one token at a time (each Transformers'
+    recurrent update from the carried state), each with its own mask column; a first step whole, its
+    mask being its own columns already."""
+    from types import SimpleNamespace
+    ids, mask = args["input_ids"], args["attention_mask"]
+    past = mask.shape[1] - ids.shape[1]
+    if past == 0:
+        return model(**args)
+    cache, logits = args["cache_params"], []
+    for t in range(ids.shape[1]):
+        out = model(input_ids=ids[:, t:t + 1], attention_mask=mask[:, past + t:past + t + 1], cache_params=cache,
+                    use_cache=True)
+        cache = out.cache_params
+        logits.append(out.logits)
+    return SimpleNamespace(logits=torch.cat(logits, dim=1), cache_params=cache)
+
+
 def run_step(model, feeds, layers):
     if getattr(model.config, "is_encoder_decoder", False):
         return seq2seq_step(model, feeds)
@@ -196,7 +222,8 @@ def run_step(model, feeds, layers):
         args["token_type_ids"] = feeds["token_type_ids"]
     if not causal:
         args["output_hidden_states"] = True
-    out = model(**args)
+    stepwise = causal and model.config.model_type in RAW_MASK_MIXERS
+    out = run_token_by_token(model, args) if stepwise else model(**args)
     result = {}
     if getattr(out, "logits", None) is not None:
         result["logits"] = out.logits

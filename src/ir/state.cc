@@ -88,4 +88,9 @@ StateSpec ssm_state(int64_t layer, int64_t heads, int64_t head_dim, int64_t stat
           {Dim::sym("batch_size"), Dim::fixed(heads), Dim::fixed(head_dim), Dim::fixed(state_size)}, StateUpdate::Replace, -1};
 }
 
+StateSpec selective_scan_state(int64_t layer, int64_t channels, int64_t state_size) {
+  return {layer, StateKind::Recurrent, DType::F32, {Dim::sym("batch_size"), Dim::fixed(channels), Dim::fixed(state_size)},
+          StateUpdate::Replace, -1};
+}
+
 }  // namespace hfx::ir

@@ -75,4 +75,8 @@ StateSpec conv_state(int64_t layer, int64_t channels, int64_t width);
 // Transformers' cache layout (Mamba2's recurrent_states), replaced whole by each step.
 StateSpec ssm_state(int64_t layer, int64_t heads, int64_t head_dim, int64_t state_size);
 
+// Mamba-1's selective scan state: [batch_size, channels, state_size] (intermediate channels, each with
+// its own decay per state), Transformers' cache layout (MambaMixer's recurrent_states), replaced whole.
+StateSpec selective_scan_state(int64_t layer, int64_t channels, int64_t state_size);
+
 }  // namespace hfx::ir

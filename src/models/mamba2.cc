@@ -5,8 +5,7 @@
 #include "core/error.h"
 #include "models/blocks.h"
 #include "models/mamba2_mixer.h"
-#include "models/short_conv.h"
-#include "models/weights.h"
+#include "models/ssm_backbone.h"
 
 namespace hfx::models {
 
@@ -54,8 +53,7 @@ class Mamba2 final : public CausalLm {
   }
 
   const ModelSummary& summary() const override { return s_; }
-  // No layer attends: no key/value cache to size.
-  CacheGeometry cache() const override { return {c_.num_layers, 0, 0, std::vector<int64_t>(size_t(c_.num_layers), 0)}; }
+  CacheGeometry cache() const override { return ssm_cache_geometry(c_.num_layers); }
 
   std::vector<ir::StateSpec> states(const StateLayout& l) const override {
     return hybrid_states(std::vector<bool>(size_t(c_.num_layers), false), 0, 0, l,
@@ -64,32 +62,12 @@ class Mamba2 final : public CausalLm {
   std::string_view state_names() const override { return "js-hybrid"; }
 
   CausalLmOutputs build(ir::Builder& b, const CausalLmInputs& in) const override {
-    auto model_scope = b.scope("backbone");
-    ir::ValueId embed = bind_weight(b, ckpt_, "backbone.embeddings.weight", {c_.vocab_size, c_.hidden_size},
-                                    fmt::format("vocab_size, hidden_size={}", c_.hidden_size));
-    ir::ValueId h = b.add1("Embedding", {embed, in.input_ids});
-    const std::optional<ir::ValueId> pad_mask = padding_states_mask(b, in);
-    CausalLmOutputs out;
-    for (int64_t i = 0; i < c_.num_layers; ++i) {
-      auto layer_scope = b.scope(fmt::format("layers.{}", i));
-      const std::string p = fmt::format("backbone.layers.{}.", i);
-      ir::ValueId x = norm(b, ckpt_, h, p + "norm", c_.hidden_size, NormKind::Rms, c_.eps, false, "norm");
-      Mamba2MixerOut m;
-      {
-        auto s = b.scope("mixer");
-        m = mamba2_mixer(b, ckpt_, x, p + "mixer.", c_.mixer, in.past_conv.empty() ? ir::kNone : in.past_conv[size_t(i)],
-                         in.past_ssm.empty() ? ir::kNone : in.past_ssm[size_t(i)], pad_mask, in);
-      }
-      out.present_key.push_back(ir::kNone);
-      out.present_value.push_back(ir::kNone);
-      out.present_conv.push_back(m.conv_state);
-      out.present_ssm.push_back(m.ssm_state);
-      h = b.plus(h, m.out);
-      b.graph().rename(h, fmt::format("/model/layers.{}/output", i));  // the name verify localises by
-    }
-    h = norm(b, ckpt_, h, "backbone.norm_f", c_.hidden_size, NormKind::Rms, c_.eps, false, "norm_f");
-    out.logits = lm_head(b, ckpt_, h, embed, c_.tie_word_embeddings, c_.vocab_size, c_.hidden_size);
-    return out;
+    return build_ssm_backbone(b, ckpt_, in, {c_.vocab_size, c_.hidden_size, c_.num_layers, c_.eps, c_.tie_word_embeddings},
+                              [&](ir::Builder& b, const std::string& prefix, ir::ValueId x, ir::ValueId past_conv,
+                                  ir::ValueId past_ssm, const std::optional<ir::ValueId>& pad_mask) {
+                                Mamba2MixerOut m = mamba2_mixer(b, ckpt_, x, prefix, c_.mixer, past_conv, past_ssm, pad_mask, in);
+                                return SsmMixerOut{m.out, m.conv_state, m.ssm_state};
+                              });
   }
 
  private:

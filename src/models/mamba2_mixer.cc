@@ -134,17 +134,9 @@ Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::Valu
   ir::ValueId gate = b.slice(proj, 0, I, 2), xbc = b.slice(proj, I, I + CD, 2), dt = b.slice(proj, I + CD, I + CD + H, 2);
 
   Mamba2MixerOut r;
-  {
-    auto s = b.scope("conv1d");
-    // conv1d.weight is torch's depthwise [channels, 1, kernel]: read as [channels, kernel].
-    ir::ValueId w = bind_weight(b, ckpt, p + "conv1d.weight", {CD, 1, K}, why,
-                                [&](ir::WeightRef ref) { return ref.reshaped({CD, K}); });
-    ir::ValueId bias = sp.conv_bias ? bind_weight(b, ckpt, p + "conv1d.bias", {CD}, why) : ir::kNone;
-    ConvOut cv = causal_depthwise_conv(b, b.transpose(xbc, {0, 2, 1}), past_conv, w, bias, CD, K);
-    r.conv_state = cv.present;
-    xbc = activation(b, b.transpose(cv.out, {0, 2, 1}), Activation::Silu);  // [b, s, conv_dim]
-    if (pad_mask) xbc = b.times(xbc, *pad_mask);
-  }
+  ConvOut cv = mixer_conv1d(b, ckpt, xbc, p + "conv1d", {CD, K, sp.conv_bias, Activation::Silu}, past_conv, pad_mask, why);
+  r.conv_state = cv.present;
+  xbc = cv.out;  // [b, s, conv_dim]
   ir::ValueId xs = b.reshape(b.slice(xbc, 0, I, 2), {0, 0, H, sp.head_dim});
   ir::ValueId Bs = per_head(b, sp, b.slice(xbc, I, I + GN, 2)), Cs = per_head(b, sp, b.slice(xbc, I + GN, I + 2 * GN, 2));
   dt = discretize(b, sp, b.plus(dt, bind_weight(b, ckpt, p + "dt_bias", {H}, why)), in);

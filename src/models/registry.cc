@@ -9,6 +9,7 @@
 #include "models/gpt2.h"
 #include "models/gpt_neox.h"
 #include "models/lfm2.h"
+#include "models/mamba.h"
 #include "models/mamba2.h"
 #include "models/mamba2_hybrid.h"
 #include "models/t5.h"
@@ -193,6 +194,13 @@ const std::vector<ModelEntry>& model_registry() {
                         "the chunked SSD scan carried as past_ssm.{i} [batch, heads, head_dim, state_size], a gated "
                         "group RMSNorm); no attention",
                         make_mamba2),
+      own_decoder_entry("mamba", "MambaForCausalLM",
+                        "state-space: every layer a Mamba-1 mixer (a causal depthwise conv carried as past_conv.{i}, "
+                        "the selective scan carried as past_ssm.{i} [batch, intermediate, state_size]); no attention",
+                        make_mamba),
+      own_decoder_entry("falcon_mamba", "FalconMambaForCausalLM",
+                        "Mamba-1 with weightless RMS norms on the mixer's dt, B and C (mixer_rms_eps)",
+                        make_falcon_mamba),
       own_decoder_entry("granitemoehybrid", "GraniteMoeHybridForCausalLM",
                         "hybrid (Granite 4.0-H, dense): Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention "
                         "layers scaled by attention_multiplier, rope or none, per layer_types; a shared gated MLP; "

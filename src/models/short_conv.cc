@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "models/weights.h"
 
 namespace hfx::models {
 
@@ -27,6 +28,20 @@ ConvOut causal_depthwise_conv(ir::Builder& b, ir::ValueId x, ir::ValueId past, i
     r.out = r.out == ir::kNone ? term : b.plus(r.out, term);
   }
   if (bias != ir::kNone) r.out = b.plus(r.out, b.reshape(bias, {channels, 1}));
+  return r;
+}
+
+ConvOut mixer_conv1d(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                     const MixerConv& conv, ir::ValueId past, const std::optional<ir::ValueId>& pad_mask,
+                     const std::string& why) {
+  auto s = b.scope("conv1d");
+  const int64_t C = conv.channels, K = conv.kernel;
+  ir::ValueId w = bind_weight(b, ckpt, prefix + ".weight", {C, 1, K}, why,
+                              [&](ir::WeightRef ref) { return ref.reshaped({C, K}); });
+  ir::ValueId bias = conv.bias ? bind_weight(b, ckpt, prefix + ".bias", {C}, why) : ir::kNone;
+  ConvOut r = causal_depthwise_conv(b, b.transpose(x, {0, 2, 1}), past, w, bias, C, K);
+  r.out = activation(b, b.transpose(r.out, {0, 2, 1}), conv.act);  // [b, s, channels]
+  if (pad_mask) r.out = b.times(r.out, *pad_mask);
   return r;
 }
 

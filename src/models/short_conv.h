@@ -5,6 +5,7 @@
 
 #include "io/checkpoint.h"
 #include "ir/builder.h"
+#include "models/blocks.h"
 #include "models/model.h"
 
 namespace hfx::models {
@@ -21,6 +22,18 @@ struct ConvOut {
 // columns of full (Transformers' conv cache keeps kernel columns; its first is never read again).
 ConvOut causal_depthwise_conv(ir::Builder& b, ir::ValueId x, ir::ValueId past, ir::ValueId weight, ir::ValueId bias,
                               int64_t channels, int64_t kernel);
+
+// A Mamba mixer's conv1d (Mamba-1's over x, Mamba-2's over xBC): `prefix`.weight in torch's depthwise
+// layout [channels, 1, kernel] and `prefix`.bias [channels] when `bias`, over x [b, s, channels] from
+// `past`, then `act` and the padding mask (when there is one). out [b, s, channels], present as above.
+struct MixerConv {
+  int64_t channels = 0, kernel = 0;
+  bool bias = true;
+  Activation act = Activation::Silu;
+};
+ConvOut mixer_conv1d(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                     const MixerConv& conv, ir::ValueId past, const std::optional<ir::ValueId>& pad_mask,
+                     const std::string& why);
 
 // The step's own columns of the 2-D attention mask as f32 [b, s, 1], to zero padded positions before
 // a recurrent mixer (Transformers' apply_mask_to_padding_states with create_recurrent_attention_mask):

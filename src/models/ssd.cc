@@ -16,6 +16,14 @@ ir::ValueId zeros(ir::Builder& b, ir::ValueId like, ir::ValueId mid, const std::
   return b.add1("Expand", {b.f32(0.0f), dims});
 }
 
+// floor(sqrt(s)) for s [1] >= 1, at most kMaxSqrtChunk, in integers (a float square root's
+// truncation is not a cast every runtime rounds alike): the count of k in 1..kMaxSqrtChunk with k^2 <= s.
+ir::ValueId sqrt_chunk(ir::Builder& b, ir::ValueId s) {
+  ir::ValueId k = b.add1("Range", {b.i64(1), b.i64(kMaxSqrtChunk + 1), b.i64(1)});
+  ir::ValueId fits = b.cast(b.add1("LessOrEqual", {b.times(k, k), s}), DType::I64);
+  return b.add1("ReduceSum", {fits, b.i64s({0})}, {{"keepdims", int64_t(1)}});  // [1]
+}
+
 }  // namespace
 
 ir::ValueId exp_segment_sum(ir::Builder& b, ir::ValueId x, ir::ValueId size) {
@@ -32,16 +40,16 @@ ir::ValueId exp_segment_sum(ir::Builder& b, ir::ValueId x, ir::ValueId size) {
 
 SsdOut ssd_chunk_scan(ir::Builder& b, ir::ValueId x, ir::ValueId dt, ir::ValueId A, ir::ValueId B, ir::ValueId C,
                       ir::ValueId D, ir::ValueId initial, const SsdShape& sh) {
-  HFX_CHECK(sh.heads > 0 && sh.head_dim > 0 && sh.state_size > 0 && sh.chunk > 0, "an SSD scan of {} heads x {} x {}, chunk {}",
+  HFX_CHECK(sh.heads > 0 && sh.head_dim > 0 && sh.state_size > 0 && sh.chunk >= 0, "an SSD scan of {} heads x {} x {}, chunk {}",
             sh.heads, sh.head_dim, sh.state_size, sh.chunk);
   auto scope = b.scope("ssd");
   const int64_t H = sh.heads, P = sh.head_dim, N = sh.state_size, L = sh.chunk;
   // Chunks of c = min(s, chunk) positions: a prompt longer than a chunk is cut as Transformers cuts
   // it, a shorter step (a decode step: c = 1) is one chunk of its own length, not padded to `chunk`
-  // (the same sums, so only rounding can differ). The sequence is padded to whole chunks:
-  // n = ceil(s / c) chunks, pad = n * c - s zero positions.
+  // (the same sums, so only rounding can differ); chunk 0: c = floor(sqrt(s)). The sequence is
+  // padded to whole chunks: n = ceil(s / c) chunks, pad = n * c - s zero positions.
   ir::ValueId s = b.shape_of(x, 1, 2);  // [1]
-  ir::ValueId c = b.add1("Where", {b.add1("Less", {s, b.i64s({L})}), s, b.i64s({L})});
+  ir::ValueId c = L > 0 ? b.add1("Where", {b.add1("Less", {s, b.i64s({L})}), s, b.i64s({L})}) : sqrt_chunk(b, s);
   ir::ValueId n = b.divide(b.minus(b.plus(s, c), b.i64s({1})), c);
   ir::ValueId pad = b.minus(b.times(n, c), s);
   auto chunked = [&](ir::ValueId v, std::vector<int64_t> tail) {  // [b, s, tail...] -> [b, n, c, tail...]
@@ -85,6 +93,31 @@ SsdOut ssd_chunk_scan(ir::Builder& b, ir::ValueId x, ir::ValueId dt, ir::ValueId
   y = b.add1("Slice", {y, b.i64s({0}), s, b.i64s({1})});                // [b, s, H, P]
   if (D != ir::kNone) y = b.plus(y, b.times(x, b.reshape(D, {H, 1})));
   r.out = y;
+  return r;
+}
+
+SsdOut selective_scan(ir::Builder& b, ir::ValueId x, ir::ValueId dt, ir::ValueId A, ir::ValueId B, ir::ValueId C,
+                      ir::ValueId D, ir::ValueId initial, int64_t channels, int64_t state_size) {
+  auto scope = b.scope("selective_scan");
+  const int64_t I = channels, N = state_size;
+  // [b, s, I] -> [b, s, I N]: each channel's value over its N heads.
+  auto per_state = [&](ir::ValueId v) {
+    v = b.add1("Expand", {b.unsqueeze(v, {3}), b.concat({b.shape_of(v, 0, 2), b.i64s({I, N})}, 0)});
+    return b.reshape(v, {0, 0, I * N});
+  };
+  // [b, s, N] -> [b, s, I N, 1]: each state's value over the I channels' heads.
+  auto per_channel = [&](ir::ValueId v) {
+    v = b.add1("Expand", {b.unsqueeze(v, {2}), b.concat({b.shape_of(v, 0, 2), b.i64s({I, N})}, 0)});
+    return b.reshape(v, {0, 0, I * N, 1});
+  };
+  ir::ValueId xs = b.unsqueeze(per_state(x), {3});  // [b, s, I N, 1]
+  ir::ValueId first = initial != ir::kNone ? b.reshape(initial, {0, I * N, 1, 1}) : ir::kNone;
+  SsdOut heads = ssd_chunk_scan(b, xs, per_state(dt), b.reshape(A, {I * N}), per_channel(B), per_channel(C), ir::kNone,
+                                first, {I * N, 1, 1, 0});
+  SsdOut r;
+  r.out = b.add1("ReduceSum", {b.reshape(heads.out, {0, 0, I, N}), b.i64s({3})}, {{"keepdims", int64_t(0)}});
+  if (D != ir::kNone) r.out = b.plus(r.out, b.times(x, D));
+  r.final_state = b.reshape(heads.final_state, {0, I, N});
   return r;
 }
 

@@ -14,8 +14,11 @@
 namespace hfx::models {
 
 struct SsdShape {
+  // chunk 0: floor(sqrt(s)) positions (at most kMaxSqrtChunk), chosen per step (selective_scan's:
+  // its heads make a chunk's decay matrix heads x chunk^2, so the chunk grows with the prompt's root)
   int64_t heads = 0, head_dim = 0, state_size = 0, chunk = 0;
 };
+inline constexpr int64_t kMaxSqrtChunk = 256;
 
 struct SsdOut {
   ir::ValueId out = ir::kNone;          // y [b, s, heads, head_dim], D's skip included
@@ -28,6 +31,18 @@ struct SsdOut {
 // h_t = exp(dt_t * A) h_{t-1} + dt_t * x_t ⊗ B_t, y_t = h_t · C_t + D * x_t.
 SsdOut ssd_chunk_scan(ir::Builder& b, ir::ValueId x, ir::ValueId dt, ir::ValueId A, ir::ValueId B, ir::ValueId C,
                       ir::ValueId D, ir::ValueId initial, const SsdShape& shape);
+
+// Mamba-1's selective scan (Transformers' mamba_selective_scan and mamba_selective_state_update, the
+// torch path of modeling_mamba.py and modeling_falcon_mamba.py) as an SSD scan. Its decay
+// exp(dt_t[i] * A[i, n]) is per channel i and state n, where Mamba-2's is per head, so each
+// (channel, state) pair is a head of head_dim 1 and state 1: x_t[i] and dt_t[i] repeated over n,
+// A[i, n] its decay rate, B_t[n] and C_t[n] repeated over i; the heads' outputs are summed over n.
+// Chunks of floor(sqrt(s)) positions (SsdShape::chunk 0), so a step costs channels x state x s^1.5.
+//   x, dt [b, s, channels] (dt discretized: softplus applied); A [channels, state_size] (negative);
+//   B, C [b, s, state_size]; D [channels] or kNone; initial [b, channels, state_size] or kNone.
+// out: y [b, s, channels] (D's skip included), final_state [b, channels, state_size].
+SsdOut selective_scan(ir::Builder& b, ir::ValueId x, ir::ValueId dt, ir::ValueId A, ir::ValueId B, ir::ValueId C,
+                      ir::ValueId D, ir::ValueId initial, int64_t channels, int64_t state_size);
 
 // Transformers' segment_sum followed by exp over the last axis of x [..., m] (m the i64 scalar
 // `size`): out[..., i, j] = exp(sum of x[..., k] for j < k <= i) for j <= i and 0 above the

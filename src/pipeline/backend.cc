@@ -31,7 +31,7 @@ Backend::Plan Backend::plan(const tasks::Component& c, const LoadedModel&, const
 
 void refuse_ssd_scan(const tasks::Component& c, const std::string& format) {
   if (const tasks::StatePort* p = tasks::first_of_kind(c.state, tasks::StateKind::Recurrent))
-    unsupported("format {} does not write a Mamba-2 scan yet ({} is its state): the scan's chunk count, ceil(seq / "
+    unsupported("format {} does not write a Mamba scan yet ({} is its state): the scan's chunk count, ceil(seq / "
                 "chunk_size), needs floor division in the program's symbolic shapes; export onnx or openvino (docs/ssm.md)",
                 format, p->past);
 }

@@ -23,7 +23,7 @@ int64_t graph_weight_bytes(const ir::Graph& g);
 // Progress over the weights of `g` (count and bytes), labelled `what`.
 std::unique_ptr<Progress> weight_progress(const std::string& what, const ir::Graph& g);
 
-// Unsupported, naming the format, when `c` carries a Mamba-2 scan state (the pt2 lowering, which the
+// Unsupported, naming the format, when `c` carries a Mamba-2 or Mamba-1 scan state (the pt2 lowering, which the
 // executorch writer builds on, has no floor division for the scan's chunk count; docs/ssm.md).
 void refuse_ssd_scan(const tasks::Component& c, const std::string& format);
 // Unsupported for an encoder-decoder (T5, BART): `format` (executorch) does not write one yet.

@@ -1,10 +1,12 @@
-"""Mamba-2 mixers against Transformers eager, fp32, on tiny random checkpoints: mamba2 (a pure
-state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers).
+"""Mamba mixers against Transformers eager, fp32, on tiny random checkpoints: mamba2 (a pure
+state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers), and
+the Mamba-1 models mamba and falcon_mamba.
 
 Each case: a left-padded batch of 2 whose 10-token prompt spans several scan chunks (chunk sizes 3
-and 4, the last chunk padded), then 3 single-token steps, each fed the previous step's present
-outputs: every logit and every carried state (a mamba layer's past_conv.{i} [batch, conv_dim,
-conv_kernel - 1] and past_ssm.{i} [batch, heads, head_dim, state_size], an attention layer's
+and 4, the last chunk padded; Mamba-1's floor(sqrt(10)) = 3), then 3 single-token steps, each fed
+the previous step's present outputs: every logit and every carried state (a mamba layer's
+past_conv.{i} [batch, conv_dim, conv_kernel - 1] and past_ssm.{i} [batch, heads, head_dim,
+state_size], Mamba-1's [batch, intermediate, state_size], an attention layer's
 past_key_values.{i}.key|value) within 1e-4 of Transformers with no mismatching element, through
 ONNX Runtime (both profiles) and the reference executor (fused and decomposed); then 64 greedy
 tokens identical to Transformers' generate() from `hfx generate`, a plain ONNX Runtime loop, the
@@ -14,6 +16,8 @@ Transformers' conv cache keeps conv_kernel columns, the first of which no later 
 state is the last conv_kernel - 1 (ONNX CausalConvWithState's shape), compared with those.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnx
@@ -26,7 +30,8 @@ from test_decoder_parity import assert_close, decode_feeds, reference_step_runne
 from test_hybrid_lfm2 import NEW_TOKENS, PROMPTS, ort_greedy, present_name, transformers_greedy
 from tiny_models import HYBRID_CASES, load_reference
 
-FAMILIES = ("mamba2", "granitemoehybrid", "bamba")
+MAMBA1 = ("mamba", "falcon_mamba")
+FAMILIES = ("mamba2", "granitemoehybrid", "bamba", *MAMBA1)
 CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in FAMILIES)
 MAX_CACHE_LEN = 80
 
@@ -38,6 +43,8 @@ def is_mamba(config, i):
 def mixer_dims(config):
     """(heads, head_dim, state_size, conv_dim, conv_kernel) under each family's config names."""
     c = config
+    if c.model_type in MAMBA1:  # one "head" per channel: the scan state is [batch, intermediate, state_size]
+        return c.intermediate_size, None, c.state_size, c.intermediate_size, c.conv_kernel
     if c.model_type == "mamba2":
         heads, head_dim, state, groups, expand, kernel = (c.num_heads, c.head_dim, c.state_size, c.n_groups, c.expand,
                                                           c.conv_kernel)
@@ -47,7 +54,10 @@ def mixer_dims(config):
     return heads, head_dim, state, expand * c.hidden_size + 2 * groups * state, kernel
 
 
-def chunk_size(config):
+def chunk_size(config, prompt_length):
+    """The scan's chunk over the prompt: the config's, or Mamba-1's floor(sqrt(length)) (models/ssd.h)."""
+    if config.model_type in MAMBA1:
+        return math.isqrt(prompt_length)
     return config.chunk_size if config.model_type == "mamba2" else config.mamba_chunk_size
 
 
@@ -57,9 +67,16 @@ def transformers_steps(model, steps):
     out, cache = [], None
     with torch.no_grad():
         for feed in steps:
-            kwargs = dict(input_ids=torch.from_numpy(feed["input_ids"]),
-                          attention_mask=torch.from_numpy(feed["attention_mask"]), use_cache=True)
-            if c.model_type == "mamba2":
+            mask = feed["attention_mask"]
+            if c.model_type in MAMBA1:
+                # MambaModel multiplies by the 2-D mask as given (Mamba-2 trims it first, in
+                # create_recurrent_attention_mask): a cached step's [batch, past + 1] mask would broadcast
+                # the token over past + 1 positions. generate() passes none after the prompt; the step's
+                # own columns are the same thing.
+                mask = mask[:, -feed["input_ids"].shape[1]:]
+            kwargs = dict(input_ids=torch.from_numpy(feed["input_ids"]), attention_mask=torch.from_numpy(mask),
+                          use_cache=True)
+            if c.model_type in ("mamba2", *MAMBA1):
                 r = model(**kwargs, cache_params=cache)
                 cache = r.cache_params
             else:
@@ -84,7 +101,8 @@ def initial_state(config, batch):
     for i in range(c.num_hidden_layers):
         if is_mamba(c, i):
             past[f"past_conv.{i}"] = np.zeros((batch, conv_dim, kernel - 1), np.float32)
-            past[f"past_ssm.{i}"] = np.zeros((batch, heads, head_dim, state), np.float32)
+            ssm = (batch, heads, state) if head_dim is None else (batch, heads, head_dim, state)
+            past[f"past_ssm.{i}"] = np.zeros(ssm, np.float32)
         else:
             kv_heads, attn_head_dim = c.num_key_value_heads, c.hidden_size // c.num_attention_heads
             for kv in ("key", "value"):
@@ -126,7 +144,8 @@ def test_onnxruntime_matches_transformers(case, profile, tiny_checkpoint, ssm_ex
     onnx.checker.check_model(str(model_path), full_check=True)
     model = load_reference(tiny_checkpoint(case))
     steps = decode_feeds(model.config.vocab_size)
-    assert steps[0]["input_ids"].shape[1] > chunk_size(model.config), "the prompt must span more than one scan chunk"
+    prompt_length = steps[0]["input_ids"].shape[1]
+    assert prompt_length > chunk_size(model.config, prompt_length), "the prompt must span more than one scan chunk"
     ref = transformers_steps(model, steps)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
@@ -237,7 +256,8 @@ def test_openvino_matches_transformers(case, tiny_checkpoint, ssm_openvino):
 def test_inspect_names_the_family_and_its_mixer(case, tiny_checkpoint):
     out = run_hfx("inspect", tiny_checkpoint(case)).stdout
     model_type = HYBRID_CASES[case][0]
-    assert model_type in out and "Mamba-2" in out and "state" in out, out
+    mixer = "Mamba-1" if model_type in MAMBA1 else "Mamba-2"
+    assert model_type in out and mixer in out and "state" in out, out
 
 
 def assert_refused(case, edit, message, tiny_checkpoint, tmp_path):
@@ -301,14 +321,15 @@ def test_no_genai_config_for_a_model_genai_cannot_run(case, tiny_checkpoint, tmp
     assert not (tmp_path / "out" / "onnx" / "genai_config.json").exists()
 
 
+@pytest.mark.parametrize("case", ["granitemoehybrid", "mamba", "falcon_mamba"])
 @pytest.mark.parametrize("fmt", ["pt2", "executorch"])
-def test_program_formats_refuse_the_scan_in_one_line(fmt, tiny_checkpoint, tmp_path):
-    """.pt2 and .pte cannot hold the scan's chunk count yet: one line naming the format and the state,
-    and no output folder."""
-    proc = run_hfx("export", "--model", tiny_checkpoint("granitemoehybrid"), "--format", fmt, "--static-cache",
+def test_program_formats_refuse_the_scan_in_one_line(fmt, case, tiny_checkpoint, tmp_path):
+    """.pt2 and .pte cannot hold the scan's chunk count yet (Mamba-2's and Mamba-1's chunked scans
+    alike): one line naming the format and the state, and no output folder."""
+    proc = run_hfx("export", "--model", tiny_checkpoint(case), "--format", fmt, "--static-cache",
                    "--max-cache-len", "32", tmp_path / "out", check=False)
     assert proc.returncode != 0, proc.stderr
-    assert f"format {fmt} does not write a Mamba-2 scan yet (past_ssm.0" in proc.stderr, proc.stderr
+    assert f"format {fmt} does not write a Mamba scan yet (past_ssm.0" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "out").exists()
 
@@ -316,7 +337,7 @@ def test_program_formats_refuse_the_scan_in_one_line(fmt, tiny_checkpoint, tmp_p
 @pytest.mark.parametrize("fmt", ["onnx", "openvino"])
 @pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
                                        ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
-@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba"])
+@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "mamba", "falcon_mamba"])
 def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
     """Every precision hfx offers, on each family: the export's own check (the artifact's numbers and
     greedy tokens against the reference executor at the precision's stated gate, docs/verify.md, on

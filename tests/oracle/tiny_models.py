@@ -213,6 +213,23 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
                                         mamba_chunk_size=3, mlp_bias=True, attention_bias=True,
                                         tie_word_embeddings=True, rope_parameters=dict(rope_type="default",
                                         rope_theta=500.0, partial_rotary_factor=1.0), rms_norm_eps=1e-5)),
+    # Mamba-1 (test_ssm_hybrids.py): the scan's chunks are floor(sqrt(s)) (the 10-token prompt spans 4 of
+    # 3, the last padded); conv biases, kernel 4 (longer than the 3 decode steps), time_step_rank "auto"
+    # (ceil(64 / 16) = 4), untied head
+    "mamba": ("mamba", dict(state_size=16, expand=2, conv_kernel=4, time_step_rank="auto", use_conv_bias=True,
+                            use_bias=False, tie_word_embeddings=False, layer_norm_epsilon=1e-5)),
+    # biased in_proj / out_proj, no conv bias, an explicit time_step_rank, kernel 2, tied head
+    "mamba-bias-tied": ("mamba", dict(num_hidden_layers=3, state_size=8, expand=2, conv_kernel=2, time_step_rank=6,
+                                      use_conv_bias=False, use_bias=True, tie_word_embeddings=True,
+                                      layer_norm_epsilon=1e-5)),
+    # FalconMamba: weightless RMS norms on dt, B and C (mixer_rms_eps), untied head, conv biases
+    "falcon_mamba": ("falcon_mamba", dict(state_size=16, expand=2, conv_kernel=4, time_step_rank="auto",
+                                          tie_word_embeddings=False, mixer_rms_eps=1e-6, layer_norm_epsilon=1e-5)),
+    # a coarser mixer eps, biased projections, no conv bias, kernel 3, tied head
+    "falcon_mamba-bias-tied": ("falcon_mamba", dict(num_hidden_layers=3, state_size=8, expand=2, conv_kernel=3,
+                                                    time_step_rank=5, use_conv_bias=False, use_bias=True,
+                                                    tie_word_embeddings=True, mixer_rms_eps=1e-3,
+                                                    layer_norm_epsilon=1e-5)),
 }
 
 

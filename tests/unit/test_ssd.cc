@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <span>
 
@@ -36,29 +37,37 @@ struct Scan {
   std::vector<float> state;  // [B, H, P, N]
 };
 
-// The graph over S positions (a symbol: one graph serves every length), run once.
-Scan run_graph(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
-               const Tensor* initial, int64_t chunk) {
-  ir::Graph g("main");
-  ir::Builder b(g);
-  const Dim s = Dim::sym("sequence_length");
-  std::map<std::string, Tensor> feeds = {{"x", x}, {"dt", dt}, {"B", Bm}, {"C", Cm}};
-  ir::ValueId xv = g.add_input("x", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(P)});
-  ir::ValueId dtv = g.add_input("dt", DType::F32, {Dim::fixed(B), s, Dim::fixed(H)});
-  ir::ValueId bv = g.add_input("B", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(N)});
-  ir::ValueId cv = g.add_input("C", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(N)});
+// Builds a scan over g's inputs (`build`, given the carried state's input or kNone), feeds `feeds`
+// (and `initial` when not null), runs it once.
+Scan run_scan(ir::Graph& g, std::map<std::string, Tensor> feeds, const Tensor* initial,
+              const std::function<models::SsdOut(ir::ValueId)>& build) {
   ir::ValueId init = ir::kNone;
   if (initial) {
     feeds["initial"] = *initial;
     init = g.add_input("initial", DType::F32, fixed_shape(initial->shape()));
   }
-  models::SsdOut r = models::ssd_chunk_scan(b, xv, dtv, b.constant(A), bv, cv, b.constant(D), init, {H, P, N, chunk});
+  models::SsdOut r = build(init);
   g.rename(r.out, "y");
   g.rename(r.final_state, "state");
   g.add_output(r.out);
   g.add_output(r.final_state);
   auto outs = runtime::Executor(g).run(feeds);
   return {vec(outs.at("y").values<float>()), vec(outs.at("state").values<float>())};
+}
+
+// The graph over S positions (a symbol: one graph serves every length), run once.
+Scan run_graph(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
+               const Tensor* initial, int64_t chunk) {
+  ir::Graph g("main");
+  ir::Builder b(g);
+  const Dim s = Dim::sym("sequence_length");
+  ir::ValueId xv = g.add_input("x", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(P)});
+  ir::ValueId dtv = g.add_input("dt", DType::F32, {Dim::fixed(B), s, Dim::fixed(H)});
+  ir::ValueId bv = g.add_input("B", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(N)});
+  ir::ValueId cv = g.add_input("C", DType::F32, {Dim::fixed(B), s, Dim::fixed(H), Dim::fixed(N)});
+  return run_scan(g, {{"x", x}, {"dt", dt}, {"B", Bm}, {"C", Cm}}, initial, [&](ir::ValueId init) {
+    return models::ssd_chunk_scan(b, xv, dtv, b.constant(A), bv, cv, b.constant(D), init, {H, P, N, chunk});
+  });
 }
 
 // The recurrence, in double, from `initial` (zeros when null).
@@ -174,4 +183,87 @@ TEST(SsdScan, ExpSegmentSumIsTheMaskedDecay) {
       for (int k = j + 1; k <= i; ++k) sum += av_[size_t(k)];
       EXPECT_NEAR(got[size_t(i * 4 + j)], j <= i ? std::exp(sum) : 0.0, 1e-6) << i << "," << j;
     }
+}
+
+// Mamba-1's selective scan (models::selective_scan: an SSD scan of channels x state heads of one, in
+// chunks of floor(sqrt(s))) against its recurrence in double, as Transformers' slow path steps it:
+//   h_t[i, n] = exp(dt_t[i] A[i, n]) h_{t-1}[i, n] + dt_t[i] x_t[i] B_t[n],  y_t[i] = h_t[i] · C_t + D[i] x_t[i].
+namespace {
+
+constexpr int64_t SI = 3, SN = 4;  // channels, state
+
+Scan run_selective(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& Cm,
+                   const Tensor& D, const Tensor* initial) {
+  ir::Graph g("main");
+  ir::Builder b(g);
+  const Dim s = Dim::sym("sequence_length");
+  ir::ValueId xv = g.add_input("x", DType::F32, {Dim::fixed(B), s, Dim::fixed(SI)});
+  ir::ValueId dtv = g.add_input("dt", DType::F32, {Dim::fixed(B), s, Dim::fixed(SI)});
+  ir::ValueId bv = g.add_input("B", DType::F32, {Dim::fixed(B), s, Dim::fixed(SN)});
+  ir::ValueId cv = g.add_input("C", DType::F32, {Dim::fixed(B), s, Dim::fixed(SN)});
+  return run_scan(g, {{"x", x}, {"dt", dt}, {"B", Bm}, {"C", Cm}}, initial, [&](ir::ValueId init) {
+    return models::selective_scan(b, xv, dtv, b.constant(A), bv, cv, b.constant(D), init, SI, SN);
+  });
+}
+
+Scan selective_recurrence(const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& Bm, const Tensor& Cm,
+                          const Tensor& D, const Tensor* initial, int64_t S) {
+  const auto xs = x.values<float>(), dts = dt.values<float>(), as = A.values<float>(), bs = Bm.values<float>(),
+             cs = Cm.values<float>(), ds = D.values<float>();
+  std::vector<double> h(size_t(B * SI * SN), 0.0);
+  if (initial) {
+    const auto is = initial->values<float>();
+    for (size_t i = 0; i < h.size(); ++i) h[i] = is[i];
+  }
+  Scan out;
+  out.y.assign(size_t(B * S * SI), 0.f);
+  for (int64_t n = 0; n < B; ++n)
+    for (int64_t t = 0; t < S; ++t)
+      for (int64_t i = 0; i < SI; ++i) {
+        const double d = dts[size_t((n * S + t) * SI + i)], xv = xs[size_t((n * S + t) * SI + i)];
+        double y = ds[size_t(i)] * xv;
+        for (int64_t j = 0; j < SN; ++j) {
+          double& st = h[size_t((n * SI + i) * SN + j)];
+          st = std::exp(d * as[size_t(i * SN + j)]) * st + d * xv * bs[size_t((n * S + t) * SN + j)];
+          y += st * cs[size_t((n * S + t) * SN + j)];
+        }
+        out.y[size_t((n * S + t) * SI + i)] = float(y);
+      }
+  out.state.assign(h.begin(), h.end());
+  return out;
+}
+
+Inputs selective_inputs(int64_t S, uint32_t seed) {
+  std::mt19937 rng(seed);
+  return {random_f32({B, S, SI}, rng, -1.f, 1.f),  random_f32({B, S, SI}, rng, 0.05f, 0.9f),
+          random_f32({SI, SN}, rng, -2.f, -0.2f),  random_f32({B, S, SN}, rng, -1.f, 1.f),
+          random_f32({B, S, SN}, rng, -1.f, 1.f),  random_f32({SI}, rng, -0.5f, 0.5f),
+          random_f32({B, SI, SN}, rng, -1.f, 1.f)};
+}
+
+void check_selective(int64_t S, bool carried) {
+  const Inputs in = selective_inputs(S, uint32_t(S * 17 + carried));
+  const Tensor* init = carried ? &in.initial : nullptr;
+  const Scan got = run_selective(in.x, in.dt, in.A, in.Bm, in.Cm, in.D, init);
+  const Scan want = selective_recurrence(in.x, in.dt, in.A, in.Bm, in.Cm, in.D, init, S);
+  const std::string what = "S " + std::to_string(S) + (carried ? ", carried" : "");
+  expect_near(got.y, want.y, what + ": y");
+  expect_near(got.state, want.state, what + ": final state");
+}
+
+}  // namespace
+
+// floor(sqrt(S)) chunks: 1 (a decode step), 2 of 2 (whole), 4 of 3 (the last padded), 4 of 4.
+TEST(SelectiveScan, OneToken) {
+  check_selective(1, false);
+  check_selective(1, true);
+}
+TEST(SelectiveScan, PromptOfWholeChunks) {
+  check_selective(4, false);
+  check_selective(16, true);
+}
+TEST(SelectiveScan, PromptWithAPaddedLastChunk) {
+  check_selective(10, false);
+  check_selective(10, true);
+  check_selective(27, true);
 }
