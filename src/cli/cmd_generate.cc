@@ -6,15 +6,19 @@
 #include <cmath>
 #include <cstdio>
 
+#include "audio/load_audio.h"
+#include "audio/whisper_features.h"
 #include "cli/commands.h"
 #include "cli/usage.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "pipeline/artifact.h"
 #include "pipeline/backend.h"
 #include "pipeline/verify_cases.h"
 #include "pipeline/verify_runtimes.h"
 #include "runtime/generate.h"
 #include "runtime/seq2seq_generate.h"
+#include "runtime/whisper_prompt.h"
 #include "tasks/task.h"
 #include "tokenizer/tokenizer.h"
 
@@ -61,17 +65,47 @@ void check_prompts_fit(const pipeline::Artifact& art, const std::vector<std::vec
 
 // An encoder-decoder's: the sources within the encoder's sequence bounds, the start token and the new
 // ones within the decoder's total length.
-void check_sources_fit(const pipeline::Artifact& art, const std::vector<std::vector<int64_t>>& sources, int64_t new_tokens) {
-  check_prompts_fit(art, sources, 0);  // ids within the vocabulary, rows within batch_size
+void check_sources_fit(const pipeline::Artifact& art, const std::vector<std::vector<int64_t>>& sources,
+                       int64_t decoder_prompt, int64_t new_tokens) {
+  if (!sources.empty()) check_prompts_fit(art, sources, 0);  // ids within the vocabulary, rows within batch_size
   size_t longest = 0;
   for (const auto& p : sources) longest = std::max(longest, p.size());
   const auto source_max = pipeline::bound(art.component("encoder").graph, "encoder_sequence_length", true);
   if (source_max && int64_t(longest) > *source_max)
     bad_input("prompt of {} tokens > {} (the export's encoder_sequence_length max)", longest, *source_max);
   const auto total_max = pipeline::bound(art.component("decoder_with_past").graph, "total_decoder_sequence_length", true);
-  if (total_max && 1 + new_tokens > *total_max)
-    bad_input("1 start token + {} new tokens > {} (the export's total_decoder_sequence_length max); use -n {} at most",
-              new_tokens, *total_max, std::max<int64_t>(0, *total_max - 1));
+  if (total_max && decoder_prompt + new_tokens > *total_max)
+    bad_input("{} decoder prompt token(s) + {} new tokens > {} (the export's total_decoder_sequence_length max); use -n "
+              "{} at most",
+              decoder_prompt, new_tokens, *total_max, std::max<int64_t>(0, *total_max - decoder_prompt));
+}
+
+// A speech model's source: the sound file at the export's feature extractor's rate, as its log-mel
+// features (preprocessor_config.json), which must have the shape the encoder takes.
+runtime::Seq2SeqSources audio_source(const pipeline::Artifact& art, const fs::path& file) {
+  const fs::path config = art.dir / "preprocessor_config.json";
+  if (!fs::exists(config))
+    bad_input("{}: no preprocessor_config.json (the feature extractor's settings, copied from the checkpoint)",
+              art.dir.string());
+  const audio::WhisperFeatureConfig fc = audio::read_whisper_feature_config(config);
+  const audio::Sound sound = audio::load_audio(file, fc.sampling_rate);
+  const audio::LogMel mel = audio::whisper_log_mel(sound.samples, fc);
+  if (mel.n_mels != art.speech->mel_bins || mel.n_frames != art.speech->frames)
+    bad_input("{}: features of {} mel bins x {} frames; the export's encoder takes {} x {}", config.string(), mel.n_mels,
+              mel.n_frames, art.speech->mel_bins, art.speech->frames);
+  return runtime::speech_sources(Tensor::from_vector<float>(DType::F32, {1, mel.n_mels, mel.n_frames}, mel.values),
+                                 art.speech->encoder_length);
+}
+
+// Whisper's decoder prompt and suppressed tokens from the export's generation_config.json.
+runtime::WhisperDecoding whisper_decoding(const pipeline::Artifact& art, const std::optional<std::string>& language,
+                                          const std::optional<std::string>& task) {
+  const fs::path file = art.dir / "generation_config.json";
+  nlohmann::json g = nlohmann::json::object();
+  if (fs::exists(file)) g = nlohmann::json::parse(read_text_file(file), nullptr, false);
+  if (g.is_discarded() || !g.is_object()) bad_input("{}: not a JSON object", file.string());
+  const int64_t vocab = art.manifest["model"].value("vocab_size", int64_t(0));
+  return runtime::whisper_decoding(g, file.string(), *art.decoder_start_token_id, language, task, vocab);
 }
 
 }  // namespace
@@ -81,6 +115,8 @@ void register_generate(CLI::App& app, Action& action) {
     fs::path dir;
     std::string prompt;
     std::vector<std::string> prompt_ids;
+    fs::path audio;
+    std::optional<std::string> language, task;
     runtime::SamplingOptions sampling;
     bool print_ids = false;
     std::string runtime;  // empty: picked from the export's formats (pipeline/verify_runtimes.h)
@@ -97,6 +133,14 @@ void register_generate(CLI::App& app, Action& action) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->excludes(text);
+  auto* audio = cmd->add_option("--audio", s->audio,
+                                "A sound file (WAV, FLAC, ... as libsndfile reads) for a speech model (Whisper): mono, "
+                                "resampled and turned into log-mel features as its preprocessor_config.json says; the "
+                                "first 30 s");
+  audio->excludes(text);
+  cmd->add_option("--language", s->language,
+                  "Whisper: the language token, a code of generation_config.json's lang_to_id (en, de, ...)");
+  cmd->add_option("--task", s->task, "Whisper: transcribe (the default) or translate");
   cmd->add_option("--max-new-tokens,-n", s->sampling.max_new_tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", s->sampling.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", s->sampling.top_k, "Keep the k most likely tokens; 0 = off");
@@ -108,14 +152,16 @@ void register_generate(CLI::App& app, Action& action) {
                   "runtime). Default: reference for an export with onnx "
                   "files, else the runtime of its format (as hfx verify picks it)");
   cmd->add_flag("--print-ids", s->print_ids, "Print each row's new token ids (comma separated, one row a line)");
-  cmd->callback([s, text, cmd, &action] {
-    action = [s, text, cmd] {
+  cmd->callback([s, text, audio, cmd, &action] {
+    action = [s, text, audio, cmd] {
       check_sampling_flags(s->sampling);
       if (s->sampling.temperature == 0)  // F#13: greedy decoding reads none of the sampling options
         for (const char* flag : {"--top-k", "--top-p", "--seed"})
           if (cmd->count(flag)) fmt::print(stderr, "hfx: note: {} only applies to sampling (--temperature > 0); ignored\n", flag);
       if (text->count() && s->prompt.empty()) usage_error("--prompt is empty: give some text (or --prompt-ids 1,2,3)");
-      if (s->prompt_ids.empty() && !text->count()) usage_error("give --prompt TEXT or --prompt-ids 1,2,3");
+      if (s->prompt_ids.empty() && !text->count() && !audio->count())
+        usage_error("give --prompt TEXT or --prompt-ids 1,2,3 (or --audio FILE for a speech model)");
+      if (audio->count() && !s->prompt_ids.empty()) usage_error("--audio and --prompt-ids: give one source");
       std::vector<std::vector<int64_t>> prompts;
       for (const auto& p : s->prompt_ids) prompts.push_back(as_usage([&] { return parse_id_list(p, "--prompt-ids"); }));
       if (!fs::is_directory(s->dir)) bad_input("{}: no such export folder", s->dir.string());
@@ -138,23 +184,39 @@ void register_generate(CLI::App& app, Action& action) {
                     "as a step runner here; `python python/hfx_ort_seq2seq.py {} --prompt-ids 1,2,3` generates an "
                     "encoder-decoder with ONNX Runtime",
                     s->dir.string());
-      if (art.seq2seq()) check_sources_fit(art, prompts, s->sampling.max_new_tokens);
-      else check_prompts_fit(art, prompts, s->sampling.max_new_tokens);
+      if (audio->count() && !art.speech)
+        bad_input("{}: --audio is for a speech model (Whisper); this export's encoder reads token ids: use --prompt",
+                  s->dir.string());
+      if (art.speech && !audio->count())
+        bad_input("{}: a speech model (Whisper) transcribes a sound file: give --audio FILE.wav", s->dir.string());
+      if (!art.speech && (s->language || s->task))
+        bad_input("--language and --task are Whisper's; {} is not a speech model", s->dir.string());
       auto opts = s->sampling;
       opts.eos_token_ids = art.eos_token_ids;
       opts.pad_token_id = art.pad_token_id;
+      std::vector<int64_t> decoder_prompt;
+      if (art.seq2seq()) decoder_prompt = {*art.decoder_start_token_id};
+      if (art.speech) {
+        runtime::WhisperDecoding w = whisper_decoding(art, s->language, s->task);
+        decoder_prompt = w.prompt;
+        opts.suppress_tokens = w.suppress_tokens;
+        opts.begin_suppress_tokens = w.begin_suppress_tokens;
+      }
+      if (art.seq2seq()) check_sources_fit(art, prompts, int64_t(decoder_prompt.size()), s->sampling.max_new_tokens);
+      else check_prompts_fit(art, prompts, s->sampling.max_new_tokens);
       const bool split = art.components.size() > 1;
       for (const auto& c : art.components) pipeline::check_declared_outputs(art, c);
       // The reference executor runs the graphs under a per-tensor budget from their contract at this
       // run's sizes (the prompts, plus the new tokens or the static cache), so a graph computing a
       // huge tensor fails naming its node instead of taking the machine's memory.
-      size_t longest = 0;
+      size_t longest = art.speech ? size_t(art.speech->frames) : 0;
       for (const auto& p : prompts) longest = std::max(longest, p.size());
+      const int64_t batch = art.speech ? 1 : int64_t(prompts.size());
       const int64_t length = std::max<int64_t>(int64_t(longest) + std::max<int64_t>(opts.max_new_tokens, 0),
                                                art.cache.static_cache ? art.cache.max_cache_len : 0);
       auto make_runner = [&](const pipeline::ArtifactComponent& c) {
         if (s->runtime == "reference")
-          return runtime::make_executor_runner(c.graph, pipeline::artifact_exec_options(c, int64_t(prompts.size()), length));
+          return runtime::make_executor_runner(c.graph, pipeline::artifact_exec_options(c, batch, length));
         return backend.make_runner(c, s->runtime);
       };
       // A decoder's steps (decoder, or prefill + decode), or an encoder-decoder's three graphs.
@@ -166,7 +228,7 @@ void register_generate(CLI::App& app, Action& action) {
       // Stream a single row as it comes: text when there is a tokenizer, ids otherwise. Text is
       // re-decoded from all new ids each time and only the new suffix printed, so multi-byte
       // characters split over tokens come out whole.
-      const bool stream = !s->print_ids && prompts.size() == 1;
+      const bool stream = !s->print_ids && batch == 1;
       std::vector<int64_t> so_far;
       std::string printed;
       auto on_token = [&](size_t, int64_t id) {
@@ -184,8 +246,9 @@ void register_generate(CLI::App& app, Action& action) {
         std::fflush(stdout);
       };
       auto rows = encoder ? runtime::generate_seq2seq({*encoder, *first, *next}, art.cache,
-                                                      runtime::text_sources(prompts, opts.pad_token_id),
-                                                      {*art.decoder_start_token_id}, opts, on_token)
+                                                      art.speech ? audio_source(art, s->audio)
+                                                                 : runtime::text_sources(prompts, opts.pad_token_id),
+                                                      decoder_prompt, opts, on_token)
                           : runtime::generate(*first, next ? *next : *first, art.cache, prompts, opts, on_token);
       if (stream) fmt::print("\n");
       else

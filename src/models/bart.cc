@@ -293,6 +293,11 @@ class Bart final : public Seq2SeqLm {
   int64_t decoder_layers() const override { return c_.decoder_layers; }
   int64_t heads() const override { return c_.decoder_heads; }
   int64_t head_dim() const override { return c_.d_model / c_.decoder_heads; }
+  PositionLimits position_limits() const override {
+    if (speech()) return {c_.source_positions, c_.target_positions};
+    // Learned tables have max_position_embeddings rows to index; Marian's sinusoidal table as many.
+    return {c_.max_positions, c_.max_positions};
+  }
   Seq2SeqSource source() const override {
     if (!speech()) return {};
     return {.speech = true, .mel_bins = c_.mel_bins, .frames = 2 * c_.source_positions,

@@ -4,6 +4,7 @@
 // Like CausalLm, a definition emits canonical IR for one call and the task (tasks/seq2seq) owns the
 // I/O contract: the names, the component split and the state ports.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "ir/builder.h"
@@ -64,6 +65,12 @@ ir::ValueId causal_bias(ir::Builder& b, const StepPositions& p, ir::ValueId bias
 // past) followed by this step's.
 ir::ValueId grow_self_cache(ir::Builder& b, const std::vector<ir::ValueId>& past, int64_t layer, ir::ValueId now);
 
+// The longest source and decoded sequence a model's position tables index (none: unbounded, T5's
+// relative positions).
+struct PositionLimits {
+  std::optional<int64_t> source, target;
+};
+
 class Seq2SeqLm {
  public:
   virtual ~Seq2SeqLm() = default;
@@ -74,6 +81,7 @@ class Seq2SeqLm {
   virtual int64_t decoder_layers() const = 0;
   virtual int64_t heads() const = 0;
   virtual int64_t head_dim() const = 0;
+  virtual PositionLimits position_limits() const { return {}; }
   // What the encoder reads (token ids unless a speech model says otherwise).
   virtual Seq2SeqSource source() const { return {}; }
   // The encoder over input_ids and attention_mask (or input_features): last_hidden_state only.

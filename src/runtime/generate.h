@@ -48,6 +48,9 @@ struct SamplingOptions {
   uint64_t seed = 0;
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = 0;
+  // Tokens never picked, and never picked as the first new token (Whisper's suppress_tokens and
+  // begin_suppress_tokens, runtime/whisper_prompt.h; the encoder-decoder loop applies them).
+  std::vector<int64_t> suppress_tokens, begin_suppress_tokens;
 };
 
 // Returns, per prompt, the generated tokens (without the prompt). After a row emits an EOS token it

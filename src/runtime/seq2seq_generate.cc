@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "core/error.h"
@@ -91,6 +92,9 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(B));
   std::vector<bool> done(size_t(B), false);
   const std::set<int64_t> eos(o.eos_token_ids.begin(), o.eos_token_ids.end());
+  for (const auto& list : {o.suppress_tokens, o.begin_suppress_tokens})
+    for (int64_t t : list) HFX_CHECK(t >= 0, "generate: a suppressed token {} is negative", t);
+  std::vector<float> masked_row;
   // The first step reads the whole decoder prompt, every later one the last token.
   std::vector<int64_t> step_ids;
   for (int64_t b = 0; b < B; ++b) step_ids.insert(step_ids.end(), prompt.begin(), prompt.end());
@@ -109,9 +113,20 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
         past[p.past] = take(result, p.present, step == 0 ? "first step" : "step");
     const Tensor& logits = step_logits(result, B, seq);
     const int64_t V = logits.dim(2);
+    for (const auto& list : {o.suppress_tokens, o.begin_suppress_tokens})
+      for (int64_t t : list)
+        if (t >= V) bad_input("generate: suppressed token {} is outside the logits' vocabulary ({})", t, V);
     step_ids.resize(size_t(B));
     for (int64_t b = 0; b < B; ++b) {
       const float* row = logits.as<float>() + (b * seq + seq - 1) * V;  // the last position's
+      if (!o.suppress_tokens.empty() || (step == 0 && !o.begin_suppress_tokens.empty())) {
+        // As Transformers' SuppressTokens(AtBegin)LogitsProcessor: -inf, never picked.
+        masked_row.assign(row, row + V);
+        for (int64_t t : o.suppress_tokens) masked_row[size_t(t)] = -std::numeric_limits<float>::infinity();
+        if (step == 0)
+          for (int64_t t : o.begin_suppress_tokens) masked_row[size_t(t)] = -std::numeric_limits<float>::infinity();
+        row = masked_row.data();
+      }
       const int64_t tok = done[size_t(b)] ? o.pad_token_id : sampler.pick(row, V);
       step_ids[size_t(b)] = tok;
       out[size_t(b)].push_back(tok);

@@ -21,13 +21,20 @@ const std::string kTotal = "total_decoder_sequence_length";
 // The merged decoder's carried cross state: 0 on its first step, the source's length after.
 const std::string kPastEncoder = "past_encoder_sequence_length";
 
-// Bounds: a step has a row and a token, a source has a token; only the past may be empty. --dim
-// tightens them, --dynamic drops them. Only the symbols the graph uses are kept.
-void declare_bounds(ir::Graph& g, const CausalLmOptions& o) {
+// Bounds: a step has a row and a token, a source has a token; only the past may be empty; a learned
+// position table bounds the lengths it indexes. --dim tightens them, --dynamic drops them. Only the
+// symbols the graph uses are kept.
+void declare_bounds(ir::Graph& g, const models::Seq2SeqLm& model, const CausalLmOptions& o) {
   auto& syms = g.symbols();
   if (!o.dynamic) {
-    for (const auto& name : seq2seq_dim_names())
-      syms.set_bounds(name, {name == kPast || name == kPastEncoder ? 0 : 1, std::nullopt});
+    const models::PositionLimits limits = model.position_limits();
+    for (const auto& name : seq2seq_dim_names()) {
+      std::optional<int64_t> max;
+      if (name == kEncoder || name == kPastEncoder) max = limits.source;
+      else if (name == kSeq || name == kTotal) max = limits.target;
+      else if (name == kPast && limits.target) max = *limits.target - 1;
+      syms.set_bounds(name, {name == kPast || name == kPastEncoder ? 0 : 1, max});
+    }
     for (const auto& [name, b] : o.dims) syms.set_bounds(name, b);
   }
   keep_used_symbols(g);
@@ -62,7 +69,7 @@ Component build_encoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
   }
   ir::Builder b(c.graph);
   name_outputs(c, b, {model.encode(b, in)});
-  declare_bounds(c.graph, o);
+  declare_bounds(c.graph, model, o);
   c.graph.validate();
   return c;
 }
@@ -129,7 +136,7 @@ Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
   }
   name_outputs(c, b, values);
   c.state = std::move(ports);
-  declare_bounds(g, o);
+  declare_bounds(g, model, o);
   g.validate();
   return c;
 }

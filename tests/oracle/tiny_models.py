@@ -297,7 +297,17 @@ SEQ2SEQ_CASES: dict[str, tuple[str, dict]] = {
     "whisper-shapes": ("whisper", dict(WHISPER_BASE, encoder_layers=1, decoder_layers=3, encoder_attention_heads=8,
                                        decoder_attention_heads=2, activation_function="relu", num_mel_bins=20,
                                        max_source_positions=10, decoder_start_token_id=5)),
+    # For `hfx generate --audio`: whisper-tiny's input (80 mel bins x 3000 frames, the 30 s window its
+    # feature extractor makes; preprocessor_config.json saved beside it) into the tiny network
+    "whisper-audio": ("whisper", dict(WHISPER_BASE, num_mel_bins=80, max_source_positions=1500)),
+    # ... with a multilingual generation_config.json (WHISPER_GENERATION): language and task tokens,
+    # <|notimestamps|>, suppressed tokens and tokens suppressed at the first position
+    "whisper-multilingual": ("whisper", dict(WHISPER_BASE, num_mel_bins=80, max_source_positions=1500)),
 }
+# generation_config.json fields a case adds (Whisper's prompt tokens; ids of this tiny vocabulary)
+WHISPER_GENERATION = {"whisper-multilingual": dict(
+    lang_to_id={"<|en|>": 120, "<|de|>": 121}, task_to_id={"translate": 122, "transcribe": 123},
+    no_timestamps_token_id=124, is_multilingual=True, suppress_tokens=[5, 7, 9], begin_suppress_tokens=[2, 11])}
 # The seq2seq cases whose config.json is left as Transformers 5 writes it; the others are rewritten the
 # way the hub's T5 / flan-t5 / mT5 configs read (see make()).
 SEQ2SEQ_AS_SAVED = {"t5-v5-config"}
@@ -356,6 +366,14 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
         saved.pop("scale_decoder_outputs", None)
         saved["tie_word_embeddings"] = not untied
         path.write_text(json.dumps(saved, indent=2) + "\n")
+    if model_type in SPEECH_TYPES and config.max_source_positions == 1500:
+        from transformers import WhisperFeatureExtractor
+        WhisperFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(out)
+    if case in WHISPER_GENERATION:
+        path = out / "generation_config.json"
+        # (without _from_model_config, which makes from_pretrained rebuild it from config.json)
+        saved = {k: v for k, v in json.loads(path.read_text()).items() if k != "_from_model_config"}
+        path.write_text(json.dumps({**saved, **WHISPER_GENERATION[case]}, indent=2) + "\n")
     (out / "hfx_case.json").write_text(json.dumps({"case": case, "model_type": model_type, "seed": seed}))
     return out
 
