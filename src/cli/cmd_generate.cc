@@ -124,7 +124,7 @@ void register_generate(CLI::App& app, Action& action) {
   auto s = std::make_shared<State>();
   auto* cmd = app.add_subcommand("generate", "Generate tokens from an export (reference executor, or --runtime openvino|torch|executorch): "
                                              "a decoder's continuation of the prompt, or an encoder-decoder's output for "
-                                             "the prompt as its source (T5, BART, Marian: docs/seq2seq.md).");
+                                             "the prompt as its source (T5, BART, Marian: docs/seq2seq.md), or Whisper's transcription of --audio FILE.");
   cmd->add_option("out", s->dir, "Export folder (with hfx.json)")->required();
   auto* text = cmd->add_option("--prompt", s->prompt, "Prompt text (encoded with the export's tokenizer.json)");
   cmd->add_option("--prompt-ids", s->prompt_ids,

@@ -1,4 +1,4 @@
-"""Optimum's ORTModelForSeq2SeqLM, a client users run, loads hfx's encoder-decoder export unmodified
+"""Optimum's ORTModelForSeq2SeqLM (and ORTModelForSpeechSeq2Seq for Whisper), a client users run, loads hfx's encoder-decoder export unmodified
 (OUT/onnx: encoder_model.onnx with decoder_model.onnx + decoder_with_past_model.onnx, or with
 decoder_model_merged.onnx, the graph transformers.js loads too; config.json, generation_config.json) and
 generates Transformers' greedy tokens. optimum-onnx pins transformers <
@@ -58,3 +58,46 @@ def test_optimum_generates_transformers_tokens(case, decoder, tiny_checkpoint, t
     assert proc.returncode == 0, proc.stderr[-3000:]
     tokens = json.loads(proc.stdout.strip().splitlines()[-1])
     assert tokens == transformers_tokens(ckpt, sources, 32)
+
+
+# Run by Optimum's Python: ORTModelForSpeechSeq2Seq over hfx's Whisper export, and the same venv's
+# Transformers (4.57, Whisper's generate() of that version, which Optimum's generate() follows) on the
+# checkpoint, for the same features (the ones hfx's checks feed a speech model).
+SPEECH_DRIVER = """
+import json, sys, numpy as np, torch
+from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
+from transformers import WhisperForConditionalGeneration
+folder, ckpt, features, new, merged = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "merged"
+x = torch.from_numpy(np.load(features))
+model = ORTModelForSpeechSeq2Seq.from_pretrained(folder, use_cache=True, use_merged=merged, provider="CPUExecutionProvider")
+assert model.decoder.is_merged == merged, "Optimum did not load the decoder asked for"
+got = model.generate(input_features=x, max_new_tokens=new, do_sample=False, num_beams=1).tolist()
+ref = WhisperForConditionalGeneration.from_pretrained(ckpt, attn_implementation="eager").eval()
+with torch.no_grad():
+    want = ref.generate(input_features=x, max_new_tokens=new, do_sample=False, num_beams=1).tolist()
+print(json.dumps({"got": got, "want": want}))
+"""
+
+
+@pytest.mark.parametrize("case,decoder", [("whisper", "split"), ("whisper-shapes", "merged")])
+def test_optimum_speech_generates_transformers_tokens(case, decoder, tiny_checkpoint, tmp_path):
+    import sys
+
+    import numpy as np
+    sys.path.insert(0, str(ROOT / "python"))
+    from hfx_ort_seq2seq import verify_speech_features
+    if not OPTIMUM_PYTHON.exists():
+        pytest.fail(f"{OPTIMUM_PYTHON} is missing: bash scripts/setup.sh makes .venv-optimum")
+    ckpt = tiny_checkpoint(case)
+    config = json.loads((ckpt / "config.json").read_text())
+    out = tmp_path / "out"
+    run_hfx("export", "--model", ckpt, "--format", "onnx", "--quiet", out)
+    features = tmp_path / "features.npy"
+    np.save(features, verify_speech_features([[5, 9, 14], [7, 3]], config["num_mel_bins"],
+                                             2 * config["max_source_positions"]))
+    proc = subprocess.run([str(OPTIMUM_PYTHON), "-c", SPEECH_DRIVER, str(out / "onnx"), str(ckpt), str(features), "32",
+                           decoder], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["got"] == result["want"]
+    assert len({t for row in result["want"] for t in row}) > 4, "degenerate tokens: the check would be weak"
