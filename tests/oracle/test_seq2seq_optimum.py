@@ -79,7 +79,8 @@ print(json.dumps({"got": got, "want": want}))
 """
 
 
-@pytest.mark.parametrize("case,decoder", [("whisper", "split"), ("whisper-shapes", "merged")])
+# (merged: "whisper", whose encoder and decoder have equal head counts, for the reason RUNS gives)
+@pytest.mark.parametrize("case,decoder", [("whisper-shapes", "split"), ("whisper", "merged")])
 def test_optimum_speech_generates_transformers_tokens(case, decoder, tiny_checkpoint, tmp_path):
     import sys
 
