@@ -16,7 +16,7 @@ export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
 seconds=${1:-10}
 shift || true
 build=${HFX_FUZZ_BUILD:-build-fuzz}
-all_targets=(safetensors config index tokenizer manifest onnx artifact)
+all_targets=(safetensors config index tokenizer manifest onnx artifact audio)
 [ $# -gt 0 ] && targets=("$@") || targets=("${all_targets[@]}")
 
 if ! command -v clang++ >/dev/null; then

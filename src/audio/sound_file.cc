@@ -2,6 +2,7 @@
 
 #include <sndfile.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -75,7 +76,9 @@ Sound read_sound_file(const std::filesystem::path& path) {
   // Blocks of interleaved frames, averaged to mono as they arrive, so memory stays one mono copy.
   const int64_t block_frames = 65536;
   std::vector<float> block(size_t(block_frames) * size_t(info.channels));
-  sound.samples.reserve(size_t(info.frames));
+  // The header's count is the file's claim: reserve no more than 16 Mi frames on its word (growth
+  // past that is amortised), so a short file that claims hours allocates nothing for them.
+  sound.samples.reserve(size_t(std::min<sf_count_t>(info.frames, sf_count_t(1) << 24)));
   for (;;) {
     const sf_count_t got = sf_readf_float(file.get(), block.data(), block_frames);
     if (got < 0 || sf_error(file.get()) != SF_ERR_NO_ERROR)
@@ -89,9 +92,10 @@ Sound read_sound_file(const std::filesystem::path& path) {
       // numpy's float32 mean: the sum, then one division (for two channels, exactly (l + r) / 2).
       double sum = 0;
       for (int c = 0; c < info.channels; ++c) {
-        if (!std::isfinite(channel[c]))
-          bad_input("{}: sample {} of channel {} is {}; expected finite samples", where, sound.samples.size(), c,
-                    channel[c]);
+        if (!std::isfinite(channel[c]) || std::fabs(channel[c]) > kMaxSampleMagnitude)
+          bad_input("{}: sample {} of channel {} is {}; expected finite samples of magnitude at most {} (audio is "
+                    "nominally within [-1, 1])",
+                    where, sound.samples.size(), c, channel[c], kMaxSampleMagnitude);
         sum += channel[c];
       }
       sound.samples.push_back(info.channels == 1 ? channel[0] : float(sum / info.channels));

@@ -21,6 +21,9 @@ namespace hfx::audio {
 inline constexpr int64_t kMaxSoundFrames = int64_t(1) << 28;
 // libsndfile accepts rates up to 655350 Hz; hfx takes what audio hardware records, up to 768 kHz.
 inline constexpr int kMaxSampleRate = 768000;
+// Samples are nominally within [-1, 1]; a float file may exceed that (clipped mixes), but not by
+// orders of magnitude: the resampler and the spectrogram work in f32 and would overflow near FLT_MAX.
+inline constexpr float kMaxSampleMagnitude = 1e6f;
 
 struct Sound {
   std::vector<float> samples;  // mono: the channels of each frame averaged

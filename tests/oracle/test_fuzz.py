@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGETS = ["safetensors", "config", "index", "tokenizer", "manifest", "onnx", "artifact"]
+TARGETS = ["safetensors", "config", "index", "tokenizer", "manifest", "onnx", "artifact", "audio"]
 SECONDS = int(os.environ.get("HFX_FUZZ_SECONDS", "8"))
 
 
