@@ -18,7 +18,7 @@
 #include "pipeline/verify_runtimes.h"
 #include "runtime/generate.h"
 #include "runtime/seq2seq_generate.h"
-#include "runtime/whisper_prompt.h"
+#include "runtime/generation_rules.h"
 #include "tasks/task.h"
 #include "tokenizer/tokenizer.h"
 
@@ -97,15 +97,13 @@ runtime::Seq2SeqSources audio_source(const pipeline::Artifact& art, const fs::pa
                                  art.speech->encoder_length);
 }
 
-// Whisper's decoder prompt and suppressed tokens from the export's generation_config.json.
-runtime::WhisperDecoding whisper_decoding(const pipeline::Artifact& art, const std::optional<std::string>& language,
-                                          const std::optional<std::string>& task) {
+// The export's generation_config.json (an empty object when it has none).
+nlohmann::json generation_config(const pipeline::Artifact& art) {
   const fs::path file = art.dir / "generation_config.json";
   nlohmann::json g = nlohmann::json::object();
   if (fs::exists(file)) g = nlohmann::json::parse(read_text_file(file), nullptr, false);
   if (g.is_discarded() || !g.is_object()) bad_input("{}: not a JSON object", file.string());
-  const int64_t vocab = art.manifest["model"].value("vocab_size", int64_t(0));
-  return runtime::whisper_decoding(g, file.string(), *art.decoder_start_token_id, language, task, vocab);
+  return g;
 }
 
 }  // namespace
@@ -196,11 +194,16 @@ void register_generate(CLI::App& app, Action& action) {
       opts.pad_token_id = art.pad_token_id;
       std::vector<int64_t> decoder_prompt;
       if (art.seq2seq()) decoder_prompt = {*art.decoder_start_token_id};
+      const std::string config_file = (s->dir / "generation_config.json").string();
+      const int64_t vocab = art.manifest["model"].value("vocab_size", int64_t(0));
       if (art.speech) {
-        runtime::WhisperDecoding w = whisper_decoding(art, s->language, s->task);
+        runtime::WhisperDecoding w = runtime::whisper_decoding(generation_config(art), config_file,
+                                                               *art.decoder_start_token_id, s->language, s->task, vocab);
         decoder_prompt = w.prompt;
         opts.suppress_tokens = w.suppress_tokens;
         opts.begin_suppress_tokens = w.begin_suppress_tokens;
+      } else if (art.seq2seq()) {
+        runtime::apply_text_generation_rules(generation_config(art), config_file, vocab, opts);
       }
       if (art.seq2seq()) check_sources_fit(art, prompts, int64_t(decoder_prompt.size()), s->sampling.max_new_tokens);
       else check_prompts_fit(art, prompts, s->sampling.max_new_tokens);

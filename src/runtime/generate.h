@@ -49,8 +49,11 @@ struct SamplingOptions {
   std::vector<int64_t> eos_token_ids;
   int64_t pad_token_id = 0;
   // Tokens never picked, and never picked as the first new token (Whisper's suppress_tokens and
-  // begin_suppress_tokens, runtime/whisper_prompt.h; the encoder-decoder loop applies them).
+  // begin_suppress_tokens, runtime/generation_rules.h; the encoder-decoder loop applies them).
   std::vector<int64_t> suppress_tokens, begin_suppress_tokens;
+  // The first new token, and the last one max_new_tokens allows, forced (generation_config.json's
+  // forced_bos_token_id, forced_eos_token_id; the encoder-decoder loop applies them).
+  std::optional<int64_t> forced_first_token, forced_last_token;
 };
 
 // Returns, per prompt, the generated tokens (without the prompt). After a row emits an EOS token it

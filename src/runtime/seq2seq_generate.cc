@@ -116,6 +116,8 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
     for (const auto& list : {o.suppress_tokens, o.begin_suppress_tokens})
       for (int64_t t : list)
         if (t >= V) bad_input("generate: suppressed token {} is outside the logits' vocabulary ({})", t, V);
+    for (const auto& t : {o.forced_first_token, o.forced_last_token})
+      if (t && (*t < 0 || *t >= V)) bad_input("generate: forced token {} is outside the logits' vocabulary ({})", *t, V);
     step_ids.resize(size_t(B));
     for (int64_t b = 0; b < B; ++b) {
       const float* row = logits.as<float>() + (b * seq + seq - 1) * V;  // the last position's
@@ -127,7 +129,12 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
           for (int64_t t : o.begin_suppress_tokens) masked_row[size_t(t)] = -std::numeric_limits<float>::infinity();
         row = masked_row.data();
       }
-      const int64_t tok = done[size_t(b)] ? o.pad_token_id : sampler.pick(row, V);
+      // ForcedBOS / ForcedEOSTokenLogitsProcessor: the first new token after a one-token prompt, the
+      // last max_new_tokens allows.
+      std::optional<int64_t> forced;
+      if (step == 0 && prompt.size() == 1) forced = o.forced_first_token;
+      if (step == o.max_new_tokens - 1 && o.forced_last_token) forced = o.forced_last_token;
+      const int64_t tok = done[size_t(b)] ? o.pad_token_id : forced ? *forced : sampler.pick(row, V);
       step_ids[size_t(b)] = tok;
       out[size_t(b)].push_back(tok);
       if (done[size_t(b)]) continue;

@@ -72,6 +72,48 @@ def test_generate_ids_match_transformers(tiny_checkpoint, tmp_path):
         assert rows == expected, (runtime, rows, expected)
 
 
+# generation_config.json rules `hfx generate` applies as generate() does (runtime/generation_rules.h):
+# Marian's bad word (its pad) and forced EOS, mBART-50's forced target-language token, BART's forced EOS.
+# -n 12: the forced EOS is the 12th token of a row still running then.
+GENERATION_RULES = {
+    "marian": {"bad_words_ids": [[127]], "forced_eos_token_id": 0},
+    "mbart": {"forced_bos_token_id": 50, "forced_eos_token_id": 2},
+    "bart": {"forced_eos_token_id": [2, 9]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(GENERATION_RULES))
+def test_generate_applies_generation_config_rules(case, tiny_checkpoint, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint(case), ckpt)
+    path = ckpt / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **GENERATION_RULES[case]}))
+    out = tmp_path / "out"
+    hfx("export", "--model", ckpt, "--format", "onnx", "--quiet", out)
+    sources = [[5, 9, 17, 33, 2, 60], [7, 7, 40, 2]]
+    expected = transformers_tokens(ckpt, sources, 12)
+    proc = hfx("generate", out, "--print-ids", "-n", "12", *[a for s in sources for a in ("--prompt-ids", ",".join(map(str, s)))])
+    rows = [[int(t) for t in line.split(",")] for line in proc.stdout.split()]
+    assert rows == expected, (rows, expected)
+    rules = GENERATION_RULES[case]
+    if "forced_bos_token_id" in rules:
+        assert all(r[0] == rules["forced_bos_token_id"] for r in rows)
+    if "bad_words_ids" in rules:
+        assert all(rules["bad_words_ids"][0][0] not in r for r in rows)
+
+
+def test_generate_refuses_a_bad_word_of_several_tokens(tiny_checkpoint, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint("marian"), ckpt)
+    path = ckpt / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "bad_words_ids": [[5, 6]]}))
+    out = tmp_path / "out"
+    hfx("export", "--model", ckpt, "--format", "onnx", "--quiet", out)
+    proc = hfx("generate", out, "--prompt-ids", "5,9,0", check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and "bad_words_ids" in lines[0], proc.stderr
+
+
 @pytest.fixture(scope="module")
 def t5_with_tokenizer(tmp_path_factory):
     """A tiny T5 over the vocabulary of make_tokenizers' SentencePiece T5 tokenizer (tokenizer.json in the

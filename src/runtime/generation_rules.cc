@@ -1,4 +1,4 @@
-#include "runtime/whisper_prompt.h"
+#include "runtime/generation_rules.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -43,6 +43,32 @@ std::vector<std::string> names_of(const nlohmann::json& g, const std::string& ke
 }
 
 }  // namespace
+
+void apply_text_generation_rules(const nlohmann::json& g, const std::string& file, int64_t vocab,
+                                 SamplingOptions& o) {
+  if (g.contains("bad_words_ids") && !g["bad_words_ids"].is_null()) {
+    if (!g["bad_words_ids"].is_array()) bad_input("{}: bad_words_ids: expected a list of token id lists", file);
+    for (const auto& word : g["bad_words_ids"]) {
+      if (!word.is_array() || word.size() != 1)
+        unsupported("{}: bad_words_ids {}: hfx applies bad words of one token only", file, word.dump());
+      o.suppress_tokens.push_back(token_id(word[0], file, "bad_words_ids", vocab));
+    }
+  }
+  for (const auto& [key, slot] : {std::pair{"forced_bos_token_id", &o.forced_first_token},
+                                  std::pair{"forced_eos_token_id", &o.forced_last_token}})
+    if (g.contains(key) && !g[key].is_null()) {
+      // A list of EOS ids forces the first of them, as ForcedEOSTokenLogitsProcessor does.
+      // A list of EOS ids: each gets score 0 and every other -inf, so argmax picks the lowest.
+      if (g[key].is_array() && !g[key].empty()) {
+        for (const auto& v : g[key]) {
+          const int64_t id = token_id(v, file, key, vocab);
+          *slot = *slot ? std::min(**slot, id) : id;
+        }
+      } else {
+        *slot = token_id(g[key], file, key, vocab);
+      }
+    }
+}
 
 WhisperDecoding whisper_decoding(const nlohmann::json& g, const std::string& file, int64_t start,
                                  const std::optional<std::string>& language, const std::optional<std::string>& task,
