@@ -26,6 +26,9 @@ struct Component {
   std::vector<std::pair<std::string, std::string>> shared_buffers;
   // The state its steps carry, named by the contract (tasks/state.h); empty for an encoder.
   std::vector<StatePort> state;
+  // Clients load this graph alone, fetching its weights from `<file>_data` by name (Optimum's and
+  // transformers.js's encoder-decoder graphs): a writer must not point it at another graph's copy.
+  bool own_weight_files = false;
 };
 
 // Names each of `values` by the contract's output of the same index (c.outputs), declares its shape

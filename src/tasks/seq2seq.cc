@@ -179,6 +179,8 @@ std::vector<Component> build_seq2seq(const models::Seq2SeqLm& model, const Causa
   out.push_back(build_decoder(model, o, Step::First));
   out.push_back(build_decoder(model, o, Step::WithPast));
   out.push_back(build_decoder(model, o, Step::Merged));
+  // Optimum and transformers.js fetch each graph with its own `_data` file.
+  for (auto& c : out) c.own_weight_files = true;
   return out;
 }
 

@@ -289,8 +289,7 @@ class OnnxBackend final : public Backend {
     wo.metadata = component_metadata(m, c, g);
     wo.metadata["hfx.onnx_profile"] = profile;
     wo.written = &job.written;
-    // Optimum and transformers.js fetch each of an encoder-decoder's graphs with its own `_data` file.
-    wo.share_data_files = !m.model.exposes(models::ModuleKind::Seq2Seq);
+    wo.share_data_files = !c.own_weight_files;
     auto progress = weight_progress("onnx " + c.role, g);
     wo.on_weight_written = [&](int64_t n, int64_t bytes) { progress->advance(n, bytes); };
     auto written = with_context("onnx " + c.role, [&] { return onnx_backend::write_onnx(g, dir, wo); });
