@@ -65,6 +65,11 @@ struct BartTraits {
   Source source = Source::Tokens;   // Whisper: log-mel features through a convolutional stem
   bool key_bias = true;             // Whisper's k_proj has none
   std::string head = "lm_head";     // the untied head's name (Whisper's proj_out)
+  // The config class's defaults for the geometry config.json may omit (BART's, mBART's and Marian's
+  // are the same; WhisperConfig's are whisper-tiny's).
+  struct Geometry {
+    int64_t d_model = 1024, layers = 12, heads = 16, ffn = 4096;
+  } defaults;
   // The config class's defaults for keys config.json may omit.
   int64_t default_pad = 1;
   std::optional<int64_t> default_bos = 0;
@@ -115,6 +120,7 @@ const BartTraits kWhisper = {
     .source = Source::Mel,
     .key_bias = false,
     .head = "proj_out",
+    .defaults = {.d_model = 384, .layers = 4, .heads = 6, .ffn = 1536},
     .default_pad = 50256,
     .default_bos = 50256,
     .default_eos = 50256,
@@ -152,22 +158,15 @@ BartConfig parse_config(const io::Checkpoint& ckpt, const BartTraits& t) {
                   file, *extra, t.hf_class);
   BartConfig c;
   c.vocab_size = io::require_int(f, j, "vocab_size", 1, int64_t(1) << 26);
-  c.d_model = io::optional_int(f, j, "d_model", 1, kMaxDim).value_or(1024);
-  c.encoder_layers = io::optional_int(f, j, "encoder_layers", 1, 4096).value_or(12);
-  c.decoder_layers = io::optional_int(f, j, "decoder_layers", 1, 4096).value_or(12);
-  c.encoder_heads = io::optional_int(f, j, "encoder_attention_heads", 1, 4096).value_or(16);
-  c.decoder_heads = io::optional_int(f, j, "decoder_attention_heads", 1, 4096).value_or(16);
-  c.encoder_ffn = io::optional_int(f, j, "encoder_ffn_dim", 1, kMaxDim).value_or(4096);
-  c.decoder_ffn = io::optional_int(f, j, "decoder_ffn_dim", 1, kMaxDim).value_or(4096);
+  const BartTraits::Geometry& d = t.defaults;
+  c.d_model = io::optional_int(f, j, "d_model", 1, kMaxDim).value_or(d.d_model);
+  c.encoder_layers = io::optional_int(f, j, "encoder_layers", 1, 4096).value_or(d.layers);
+  c.decoder_layers = io::optional_int(f, j, "decoder_layers", 1, 4096).value_or(d.layers);
+  c.encoder_heads = io::optional_int(f, j, "encoder_attention_heads", 1, 4096).value_or(d.heads);
+  c.decoder_heads = io::optional_int(f, j, "decoder_attention_heads", 1, 4096).value_or(d.heads);
+  c.encoder_ffn = io::optional_int(f, j, "encoder_ffn_dim", 1, kMaxDim).value_or(d.ffn);
+  c.decoder_ffn = io::optional_int(f, j, "decoder_ffn_dim", 1, kMaxDim).value_or(d.ffn);
   if (t.source == Source::Mel) {
-    // WhisperConfig's defaults (whisper-tiny's geometry).
-    c.d_model = io::optional_int(f, j, "d_model", 1, kMaxDim).value_or(384);
-    c.encoder_layers = io::optional_int(f, j, "encoder_layers", 1, 4096).value_or(4);
-    c.decoder_layers = io::optional_int(f, j, "decoder_layers", 1, 4096).value_or(4);
-    c.encoder_heads = io::optional_int(f, j, "encoder_attention_heads", 1, 4096).value_or(6);
-    c.decoder_heads = io::optional_int(f, j, "decoder_attention_heads", 1, 4096).value_or(6);
-    c.encoder_ffn = io::optional_int(f, j, "encoder_ffn_dim", 1, kMaxDim).value_or(1536);
-    c.decoder_ffn = io::optional_int(f, j, "decoder_ffn_dim", 1, kMaxDim).value_or(1536);
     c.mel_bins = io::optional_int(f, j, "num_mel_bins", 1, 4096).value_or(80);
     c.source_positions = io::optional_int(f, j, "max_source_positions", 1, 1 << 20).value_or(1500);
     c.target_positions = io::optional_int(f, j, "max_target_positions", 1, 1 << 20).value_or(448);
