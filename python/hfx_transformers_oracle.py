@@ -253,6 +253,11 @@ def generate(model, g):
     # which hfx's greedy check does not apply either.
     config = transformers.GenerationConfig(max_new_tokens=g["max_new_tokens"], do_sample=False, num_beams=1,
                                            eos_token_id=g["eos_token_ids"] or None, pad_token_id=pad)
+    # generate() fills the fields a given config leaves at their defaults from the model's own
+    # generation_config (Whisper's suppress_tokens, begin_suppress_tokens): the model's is the fresh one,
+    # with the ids a decoding starts from (mBART has no decoder_start_token_id: generate() uses bos).
+    config.bos_token_id = model.generation_config.bos_token_id
+    model.generation_config = config
     if not seq2seq:
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
         return out[:, length:].tolist()

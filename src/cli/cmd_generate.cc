@@ -73,7 +73,7 @@ void check_sources_fit(const pipeline::Artifact& art, const std::vector<std::vec
   const auto source_max = pipeline::bound(art.component("encoder").graph, "encoder_sequence_length", true);
   if (source_max && int64_t(longest) > *source_max)
     bad_input("prompt of {} tokens > {} (the export's encoder_sequence_length max)", longest, *source_max);
-  const auto total_max = pipeline::bound(art.component("decoder_with_past").graph, "total_decoder_sequence_length", true);
+  const auto total_max = pipeline::bound(art.decoder_steps().next->graph, "total_decoder_sequence_length", true);
   if (total_max && decoder_prompt + new_tokens > *total_max)
     bad_input("{} decoder prompt token(s) + {} new tokens > {} (the export's total_decoder_sequence_length max); use -n "
               "{} at most",
@@ -223,8 +223,10 @@ void register_generate(CLI::App& app, Action& action) {
         return backend.make_runner(c, s->runtime);
       };
       // A decoder's steps (decoder, or prefill + decode), or an encoder-decoder's three graphs.
-      auto first = make_runner(art.component(art.seq2seq() ? "decoder" : split ? "prefill" : ""));
-      auto next = art.seq2seq() ? make_runner(art.component("decoder_with_past"))
+      // (OpenVINO's stateful encoder-decoder: one merged decoder, which holds the state, for both steps.)
+      const auto steps = art.seq2seq() ? art.decoder_steps() : pipeline::Artifact::DecoderSteps{};
+      auto first = make_runner(art.seq2seq() ? *steps.first : art.component(split ? "prefill" : ""));
+      auto next = art.seq2seq() ? (steps.next == steps.first ? nullptr : make_runner(*steps.next))
                   : split       ? make_runner(art.component("decode"))
                                 : nullptr;
       auto encoder = art.seq2seq() ? make_runner(art.component("encoder")) : nullptr;
@@ -248,7 +250,7 @@ void register_generate(CLI::App& app, Action& action) {
         }
         std::fflush(stdout);
       };
-      auto rows = encoder ? runtime::generate_seq2seq({*encoder, *first, *next}, art.cache,
+      auto rows = encoder ? runtime::generate_seq2seq({*encoder, *first, next ? *next : *first}, art.cache,
                                                       art.speech ? audio_source(art, s->audio)
                                                                  : runtime::text_sources(prompts, opts.pad_token_id),
                                                       decoder_prompt, opts, on_token)

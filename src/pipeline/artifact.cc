@@ -23,6 +23,17 @@ const ArtifactComponent& Artifact::component(const std::string& role) const {
   bad_input("{}: no component with role `{}` (has: {})", dir.string(), role, fmt::join(roles, ", "));
 }
 
+Artifact::DecoderSteps Artifact::decoder_steps() const {
+  auto find = [&](const std::string& role) -> const ArtifactComponent* {
+    for (const auto& c : components)
+      if (c.role == role) return &c;
+    return nullptr;
+  };
+  if (find("decoder_with_past")) return {&component("decoder"), find("decoder_with_past")};
+  if (const auto* merged = find("decoder_merged")) return {merged, merged};
+  return {&component("decoder"), &component("decoder_with_past")};  // says which roles it has
+}
+
 namespace {
 
 // The manifest's cache geometry sizes the buffers generate and verify allocate; each state input the

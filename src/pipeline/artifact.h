@@ -45,6 +45,13 @@ struct Artifact {
   bool seq2seq() const { return decoder_start_token_id.has_value(); }
   // The component with `role`, or the first when role is empty; BadInput naming the roles otherwise.
   const ArtifactComponent& component(const std::string& role) const;
+  // An encoder-decoder's decoder steps: its first-step and with-past graphs, or, in OpenVINO's stateful
+  // layout, the merged decoder for both (it holds the state; run both steps on one runner).
+  struct DecoderSteps {
+    const ArtifactComponent* first;
+    const ArtifactComponent* next;
+  };
+  DecoderSteps decoder_steps() const;
 };
 
 // Reads OUT/hfx.json and the components of `format`; fails on a missing or inconsistent manifest or

@@ -77,6 +77,9 @@ class Backend {
     std::string layout;
     std::vector<std::string> notes;
     std::vector<tasks::IoSpec> inputs, outputs;
+    // False when the format writes no file for the component (another component's graph runs its
+    // steps: OpenVINO's stateful encoder-decoder decoder); `layout` says which.
+    bool written = true;
   };
   virtual Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const;
   // Writes one component into job.staging/<name>/ and records it in the manifest.

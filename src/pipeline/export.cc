@@ -149,6 +149,7 @@ ExportResult run_export(const ExportOptions& opt) {
     for (const Backend* backend : ordered)
       for (const auto& c : m.components) {
         const auto p = backend->plan(c, m, recipe, false);
+        if (!p.written) continue;
         plan.components.push_back(fmt::format("{} {}{}", backend->info().name, c.role, p.layout.empty() ? "" : " (" + p.layout + ")"));
         plan.notes.insert(plan.notes.end(), p.notes.begin(), p.notes.end());
       }

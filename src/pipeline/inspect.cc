@@ -112,6 +112,7 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
       j["components"] = nlohmann::ordered_json::array();
       for (const auto& c : m.components) {
         const Backend::Plan cp = backend.plan(c, m, recipe, true);
+        if (!cp.written) continue;
         j["components"].push_back({{"role", c.role}, {"inputs", io(cp.inputs)}, {"outputs", io(cp.outputs)}});
       }
     }
@@ -166,7 +167,9 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
   else
     for (size_t k = 0; k < m.components.size(); ++k) {
       const Backend::Plan cp = k == 0 ? plan : backend.plan(m.components[k], m, recipe, true);
-      out += fmt::format(" component {}{}:\n", m.components[k].role, cp.layout.empty() ? "" : " (" + cp.layout + ")");
+      out += fmt::format(" component {}{}{}\n", m.components[k].role, cp.layout.empty() ? "" : " (" + cp.layout + ")",
+                         cp.written ? ":" : "");
+      if (!cp.written) continue;
       if (k > 0)
         for (const auto& note : cp.notes) out += fmt::format("  note: {}\n", note);
       ports(cp.inputs, cp.outputs);

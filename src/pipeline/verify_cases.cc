@@ -325,7 +325,9 @@ std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref,
   }
   std::map<std::string, Tensor> first = whole;
   first["input_ids"] = columns(whole.at("input_ids"), 0, P);
-  first["position_ids"] = columns(whole.at("position_ids"), 0, P);
+  // An encoder-decoder's merged decoder reads neither (its steps are causal over real tokens).
+  const bool positions = whole.count("position_ids") > 0, masked = whole.count("attention_mask") > 0;
+  if (positions) first["position_ids"] = columns(whole.at("position_ids"), 0, P);
   if (cache.static_cache) {
     // The static cache's mask covers every slot: the first run sees the first P of them filled.
     Tensor mask = whole.at("attention_mask");
@@ -338,14 +340,16 @@ std::optional<std::map<std::string, Tensor>> stateful_case(const ir::Graph& ref,
     std::iota(rest.begin(), rest.end(), P);
     first["cache_position"] = i64s({P}, cp);
     whole["cache_position"] = i64s({T - P}, rest);
-  } else {
+  } else if (masked) {
     first["attention_mask"] = columns(whole.at("attention_mask"), 0, P);
   }
   auto presents = runtime::Executor(ref).run(first);
   step = whole;
   step["input_ids"] = columns(whole.at("input_ids"), P, T);
-  step["position_ids"] = columns(whole.at("position_ids"), P, T);
+  if (positions) step["position_ids"] = columns(whole.at("position_ids"), P, T);
   for (const auto& p : cache.states) step[p.past] = presents.at(p.present);
+  // The merged decoder's step after the first reads its carried cross state.
+  if (auto flag = step.find("use_cache_branch"); flag != step.end()) flag->second.data()[0] = 1;
   return first;
 }
 

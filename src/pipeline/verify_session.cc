@@ -54,13 +54,14 @@ std::vector<std::vector<int64_t>> timed_generate_seq2seq(
     const std::function<std::unique_ptr<runtime::StepRunner>(const ArtifactComponent&)>& runner_for, const Artifact& art,
     const SessionWork& w, const std::string& runtime, double& generate_s) {
   auto encoder = runner_for(art.component("encoder"));
-  auto first = runner_for(art.component("decoder"));
-  auto next = runner_for(art.component("decoder_with_past"));
+  const Artifact::DecoderSteps steps = art.decoder_steps();
+  auto first = runner_for(*steps.first);
+  auto next = steps.next == steps.first ? nullptr : runner_for(*steps.next);  // one runner holds the state
   const int64_t greedy_total = w.sampling.max_new_tokens * int64_t(w.prompts.size());
   const auto t0 = Clock::now();
   Progress progress = Progress::steps("verify: greedy, artifact on " + runtime, greedy_total, "tokens");
   auto tokens = runtime::generate_seq2seq(
-      {*encoder, *first, *next}, art.cache,
+      {*encoder, *first, next ? *next : *first}, art.cache,
       runtime::prompt_sources(w.prompts, w.sampling.pad_token_id, art.speech),
       {*art.decoder_start_token_id}, w.sampling, [&](size_t, int64_t) { progress.advance(1, 0); });
   progress.finish();
@@ -158,6 +159,7 @@ class StepSession final : public VerifySession {
           runner = backend_.make_runner(*c.component, ctx_.runtime);
           r.load_s += seconds_since(t0);
         }
+        runner->start_over();  // each case from an empty state (a stateful runner keeps the last case's)
         if (c.prefix) runner->run(*c.prefix);
         r.held.push_back(c.prefix ? runner->held_state() : std::map<std::string, Tensor>{});
         r.outputs.push_back(runner->run(c.inputs));

@@ -25,6 +25,9 @@ class StepRunner {
   // The state a runner holds itself after its last run (a stateful runtime's variables), by the
   // runtime's own name for each; empty when it holds none or cannot show it.
   virtual std::map<std::string, Tensor> held_state() { return {}; }
+  // Forgets the state it holds (a stateful runtime's variables), so that the next run is a first
+  // step; nothing for a runner that holds none.
+  virtual void start_over() {}
 };
 
 // The reference executor as a step runner.

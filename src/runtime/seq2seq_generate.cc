@@ -98,18 +98,23 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
   // The first step reads the whole decoder prompt, every later one the last token.
   std::vector<int64_t> step_ids;
   for (int64_t b = 0; b < B; ++b) step_ids.insert(step_ids.end(), prompt.begin(), prompt.end());
+  // A decoder that reads no past (OpenVINO's stateful one) holds its state: it reads the encoder's
+  // output on every step, as WhisperPipeline feeds it, and computes the cross state on the first.
+  bool holds_state = !cache.states.empty();
+  for (const auto& name : r.next.input_names()) holds_state = holds_state && !tasks::find_past(cache.states, name);
+  if (holds_state) r.first.start_over();
   std::map<std::string, Tensor> past;  // every state's past input, by name
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     const int64_t seq = step == 0 ? int64_t(prompt.size()) : 1;
     std::map<std::string, Tensor> feed = {{"input_ids", i64_tensor({B, seq}, step_ids)}};
     if (masked) feed["encoder_attention_mask"] = sources.mask;
-    if (step == 0) feed["encoder_hidden_states"] = hidden;
+    if (step == 0 || holds_state) feed["encoder_hidden_states"] = hidden;
     else
       for (const auto& [name, t] : past) feed[name] = t;
     auto result = (step == 0 ? r.first : r.next).run(feed);
     // The self-attention cache grows every step; the cross-attention state comes from the first.
     for (const auto& p : cache.states)
-      if (step == 0 || p.spec.update != tasks::StateUpdate::Keep)
+      if (!holds_state && (step == 0 || p.spec.update != tasks::StateUpdate::Keep))
         past[p.past] = take(result, p.present, step == 0 ? "first step" : "step");
     const Tensor& logits = step_logits(result, B, seq);
     const int64_t V = logits.dim(2);

@@ -23,32 +23,48 @@ namespace hfx::pipeline {
 namespace {
 
 // `openvino_model.xml` for the one graph (the name OpenVINO GenAI and optimum-intel load),
-// `openvino_<stem>_model.xml` for prefill/decode, `openvino_<stem>.xml` for a stem that already ends
-// in `_model` (an encoder-decoder's: optimum-intel's openvino_encoder_model.xml, ...).
+// `openvino_<stem>_model.xml` for prefill/decode, `openvino_<stem>.xml` for a stem that already says
+// `_model` (an encoder-decoder's: optimum-intel's openvino_encoder_model.xml, ...,
+// openvino_decoder_model_merged.xml).
 std::string openvino_file(const tasks::Component& c) {
   if (c.file_stem == "model") return "openvino_model.xml";
-  return "openvino_" + c.file_stem + (c.file_stem.ends_with("_model") ? ".xml" : "_model.xml");
+  return "openvino_" + c.file_stem + (c.file_stem.find("_model") != std::string::npos ? ".xml" : "_model.xml");
+}
+
+bool has_cross_state(const tasks::Component& c) {
+  return tasks::first_of_kind(c.state, tasks::StateKind::CrossAttentionKey) != nullptr;
 }
 
 // Whether a component is written in the stateful layout: its state's past inputs and present outputs
-// become variables, a `beam_idx` input reorders them.
+// become variables, a `beam_idx` input reorders them. An encoder-decoder's stateful decoder is its
+// merged decoder (optimum-intel's openvino_decoder_model.xml, which WhisperPipeline runs).
 bool stateful(const Recipe& r, const tasks::Component& c) {
   bool has_cache = false;
   for (const auto& in : c.inputs) has_cache = has_cache || tasks::find_past(c.state, in.name);
   if (!r.options.flag("openvino_stateful") || !has_cache) return false;
-  // An encoder-decoder's steps stay stateless for now (optimum-intel's stateful decoder keeps the
-  // cross-attention state as variables too, which this rewrite does not yet make).
-  if (tasks::first_of_kind(c.state, tasks::StateKind::CrossAttentionKey)) return false;
+  if (has_cross_state(c)) return c.role == "decoder_merged";
   if (c.role != "decoder" || !c.shared_buffers.empty())
     bad_input("openvino: the stateful layout needs one decoder graph with a growing cache, not the {} graph of "
               "--split-prefill/--static-cache; add --stateless", c.role);
   return true;
 }
 
+// The stateful layout of an encoder-decoder holds one decoder: its first-step and with-past graphs are
+// not written (their steps are the stateful merged decoder's first and later calls).
+bool stands_aside(const Recipe& r, const tasks::Component& c) {
+  return r.options.flag("openvino_stateful") && has_cross_state(c) && c.role != "decoder_merged";
+}
+
+// The stateful decoder's file: optimum-intel's openvino_decoder_model.xml.
+std::string openvino_file(const Recipe& r, const tasks::Component& c) {
+  if (stateful(r, c) && has_cross_state(c)) return "openvino_decoder_model.xml";
+  return openvino_file(c);
+}
+
 tasks::Component stateful_contract(const tasks::Component& c) {
   tasks::Component s{c.role, c.file_stem, c.graph, {}, {}, {}, {}};
   for (const auto& in : c.inputs)
-    if (!tasks::find_past(c.state, in.name)) s.inputs.push_back(in);
+    if (!tasks::find_past(c.state, in.name) && in.name != "use_cache_branch") s.inputs.push_back(in);
   s.inputs.push_back({"beam_idx", DType::I32, {Dim::sym("batch_size")}});
   for (const auto& out : c.outputs)
     if (!tasks::find_present(c.state, out.name)) s.outputs.push_back(out);
@@ -89,12 +105,18 @@ class OpenVinoBackend final : public Backend {
   std::vector<std::string> passes() const override { return {"decompose-composites-keep-attention", "fold-weight-transforms"}; }
 
   Plan plan(const tasks::Component& c, const LoadedModel&, const Recipe& recipe, bool) const override {
+    if (stands_aside(recipe, c)) {
+      Plan p{"not written: the stateful decoder_model_merged runs its steps", {}, {}, {}};
+      p.written = false;
+      return p;
+    }
     const bool state = stateful(recipe, c);
     const tasks::Component io = state ? stateful_contract(c) : c;
     return {state ? "stateful KV cache" : "", {}, io.inputs, io.outputs};
   }
 
   void write_component(const tasks::Component& c, ExportJob& job) const override {
+    if (stands_aside(job.recipe, c)) return;
     std::vector<std::string> passes_run;
     ir::Graph g = with_context(c.role, [&] {
       return passes::run_pipeline(c.graph, passes(), &passes_run);
@@ -105,7 +127,7 @@ class OpenVinoBackend final : public Backend {
       passes_run.push_back("apply-precision");
     }
     openvino_backend::OvWriteOptions ow;
-    ow.model_file = openvino_file(c);
+    ow.model_file = openvino_file(job.recipe, c);
     ow.metadata = component_metadata(job.model, c, g);
     ow.stateful = stateful(job.recipe, c);
     if (ow.stateful) ow.state = c.state;
@@ -136,7 +158,7 @@ class OpenVinoBackend final : public Backend {
         [&](const tasks::Component& c) {  // the same weights and forms as the IR
           return passes::apply_precision(c.graph, r.precision_for(c.role), passes::PrecisionTarget::OpenVino);
         },
-        [&](const tasks::Component& c) { return runtime::make_openvino_runner(dir / openvino_file(c)); });
+        [&](const tasks::Component& c) { return runtime::make_openvino_runner(dir / openvino_file(r, c)); });
     return fmt::format("openvino: {} greedy tokens x {} rows on OpenVINO {} (CPU, f32) identical to the reference executor",
                        done.tokens, done.rows, version);
   }

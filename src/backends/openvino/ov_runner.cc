@@ -4,6 +4,7 @@
 
 #include <openvino/openvino.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -101,9 +102,11 @@ class OpenVinoRunner final : public StepRunner {
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feed) override {
     std::vector<int32_t> beams;
     if (stateful_) {
-      // A stateful decoder starts over when its mask covers only this step's tokens.
+      // A stateful decoder starts over when its mask covers only this step's tokens (an
+      // encoder-decoder's, which has no mask of its own tokens, when its loop says: start_over).
       const Tensor& ids = given(feed, "input_ids");
-      if (given(feed, "attention_mask").shape().at(1) == ids.shape().at(1)) request_.reset_state();
+      const bool masked = std::find(inputs_.begin(), inputs_.end(), "attention_mask") != inputs_.end();
+      if (masked && given(feed, "attention_mask").shape().at(1) == ids.shape().at(1)) request_.reset_state();
       beams.resize(size_t(ids.shape().at(0)));
       std::iota(beams.begin(), beams.end(), 0);
     }
@@ -129,6 +132,10 @@ class OpenVinoRunner final : public StepRunner {
       out.emplace(name, std::move(r));
     }
     return out;
+  }
+
+  void start_over() override {
+    if (stateful_) request_.reset_state();
   }
 
   // The stateful IR's variables (named by tasks::openvino_variable_id), as the next run reads them.

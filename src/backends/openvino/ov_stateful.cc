@@ -22,6 +22,37 @@ std::shared_ptr<op::v0::Result> find_result(const ov::Model& m, const std::strin
   return nullptr;
 }
 
+// The cross-attention state `param` of a merged decoder as a variable initialised by the projection it
+// stands for: kept_or_computed's Slice(Concat(param, computed)) becomes ReadValue(computed), whose
+// value an Assign keeps. The Slice's consumers (the attention and the present output) read the
+// variable; the present output goes. No beam reorder: every beam of a row reads the same source.
+void keep_cross_state(ov::Model& model, const std::shared_ptr<op::v0::Parameter>& param, const tasks::StatePort& port,
+                      ov::SinkVector& sinks) {
+  std::shared_ptr<ov::Node> concat, slice;
+  for (const auto& use : param->output(0).get_target_inputs())
+    if (use.get_index() == 0 && ov::is_type<op::v0::Concat>(use.get_node())) concat = use.get_node()->shared_from_this();
+  if (concat && concat->get_input_size() == 2)
+    for (const auto& use : concat->output(0).get_target_inputs())
+      if (ov::is_type<op::v8::Slice>(use.get_node())) slice = use.get_node()->shared_from_this();
+  if (!slice || param->output(0).get_target_inputs().size() != 1)
+    unsupported("openvino: the stateful layout needs the cross-attention state `{}` kept or computed as the merged "
+                "decoder keeps it (Slice of Concat); use --stateless", port.past);
+  auto result = find_result(model, port.present);
+  if (!result) bad_input("openvino: cache input `{}` has no `{}` output to pair it with", port.past, port.present);
+  const ov::Output<ov::Node> computed = concat->input_value(1);
+  auto variable = std::make_shared<op::util::Variable>(op::util::VariableInfo{
+      computed.get_partial_shape(), computed.get_element_type(), tasks::openvino_variable_id(port)});
+  auto read = std::make_shared<op::v6::ReadValue>(computed, variable);
+  read->set_friendly_name(port.past + "/read");
+  slice->output(0).replace(read->output(0));
+  read->output(0).get_tensor().set_names({});  // the names replace() carried over belong to the present output
+  auto assign = std::make_shared<op::v6::Assign>(read, variable);
+  assign->set_friendly_name(port.present + "/assign");
+  sinks.push_back(assign);
+  model.remove_result(result);
+  model.remove_parameter(param);
+}
+
 }  // namespace
 
 void make_stateful(const std::shared_ptr<ov::Model>& model, const std::vector<tasks::StatePort>& state) {
@@ -44,6 +75,10 @@ void make_stateful(const std::shared_ptr<ov::Model>& model, const std::vector<ta
 
   ov::SinkVector sinks;
   for (const auto& [param, port] : pasts) {
+    if (port->spec.update == tasks::StateUpdate::Keep) {
+      keep_cross_state(*model, param, *port, sinks);
+      continue;
+    }
     const std::string& past = port->past;
     const std::string& present = port->present;
     auto result = find_result(*model, present);
@@ -86,6 +121,8 @@ void make_stateful(const std::shared_ptr<ov::Model>& model, const std::vector<ta
     model->remove_result(result);
     model->remove_parameter(param);
   }
+  // Read by no node: it only tells Optimum which decoder it holds.
+  if (auto flag = find_parameter(*model, "use_cache_branch")) model->remove_parameter(flag);
   model->add_parameters({beam_idx});
   model->add_sinks(sinks);
   model->validate_nodes_and_infer_types();
