@@ -240,7 +240,8 @@ void build_verify_context(VerifyContext& ctx) {
   ctx.open_s = seconds_since(t_open);
   Artifact& art = ctx.art;
   ctx.recipe = Recipe::from_json(ctx.manifest, (out / kManifestName).string());
-  LoadedModel& ref = ctx.ref.emplace(load_model(ctx.source, ctx.recipe.task, ctx.recipe.task_name));
+  LoadedModel& ref = ctx.ref.emplace(load_model(ctx.source, task_options(ctx.recipe.task, ctx.recipe.options, ctx.recipe.formats),
+                                                      ctx.recipe.task_name));
   // The reference runs the export's precision (same rounded and quantized weights): this checks the
   // export, and docs/quantization.md measures the precision itself against fp32.
   for (auto& c : ref.components)
