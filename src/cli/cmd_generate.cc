@@ -223,7 +223,10 @@ void register_generate(CLI::App& app, Action& action) {
         return backend.make_runner(c, s->runtime);
       };
       // A decoder's steps (decoder, or prefill + decode), or an encoder-decoder's three graphs.
-      auto first = make_runner(art.component(art.seq2seq() ? "decoder" : split ? "prefill" : ""));
+      // onnxruntime-genai's encoder-decoder layout has no first-step decoder (null: the loop runs
+      // decoder_with_past from an empty past).
+      const pipeline::ArtifactComponent* first_step = art.seq2seq() ? art.find("decoder") : &art.component(split ? "prefill" : "");
+      auto first = first_step ? make_runner(*first_step) : nullptr;
       auto next = art.seq2seq() ? make_runner(art.component("decoder_with_past"))
                   : split       ? make_runner(art.component("decode"))
                                 : nullptr;
@@ -248,7 +251,9 @@ void register_generate(CLI::App& app, Action& action) {
         }
         std::fflush(stdout);
       };
-      auto rows = encoder ? runtime::generate_seq2seq({*encoder, *first, *next}, art.cache,
+      auto rows = encoder ? runtime::generate_seq2seq({*encoder, first.get(), *next,
+                                                       runtime::input_ids_dtype(art.component("decoder_with_past").graph)},
+                                                      art.cache,
                                                       art.speech ? audio_source(art, s->audio)
                                                                  : runtime::text_sources(prompts, opts.pad_token_id),
                                                       decoder_prompt, opts, on_token)

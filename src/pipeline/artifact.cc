@@ -23,6 +23,12 @@ const ArtifactComponent& Artifact::component(const std::string& role) const {
   bad_input("{}: no component with role `{}` (has: {})", dir.string(), role, fmt::join(roles, ", "));
 }
 
+const ArtifactComponent* Artifact::find(const std::string& role) const {
+  for (const auto& c : components)
+    if (c.role == role) return &c;
+  return nullptr;
+}
+
 namespace {
 
 // The manifest's cache geometry sizes the buffers generate and verify allocate; each state input the

@@ -45,6 +45,9 @@ struct Artifact {
   bool seq2seq() const { return decoder_start_token_id.has_value(); }
   // The component with `role`, or the first when role is empty; BadInput naming the roles otherwise.
   const ArtifactComponent& component(const std::string& role) const;
+  // The component with `role`, or null (an encoder-decoder in onnxruntime-genai's layout has no
+  // first-step `decoder`).
+  const ArtifactComponent* find(const std::string& role) const;
 };
 
 // Reads OUT/hfx.json and the components of `format`; fails on a missing or inconsistent manifest or
