@@ -266,6 +266,13 @@ std::vector<Component> build_seq2seq(const models::Seq2SeqLm& model, const Causa
     if (!model.source().speech)
       bad_input("--onnx-layout genai is onnxruntime-genai's Whisper layout; {} is a text encoder-decoder, which genai "
                 "has no runtime for: export it with --onnx-layout optimum (the default)", model.summary().model_type);
+    // genai 0.18 takes 3000 frames only (whisper.h's num_frames_, checked against audio_features' shape)
+    // and sizes hidden_states and the cross state for 1500 positions.
+    constexpr int64_t kGenaiFrames = 3000;
+    if (model.source().frames != kGenaiFrames)
+      bad_input("--onnx-layout genai: onnxruntime-genai feeds Whisper's encoder {} frames (max_source_positions 1500); "
+                "this model's encoder reads {} (max_source_positions {}), which genai refuses",
+                kGenaiFrames, model.source().frames, model.source().encoder_length);
     out.push_back(build_genai_encoder(model, o));
     out.push_back(build_genai_decoder(model, o));
     for (auto& c : out) c.own_weight_files = true;
