@@ -15,8 +15,9 @@ past_key|value_cross_{i}, and returns logits and present_key|value_self_{i}; gen
   generate() tokens, 64 new tokens for a batch of 2. genai's own audio front end (its processor and
   audio_processor_config.json) is not used: the features are fed to it directly
   (`generator.set_inputs` with `audio_features`), the same array Transformers gets.
-- `hfx verify` on the reference executor and ONNX Runtime (shape matrix and 64 greedy tokens), and
-  `hfx check`, pass on the layout.
+- `hfx verify` (shape matrix and 64 greedy tokens) on the reference executor, and on ONNX Runtime
+  against Transformers, and `hfx check`, pass on the layout; `hfx generate --audio` (espeak-ng
+  speech) gives Whisper's generate() tokens.
 - A text encoder-decoder, a decoder-only model, a Whisper whose encoder does not read 3000 frames,
   and the layout beside another format are refused in one line, nothing written.
 """
@@ -31,6 +32,7 @@ import torch
 
 from conftest import ROOT, export_once, record_coverage, run_hfx
 from test_decoder_parity import assert_close
+from test_seq2seq_whisper import speech_wav, transformers_transcription  # noqa: F401 (a fixture)
 from tiny_models import load_reference
 
 sys.path.insert(0, str(ROOT / "python"))
@@ -69,6 +71,13 @@ def test_files_and_genai_config(case, tiny_checkpoint, genai_export):
     assert d["inputs"]["cross_past_key_names"] == "past_key_cross_%d"
     assert m["encoder"]["outputs"]["cross_present_key_names"] == "present_key_cross_%d"
     assert cfg["search"]["past_present_share_buffer"] is False
+    # genai's processor's front end: Whisper's, as preprocessor_config.json (WhisperFeatureExtractor) says
+    fe = json.loads((out / "preprocessor_config.json").read_text())
+    ops = {o["operation"]["type"]: o["operation"].get("attrs") for o in
+           json.loads((out / "audio_processor_config.json").read_text())["feature_extraction"]["sequence"]}
+    mel = ops["LogMelSpectrum"]
+    assert (mel["n_mel"], mel["n_fft"], mel["hop_length"], mel["chunk_size"]) == (
+        fe["feature_size"], fe["n_fft"], fe["hop_length"], fe["chunk_length"])
     sessions = open_sessions(genai_export(case))
     ids = {i.name: i.type for i in sessions["decoder_with_past"].get_inputs()}
     assert ids["input_ids"] == "tensor(int32)"
@@ -159,17 +168,27 @@ def test_onnxruntime_genai_generates_transformers_tokens(case, tiny_checkpoint, 
     record_coverage(case, "onnxruntime-genai", f"greedy {NEW_TOKENS} batch2", "identical")
 
 
-@pytest.mark.parametrize("runtime", ["reference", "onnxruntime"])
-def test_hfx_verify_and_check(runtime, genai_export):
+@pytest.mark.parametrize("runtime,oracle", [("reference", "reference"), ("onnxruntime", "transformers")])
+def test_hfx_verify_and_check(runtime, oracle, genai_export):
+    """The shape matrix (the decoder's first step from an empty past included) and 64 greedy tokens:
+    the reference executor against hfx's reference, ONNX Runtime against Transformers eager."""
     out = genai_export("whisper-audio")
-    proc = run_hfx("verify", out, "--runtime", runtime, "--no-reexport", check=False)
+    proc = run_hfx("verify", out, "--runtime", runtime, "--oracle", oracle, "--no-reexport", check=False)
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
     assert proc.returncode == 0, f"hfx verify --runtime {runtime} exited {proc.returncode}:\n" + "\n".join(
         failed + proc.stderr.strip().splitlines()[-3:])
     assert "greedy generation (64 tokens" in proc.stdout
-    assert "shape" in proc.stdout
+    assert "numbers: decoder_with_past / prompt, batch max" in proc.stdout  # past 0: genai's first step
     assert "ok (" in run_hfx("check", out, "--allow-extra").stdout
-    record_coverage("whisper-audio", runtime, "hfx verify (genai layout)", "pass")
+    record_coverage("whisper-audio", runtime, f"hfx verify --oracle {oracle} (genai layout)", "pass")
+
+
+def test_generate_from_audio(tiny_checkpoint, genai_export, speech_wav):
+    """`hfx generate --audio` over the layout (its C++ front end, the encoder's cross state, decoder.onnx
+    from an empty past) gives Whisper's own generate() tokens on WhisperFeatureExtractor's features."""
+    want = transformers_transcription(tiny_checkpoint("whisper-audio"), speech_wav, 24)
+    proc = run_hfx("generate", genai_export("whisper-audio"), "--audio", speech_wav, "--print-ids", "-n", "24")
+    assert [int(t) for t in proc.stdout.strip().split(",")] == want
 
 
 @pytest.mark.parametrize("case,args,needle", [

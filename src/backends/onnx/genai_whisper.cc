@@ -91,4 +91,18 @@ nlohmann::ordered_json genai_whisper_config(const GenaiWhisperInput& in) {
   return {{"model", model}, {"search", search}};
 }
 
+nlohmann::ordered_json genai_whisper_audio_processor(int64_t mel_bins) {
+  auto op = [](const char* name, const char* type, nlohmann::ordered_json attrs) {
+    nlohmann::ordered_json o = {{"name", name}, {"type", type}};
+    if (!attrs.is_null()) o["attrs"] = std::move(attrs);
+    return nlohmann::ordered_json{{"operation", o}};
+  };
+  nlohmann::ordered_json sequence = nlohmann::ordered_json::array();
+  sequence.push_back(op("audio_decoder", "AudioDecoder", nullptr));
+  sequence.push_back(op("STFT", "STFTNorm", {{"n_fft", 400}, {"frame_length", 400}, {"hop_length", 160}}));
+  sequence.push_back(op("log_mel_spectrogram", "LogMelSpectrum",
+                        {{"chunk_size", 30}, {"hop_length", 160}, {"n_fft", 400}, {"n_mel", mel_bins}}));
+  return {{"feature_extraction", {{"sequence", sequence}}}};
+}
+
 }  // namespace hfx::onnx_backend

@@ -21,4 +21,9 @@ struct GenaiWhisperInput {
 
 nlohmann::ordered_json genai_whisper_config(const GenaiWhisperInput& in);
 
+// audio_processor_config.json: what genai's multimodal processor (onnxruntime-extensions' audio
+// decoder, STFT and log-mel) turns a sound file into audio_features with; the builder's, with Whisper's
+// fixed front end (n_fft 400, hop 160, 30 s chunks) and the model's mel bins.
+nlohmann::ordered_json genai_whisper_audio_processor(int64_t mel_bins);
+
 }  // namespace hfx::onnx_backend

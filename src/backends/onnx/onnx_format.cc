@@ -372,6 +372,8 @@ class OnnxBackend final : public Backend {
       gi.context_length = s2s.position_limits().target.value_or(0);
       gi.decoder_file = wo.model_file;
       write_text_file(dir / "genai_config.json", onnx_backend::genai_whisper_config(gi).dump(4) + "\n");
+      write_text_file(dir / "audio_processor_config.json",
+                      onnx_backend::genai_whisper_audio_processor(s2s.source().mel_bins).dump(4) + "\n");
     }
     if (genai && genai_note.empty()) {
       onnx_backend::GenaiConfigInput gi;
