@@ -53,7 +53,10 @@ def component_files(export_dir: str | Path) -> dict[str, Path]:
     else:
         base = export_dir / "onnx" if (export_dir / "onnx").is_dir() else export_dir
         files = {role: base / name for role, name in OPTIMUM_FILES.items() if (base / name).is_file()}
-    missing = [r for r in ROLES if r not in files]
+    # onnxruntime-genai's layout (--onnx-layout genai) has no first-step decoder: its encoder returns the
+    # cross state and decoder_with_past (decoder.onnx) runs every step
+    genai = manifest.is_file() and json.loads(manifest.read_text())["model"].get("state_names") == "genai-whisper"
+    missing = [r for r in ROLES if r not in files and not (genai and r == "decoder")]
     if missing:
         raise ValueError(f"{export_dir}: no {', '.join(missing)} component (found {sorted(files) or 'none'})")
     return files
@@ -91,9 +94,10 @@ def prompt_source(sessions: dict, prompts, pad_token_id: int) -> dict:
     """The encoder's inputs for greedy prompts: the ids right-padded with their mask, or for a speech
     encoder (input_features, Whisper's) verify_speech_features of the graph's fixed shape."""
     inputs = {i.name: i for i in sessions["encoder"].get_inputs()}
-    if "input_features" in inputs:
-        _, mel_bins, frames = inputs["input_features"].shape
-        return {"input_features": verify_speech_features(prompts, int(mel_bins), int(frames))}
+    for name in ("input_features", "audio_features"):  # Optimum's name, onnxruntime-genai's
+        if name in inputs:
+            _, mel_bins, frames = inputs[name].shape
+            return {name: verify_speech_features(prompts, int(mel_bins), int(frames))}
     length = max(len(p) for p in prompts)
     ids = np.full((len(prompts), length), pad_token_id, np.int64)
     mask = np.zeros((len(prompts), length), np.int64)
@@ -110,6 +114,9 @@ def generate(export_dir, source: dict, max_new_tokens: int, decoder_start_token_
     `eos_token_id`: an id, a list of ids, or None (never stops early). `sessions`: role -> session
     already open (anything with ORT's get_inputs / get_outputs / run), else opened from `export_dir`."""
     sessions = sessions or open_sessions(export_dir)
+    if "decoder" not in sessions:
+        return generate_genai_layout(sessions, source, max_new_tokens, eos_token_id, pad_token_id,
+                                     decoder_prompt if decoder_prompt is not None else [decoder_start_token_id])
     eos = set() if eos_token_id is None else {int(e) for e in np.atleast_1d(eos_token_id)}
     hidden = run(sessions["encoder"], source)["last_hidden_state"]
     batch = hidden.shape[0]
@@ -131,6 +138,40 @@ def generate(export_dir, source: dict, max_new_tokens: int, decoder_start_token_
             out = run(sessions["decoder_with_past"], feed)
         state.update({k: v for k, v in out.items() if k.startswith("present.")})
         # as Transformers' greedy search: a finished row takes pad_token_id, a row finishes on EOS
+        tokens = out["logits"][:, -1, :].argmax(axis=-1).astype(np.int64)
+        tokens = np.where(done, np.int64(pad_token_id), tokens)
+        done |= np.isin(tokens, list(eos))
+        rows.append(tokens)
+        if done.all():
+            break
+    return np.stack(rows, axis=1)
+
+
+def generate_genai_layout(sessions: dict, source: dict, max_new_tokens: int, eos_token_id, pad_token_id: int,
+                          decoder_prompt) -> np.ndarray:
+    """generate() over onnxruntime-genai's Whisper layout (`--onnx-layout genai`): the encoder returns
+    the cross state (present_key|value_cross_{i}), and decoder_with_past (decoder.onnx, int32 ids) runs
+    every step, the first from an empty self-attention past. A past input past_X is fed the present
+    output present_X (genai's names)."""
+    eos = set() if eos_token_id is None else {int(e) for e in np.atleast_1d(eos_token_id)}
+    state = {k: v for k, v in run(sessions["encoder"], source).items() if k.startswith("present_")}
+    decoder = sessions["decoder_with_past"]
+    ids_type = {i.name: i.type for i in decoder.get_inputs()}["input_ids"]
+    ids_dtype = np.int32 if ids_type == "tensor(int32)" else np.int64
+    batch = next(iter(source.values())).shape[0]
+    for i in decoder.get_inputs():
+        present = "present_" + i.name[len("past_"):]
+        if i.name.startswith("past_") and present not in state:  # the self-attention cache starts empty
+            state[present] = np.zeros((batch, i.shape[1], 0, i.shape[3]), np.float32)
+    rows = [np.full(batch, t, np.int64) for t in decoder_prompt]
+    done = np.zeros(batch, bool)
+    for step in range(max_new_tokens):
+        ids = np.stack(rows, axis=1) if step == 0 else rows[-1][:, None]
+        feed = {"input_ids": ids.astype(ids_dtype)}
+        feed.update({i.name: state["present_" + i.name[len("past_"):]] for i in decoder.get_inputs()
+                     if i.name.startswith("past_")})
+        out = run(decoder, feed)
+        state.update({k: v for k, v in out.items() if k.startswith("present_")})
         tokens = out["logits"][:, -1, :].argmax(axis=-1).astype(np.int64)
         tokens = np.where(done, np.int64(pad_token_id), tokens)
         done |= np.isin(tokens, list(eos))

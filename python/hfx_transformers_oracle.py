@@ -206,9 +206,46 @@ def run_token_by_token(model, args):
     return SimpleNamespace(logits=torch.cat(logits, dim=1), cache_params=cache)
 
 
+# onnxruntime-genai's Whisper names (`--onnx-layout genai`) -> Optimum's, per layer: the decoder.onnx
+# step is Optimum's decoder_with_past under these names (its first step from an empty self past).
+GENAI_PAST = {"past_key_self_": "decoder.key", "past_value_self_": "decoder.value",
+              "past_key_cross_": "encoder.key", "past_value_cross_": "encoder.value"}
+
+
+def genai_whisper_step(model, feeds):
+    """A graph of onnxruntime-genai's Whisper layout: the encoder (audio_features -> hidden_states and
+    each layer's cross keys/values present_key|value_cross_{i}, as Transformers' first decoder step
+    computes them) or the decoder (int32 input_ids and past_key|value_self|cross_{i} -> logits and
+    present_key|value_self_{i}), through seq2seq_step under Optimum's names."""
+    from transformers import DynamicCache, EncoderDecoderCache
+    if "audio_features" in feeds:
+        hidden = model.get_encoder()(input_features=feeds["audio_features"]).last_hidden_state
+        start = torch.full((hidden.shape[0], 1), model.config.decoder_start_token_id, dtype=torch.long)
+        out = model(encoder_outputs=(hidden,), decoder_input_ids=start,
+                    past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()), use_cache=True)
+        result = {"hidden_states": hidden}
+        for layer, cross in enumerate(out.past_key_values.cross_attention_cache.layers):
+            result[f"present_key_cross_{layer}"], result[f"present_value_cross_{layer}"] = cross.keys, cross.values
+        return {k: v.detach().to(torch.float32).contiguous() for k, v in result.items()}
+    optimum = {"input_ids": feeds["input_ids"].long()}
+    for name, value in feeds.items():
+        for prefix, suffix in GENAI_PAST.items():
+            if name.startswith(prefix):
+                optimum[f"past_key_values.{name[len(prefix):]}.{suffix}"] = value
+    out = seq2seq_step(model, optimum)
+    result = {"logits": out["logits"]}
+    for name, value in out.items():
+        if name.startswith("present.") and name.endswith(".decoder.key"):
+            result[f"present_key_self_{name.split('.')[1]}"] = value
+        elif name.startswith("present.") and name.endswith(".decoder.value"):
+            result[f"present_value_self_{name.split('.')[1]}"] = value
+    return result
+
+
 def run_step(model, feeds, layers):
     if getattr(model.config, "is_encoder_decoder", False):
-        return seq2seq_step(model, feeds)
+        genai = "audio_features" in feeds or "past_key_self_0" in feeds
+        return genai_whisper_step(model, feeds) if genai else seq2seq_step(model, feeds)
     if "cache_position" in feeds:
         return static_step(model, feeds, layers)
     args = {"input_ids": feeds["input_ids"], "attention_mask": feeds["attention_mask"]}

@@ -223,9 +223,12 @@ void register_generate(CLI::App& app, Action& action) {
         return backend.make_runner(c, s->runtime);
       };
       // A decoder's steps (decoder, or prefill + decode), or an encoder-decoder's three graphs.
-      // (OpenVINO's stateful encoder-decoder: one merged decoder, which holds the state, for both steps.)
+      // onnxruntime-genai's encoder-decoder layout has no first-step decoder (null: the loop runs
+      // decoder_with_past from an empty past); OpenVINO's stateful one has one merged decoder, which
+      // holds the state, for both steps.
       const auto steps = art.seq2seq() ? art.decoder_steps() : pipeline::Artifact::DecoderSteps{};
-      auto first = make_runner(art.seq2seq() ? *steps.first : art.component(split ? "prefill" : ""));
+      const pipeline::ArtifactComponent* first_step = art.seq2seq() ? steps.first : &art.component(split ? "prefill" : "");
+      auto first = first_step ? make_runner(*first_step) : nullptr;
       auto next = art.seq2seq() ? (steps.next == steps.first ? nullptr : make_runner(*steps.next))
                   : split       ? make_runner(art.component("decode"))
                                 : nullptr;
@@ -250,7 +253,9 @@ void register_generate(CLI::App& app, Action& action) {
         }
         std::fflush(stdout);
       };
-      auto rows = encoder ? runtime::generate_seq2seq({*encoder, *first, next ? *next : *first}, art.cache,
+      auto rows = encoder ? runtime::generate_seq2seq({*encoder, first.get(), next ? *next : *first,
+                                                       runtime::input_ids_dtype(steps.next->graph)},
+                                                      art.cache,
                                                       art.speech ? audio_source(art, s->audio)
                                                                  : runtime::text_sources(prompts, opts.pad_token_id),
                                                       decoder_prompt, opts, on_token)

@@ -35,6 +35,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
@@ -366,8 +367,7 @@ class Bart final : public Seq2SeqLm {
         ir::ValueId q = project(b, x, l + "encoder_attn.q_proj", heads);
         ir::ValueId k, v;
         if (first) {
-          k = project(b, in.encoder_hidden_states, l + "encoder_attn.k_proj", heads, t_.key_bias);
-          v = project(b, in.encoder_hidden_states, l + "encoder_attn.v_proj", heads);
+          std::tie(k, v) = cross_projections(b, in.encoder_hidden_states, i);
           if (!in.cross_key.empty()) {  // the merged decoder: the carried state once there is one
             k = kept_or_computed(b, in.cross_key[size_t(i)], k);
             v = kept_or_computed(b, in.cross_value[size_t(i)], v);
@@ -401,7 +401,27 @@ class Bart final : public Seq2SeqLm {
     return out;
   }
 
+  CrossState cross_state(ir::Builder& b, ir::ValueId encoder_hidden_states) const override {
+    auto stack = b.scope("decoder");
+    CrossState out;
+    for (int64_t i = 0; i < c_.decoder_layers; ++i) {
+      auto layer = b.scope(fmt::format("layers.{}", i));
+      auto attn = b.scope("cross_attn");
+      auto [k, v] = cross_projections(b, encoder_hidden_states, i);
+      out.key.push_back(k);
+      out.value.push_back(v);
+    }
+    return out;
+  }
+
  private:
+  // Decoder layer `i`'s cross-attention keys and values over the encoder's output, [b, heads, enc, d].
+  std::pair<ir::ValueId, ir::ValueId> cross_projections(ir::Builder& b, ir::ValueId hidden, int64_t i) const {
+    const std::string l = p(fmt::format("decoder.layers.{}.", i));
+    return {project(b, hidden, l + "encoder_attn.k_proj", c_.decoder_heads, t_.key_bias),
+            project(b, hidden, l + "encoder_attn.v_proj", c_.decoder_heads)};
+  }
+
   // Checkpoint name `name` under the model's prefix ("model." as BartForConditionalGeneration saves it).
   std::string p(const std::string& name) const { return prefix_ + name; }
   bool speech() const { return t_.source == Source::Mel; }

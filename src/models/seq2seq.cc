@@ -2,7 +2,13 @@
 
 #include <limits>
 
+#include "core/error.h"
+
 namespace hfx::models {
+
+Seq2SeqLm::CrossState Seq2SeqLm::cross_state(ir::Builder&, ir::ValueId) const {
+  unsupported("{}: no cross-attention state computed apart from the decoder", summary().model_type);
+}
 
 ir::ValueId kept_or_computed(ir::Builder& b, ir::ValueId kept, ir::ValueId computed) {
   ir::ValueId both = b.concat({kept, computed}, 2);

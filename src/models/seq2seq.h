@@ -87,6 +87,13 @@ class Seq2SeqLm {
   // The encoder over input_ids and attention_mask (or input_features): last_hidden_state only.
   virtual ir::ValueId encode(ir::Builder& b, const EncoderInputs& in) const = 0;
   virtual Seq2SeqDecoderOutputs decode(ir::Builder& b, const Seq2SeqDecoderInputs& in) const = 0;
+  // Every decoder layer's cross-attention keys and values [batch, heads, enc, head_dim] from the
+  // encoder's output, the projections a first step makes (onnxruntime-genai's Whisper encoder returns
+  // them, so its decoder never reads encoder_hidden_states). Unsupported for a model without them.
+  struct CrossState {
+    std::vector<ir::ValueId> key, value;
+  };
+  virtual CrossState cross_state(ir::Builder& b, ir::ValueId encoder_hidden_states) const;
 };
 
 }  // namespace hfx::models

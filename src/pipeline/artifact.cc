@@ -23,15 +23,16 @@ const ArtifactComponent& Artifact::component(const std::string& role) const {
   bad_input("{}: no component with role `{}` (has: {})", dir.string(), role, fmt::join(roles, ", "));
 }
 
+const ArtifactComponent* Artifact::find(const std::string& role) const {
+  for (const auto& c : components)
+    if (c.role == role) return &c;
+  return nullptr;
+}
+
 Artifact::DecoderSteps Artifact::decoder_steps() const {
-  auto find = [&](const std::string& role) -> const ArtifactComponent* {
-    for (const auto& c : components)
-      if (c.role == role) return &c;
-    return nullptr;
-  };
-  if (find("decoder_with_past")) return {&component("decoder"), find("decoder_with_past")};
+  if (const auto* next = find("decoder_with_past")) return {find("decoder"), next};
   if (const auto* merged = find("decoder_merged")) return {merged, merged};
-  return {&component("decoder"), &component("decoder_with_past")};  // says which roles it has
+  return {nullptr, &component("decoder_with_past")};  // says which roles it has
 }
 
 namespace {

@@ -45,8 +45,12 @@ struct Artifact {
   bool seq2seq() const { return decoder_start_token_id.has_value(); }
   // The component with `role`, or the first when role is empty; BadInput naming the roles otherwise.
   const ArtifactComponent& component(const std::string& role) const;
-  // An encoder-decoder's decoder steps: its first-step and with-past graphs, or, in OpenVINO's stateful
-  // layout, the merged decoder for both (it holds the state; run both steps on one runner).
+  // The component with `role`, or null (an encoder-decoder in onnxruntime-genai's layout has no
+  // first-step `decoder`).
+  const ArtifactComponent* find(const std::string& role) const;
+  // An encoder-decoder's decoder steps: its first-step and with-past graphs (no first-step graph in
+  // onnxruntime-genai's layout: null, decoder_with_past runs from an empty past), or, in OpenVINO's
+  // stateful layout, the merged decoder for both (it holds the state: run both steps on one runner).
   struct DecoderSteps {
     const ArtifactComponent* first;
     const ArtifactComponent* next;

@@ -25,6 +25,14 @@ std::map<std::string, std::string> component_metadata(const LoadedModel& m, cons
   return md;
 }
 
+tasks::CausalLmOptions task_options(const tasks::CausalLmOptions& task, const FormatSettings& settings,
+                                    const std::vector<std::string>& formats) {
+  tasks::CausalLmOptions out = task;
+  for (const Backend* b : all_backends())
+    if (std::find(formats.begin(), formats.end(), b->info().name) != formats.end()) b->shape_task(settings, out);
+  return out;
+}
+
 Backend::Plan Backend::plan(const tasks::Component& c, const LoadedModel&, const Recipe&, bool) const {
   return {"", {}, c.inputs, c.outputs};
 }

@@ -63,6 +63,9 @@ class Backend {
   // Fills in the defaults of this format's options that follow other options (ONNX's profile follows
   // its opset), after a recipe or the command line set what it names.
   virtual void complete_options(FormatSettings&) const {}
+  // What this format's options make of the task's components, when it is written (ONNX's
+  // `onnx_layout` picks an encoder-decoder's graphs): sets the fields of `task` they decide.
+  virtual void shape_task(const FormatSettings&, tasks::CausalLmOptions&) const {}
   // The precision forms (passes/precision.h) this format writes component `role` in under `recipe`:
   // what `hfx verify` rounds its reference to.
   virtual passes::PrecisionTarget precision_target(const Recipe&, const std::string& role) const = 0;
@@ -120,6 +123,11 @@ struct BackendRegistration {
 #define HFX_REGISTER_BACKEND(TYPE, RANK)      \
   static const TYPE hfx_registered_backend_; \
   static const ::hfx::pipeline::BackendRegistration hfx_backend_registration_(RANK, hfx_registered_backend_)
+
+// The task options an export of `formats` with `settings` builds its components with: `task` as
+// given, with what each written format's options decide (Backend::shape_task).
+tasks::CausalLmOptions task_options(const tasks::CausalLmOptions& task, const FormatSettings& settings,
+                                    const std::vector<std::string>& formats);
 
 // Every registered backend, built or not (unavailable ones say why in info().status), by rank.
 const std::vector<const Backend*>& all_backends();

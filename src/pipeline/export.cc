@@ -64,14 +64,16 @@ void check_apart_from_source(const fs::path& model_dir, const fs::path& out) {
 // Bounds past the model's positions are warned about (tasks::fit_to_context); where they are lowered (a
 // learned position table) the components are rebuilt, so the recipe and the components both record
 // the bound that was used.
-void fit_bounds_to_context(LoadedModel& m, tasks::CausalLmOptions& task) {
+void fit_bounds_to_context(LoadedModel& m, tasks::CausalLmOptions& task, const Recipe& recipe) {
   if (!m.task->generative()) return;
   const auto limit = tasks::model_context(m.checkpoint->config(), m.components);
   if (!limit) return;
   const auto warnings = tasks::fit_to_context(task, *limit);
   for (const auto& w : warnings) fmt::print(stderr, "hfx: warning: {}\n", w);
   if (limit->learned && !warnings.empty())
-    m.components = with_context(m.checkpoint->dir().string(), [&] { return m.task->components(m.model, task); });
+    m.components = with_context(m.checkpoint->dir().string(), [&] {
+      return m.task->components(m.model, task_options(task, recipe.options, recipe.formats));
+    });
 }
 
 }  // namespace
@@ -136,9 +138,9 @@ ExportResult run_export(const ExportOptions& opt) {
   tasks::validate(opt.recipe.task);
   check_output_target(opt.model_dir, opt.out_dir, opt.overwrite);
   Recipe recipe = opt.recipe;  // with the bounds actually used
-  LoadedModel m = load_model(opt.model_dir, recipe.task, recipe.task_name);
+  LoadedModel m = load_model(opt.model_dir, task_options(recipe.task, recipe.options, recipe.formats), recipe.task_name);
   recipe.task_name = m.task->name();  // the manifest records the task that ran
-  fit_bounds_to_context(m, recipe.task);
+  fit_bounds_to_context(m, recipe.task, recipe);
   {
     std::vector<std::string> roles;
     for (const auto& c : m.components) roles.push_back(c.role);

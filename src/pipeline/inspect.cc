@@ -62,7 +62,7 @@ std::string inspect_report(const fs::path& model_dir, bool as_json, const Inspec
   recipe.formats = {backend.info().name};
   recipe.options = options.options;
   tasks::validate(options.task);
-  LoadedModel m = load_model(model_dir, options.task);
+  LoadedModel m = load_model(model_dir, task_options(options.task, options.options, recipe.formats));
   const auto& s = m.summary();
   int64_t params = 0;
   std::map<std::string, int64_t> dtypes;

@@ -134,7 +134,10 @@ ManifestBuilder::ManifestBuilder(const io::Checkpoint& ckpt, const LoadedModel& 
       m["speech_source"] = {{"mel_bins", src.mel_bins}, {"frames", src.frames}, {"encoder_length", src.encoder_length}};
     for (const auto& c : loaded.components)
       if (!c.state.empty()) {
-        m["state_names"] = std::string(tasks::state_names(tasks::StateNames::Seq2Seq).name);
+        // Optimum's names, or onnxruntime-genai's (--onnx-layout genai): the set that named the ports.
+        const tasks::StateNameSet& genai = tasks::state_names(tasks::StateNames::GenaiWhisper);
+        const bool genai_names = tasks::parse_state_name(genai, c.state.front().past).has_value();
+        m["state_names"] = std::string((genai_names ? genai : tasks::state_names(tasks::StateNames::Seq2Seq)).name);
         m["states"] = states_json(c.state);
         break;
       }

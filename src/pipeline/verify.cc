@@ -173,15 +173,21 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
   }
   const int64_t total = ctx.tokens * int64_t(ctx.prompts.size());
   if (ctx.seq2seq) {  // decoded step by step: a few graphs of an encoder-decoder's size
-    auto runner = [&](const std::string& role) {
+    auto find = [&](const std::string& role) -> const tasks::Component* {
       for (const auto& c : ref.components)
-        if (c.role == role) return runtime::make_executor_runner(c.graph, executor_options(c.graph, opt));
+        if (c.role == role) return &c;
+      return nullptr;
+    };
+    auto runner = [&](const std::string& role) {
+      if (const tasks::Component* c = find(role)) return runtime::make_executor_runner(c->graph, executor_options(c->graph, opt));
       bad_input("the reference has no {} component", role);
     };
-    auto encoder = runner("encoder"), first = runner("decoder"), next = runner("decoder_with_past");
+    // onnxruntime-genai's layout has no first-step decoder: its encoder returns the cross state.
+    auto encoder = runner("encoder"), next = runner("decoder_with_past");
+    auto first = find("decoder") ? runner("decoder") : nullptr;
     Progress progress = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
     ctx.expected_tokens = runtime::generate_seq2seq(
-        {*encoder, *first, *next}, ctx.art.cache, runtime::prompt_sources(ctx.prompts, so.pad_token_id, ctx.art.speech),
+        {*encoder, first.get(), *next, runtime::input_ids_dtype(find("decoder_with_past")->graph)}, ctx.art.cache, runtime::prompt_sources(ctx.prompts, so.pad_token_id, ctx.art.speech),
         {*ctx.art.decoder_start_token_id}, so, [&](size_t, int64_t) { progress.advance(1, 0); });
     progress.finish();
     return;
@@ -240,7 +246,8 @@ void build_verify_context(VerifyContext& ctx) {
   ctx.open_s = seconds_since(t_open);
   Artifact& art = ctx.art;
   ctx.recipe = Recipe::from_json(ctx.manifest, (out / kManifestName).string());
-  LoadedModel& ref = ctx.ref.emplace(load_model(ctx.source, ctx.recipe.task, ctx.recipe.task_name));
+  LoadedModel& ref = ctx.ref.emplace(load_model(ctx.source, task_options(ctx.recipe.task, ctx.recipe.options, ctx.recipe.formats),
+                                                      ctx.recipe.task_name));
   // The reference runs the export's precision (same rounded and quantized weights): this checks the
   // export, and docs/quantization.md measures the precision itself against fp32.
   for (auto& c : ref.components)

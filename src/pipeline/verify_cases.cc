@@ -236,8 +236,13 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
     for (int64_t i = 0; i < S; ++i) ids[size_t(b * S + i)] = int64_t(rng() % uint64_t(vocab));
   }
   // A speech encoder (Whisper's) reads its features only.
-  const bool speech_encoder = wanted.count("input_features") > 0;
+  // (onnxruntime-genai's names them audio_features.)
+  const bool speech_encoder = wanted.count("input_features") > 0 || wanted.count("audio_features") > 0;
   if (!speech_encoder) in["input_ids"] = i64s({B, S}, ids);
+  // genai's Whisper decoder reads int32 ids.
+  for (auto id : g.inputs())
+    if (g.value(id).name == "input_ids" && g.value(id).dtype == DType::I32)
+      in["input_ids"] = Tensor::from_vector<int32_t>(DType::I32, {B, S}, std::vector<int32_t>(ids.begin(), ids.end()));
   // An encoder-decoder's decoder step (it reads the source: its encoder's output or the cross state
   // kept from it) reads no positions nor a mask of its own tokens (causal, all real).
   bool seq2seq_step = wanted.count("encoder_hidden_states") > 0;
@@ -245,7 +250,7 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
     seq2seq_step = seq2seq_step || (p.spec.update == tasks::StateUpdate::Keep && wanted.count(p.past));
   // The reference graph reads position_ids even when the artifact does not (onnx ort profile);
   // run() hands each graph only its own inputs.
-  if (decoder && !seq2seq_step) in["position_ids"] = i64s({B, S}, pos);
+  if (decoder && !seq2seq_step && !speech_encoder) in["position_ids"] = i64s({B, S}, pos);
   if (!seq2seq_step && !speech_encoder) in["attention_mask"] = i64s({B, mask_len}, mask);
   if (wanted.count("token_type_ids")) {
     std::vector<int64_t> types(static_cast<size_t>(B * S));
@@ -275,7 +280,8 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
   };
   if (wanted.count("encoder_hidden_states")) random_input("encoder_hidden_states", E);
   // A speech encoder's log-mel features (Whisper's: every dim but the batch fixed).
-  if (wanted.count("input_features")) random_input("input_features", E);
+  for (const char* name : {"input_features", "audio_features"})
+    if (wanted.count(name)) random_input(name, E);
   // The merged decoder's first step (no past) reads an empty cross state and computes it: its
   // use_cache_branch is false then, as Optimum and transformers.js feed it.
   const bool merged_first = P == 0 && wanted.count("encoder_hidden_states");

@@ -49,19 +49,29 @@ std::vector<std::vector<int64_t>> timed_generate(runtime::StepRunner& first, run
   return tokens;
 }
 
+// The dtype of a step's input_ids: from its graph when read back, else the manifest's entry.
+DType art_ids_dtype(const Artifact& art, const ArtifactComponent& step) {
+  if (!step.graph.inputs().empty()) return runtime::input_ids_dtype(step.graph);
+  for (const auto& x : art.manifest["components"])
+    if (x["role"] == step.role)
+      for (const auto& in : x["inputs"])
+        if (in["name"] == "input_ids" && in["dtype"] == "i32") return DType::I32;
+  return DType::I64;
+}
+
 // An encoder-decoder's greedy tokens, its three graphs run by `runner_for`.
 std::vector<std::vector<int64_t>> timed_generate_seq2seq(
     const std::function<std::unique_ptr<runtime::StepRunner>(const ArtifactComponent&)>& runner_for, const Artifact& art,
     const SessionWork& w, const std::string& runtime, double& generate_s) {
   auto encoder = runner_for(art.component("encoder"));
-  const Artifact::DecoderSteps steps = art.decoder_steps();
-  auto first = runner_for(*steps.first);
+  const Artifact::DecoderSteps steps = art.decoder_steps();  // no first step in genai's layout
+  auto first = steps.first ? runner_for(*steps.first) : nullptr;
   auto next = steps.next == steps.first ? nullptr : runner_for(*steps.next);  // one runner holds the state
   const int64_t greedy_total = w.sampling.max_new_tokens * int64_t(w.prompts.size());
   const auto t0 = Clock::now();
   Progress progress = Progress::steps("verify: greedy, artifact on " + runtime, greedy_total, "tokens");
   auto tokens = runtime::generate_seq2seq(
-      {*encoder, *first, next ? *next : *first}, art.cache,
+      {*encoder, first.get(), next ? *next : *first, art_ids_dtype(art, *steps.next)}, art.cache,
       runtime::prompt_sources(w.prompts, w.sampling.pad_token_id, art.speech),
       {*art.decoder_start_token_id}, w.sampling, [&](size_t, int64_t) { progress.advance(1, 0); });
   progress.finish();

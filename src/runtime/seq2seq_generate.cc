@@ -16,6 +16,17 @@ Tensor i64_tensor(std::vector<int64_t> shape, const std::vector<int64_t>& values
   return Tensor::from_vector<int64_t>(DType::I64, std::move(shape), values);
 }
 
+// Token ids as a step reads them: i64, or i32 (onnxruntime-genai's Whisper decoder).
+Tensor ids_tensor(DType dtype, std::vector<int64_t> shape, const std::vector<int64_t>& values) {
+  if (dtype == DType::I64) return i64_tensor(std::move(shape), values);
+  HFX_CHECK(dtype == DType::I32, "generate: input_ids of dtype {}", dtype_name(dtype));
+  return Tensor::from_vector<int32_t>(DType::I32, std::move(shape), std::vector<int32_t>(values.begin(), values.end()));
+}
+
+bool has(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 // The output `name` of a step, which a graph from a file may lack.
 Tensor take(std::map<std::string, Tensor>& result, const std::string& name, const char* step) {
   auto it = result.find(name);
@@ -24,6 +35,12 @@ Tensor take(std::map<std::string, Tensor>& result, const std::string& name, cons
 }
 
 }  // namespace
+
+DType input_ids_dtype(const ir::Graph& step) {
+  for (auto id : step.inputs())
+    if (step.value(id).name == "input_ids") return step.value(id).dtype;
+  return DType::I64;
+}
 
 Seq2SeqSources text_sources(const std::vector<std::vector<int64_t>>& rows, int64_t pad) {
   if (rows.empty()) bad_input("generate: no prompt given");
@@ -81,9 +98,24 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
   const int64_t B = sources.rows;
   HFX_CHECK(!prompt.empty(), "generate: an empty decoder prompt");
   check_state_memory(cache, B, int64_t(prompt.size()) + o.max_new_tokens, sources.length);
-  auto encoded = r.encoder.run(sources.encoder_inputs);
-  Tensor hidden = take(encoded, "last_hidden_state", "encoder");
-  const std::vector<std::string> step_inputs = r.first.input_names();
+  // onnxruntime-genai's encoder names its input audio_features and returns the cross state.
+  std::map<std::string, Tensor> encoder_inputs = sources.encoder_inputs;
+  if (auto it = encoder_inputs.find("input_features"); it != encoder_inputs.end() && has(r.encoder.input_names(), "audio_features")) {
+    encoder_inputs.emplace("audio_features", std::move(it->second));
+    encoder_inputs.erase("input_features");
+  }
+  auto encoded = r.encoder.run(encoder_inputs);
+  std::map<std::string, Tensor> past;  // every state's past input, by name
+  Tensor hidden;
+  if (r.first) {
+    hidden = take(encoded, "last_hidden_state", "encoder");
+  } else {
+    for (const auto& p : cache.states)
+      if (p.spec.update == tasks::StateUpdate::Keep) past[p.past] = take(encoded, p.present, "encoder");
+      else past[p.past] = Tensor(p.spec.dtype, tasks::state_dims(p.spec, B, 0));  // the first step's empty past
+  }
+  StepRunner& first = r.first ? *r.first : r.next;
+  const std::vector<std::string> step_inputs = first.input_names();
   const bool masked = std::find(step_inputs.begin(), step_inputs.end(), "encoder_attention_mask") != step_inputs.end();
   if (masked && sources.mask.numel() == 0)
     bad_input("generate: the decoder reads encoder_attention_mask, which a speech source does not have");
@@ -102,19 +134,19 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
   // output on every step, as WhisperPipeline feeds it, and computes the cross state on the first.
   bool holds_state = !cache.states.empty();
   for (const auto& name : r.next.input_names()) holds_state = holds_state && !tasks::find_past(cache.states, name);
-  if (holds_state) r.first.start_over();
-  std::map<std::string, Tensor> past;  // every state's past input, by name
+  if (holds_state) first.start_over();
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     const int64_t seq = step == 0 ? int64_t(prompt.size()) : 1;
-    std::map<std::string, Tensor> feed = {{"input_ids", i64_tensor({B, seq}, step_ids)}};
+    std::map<std::string, Tensor> feed = {{"input_ids", ids_tensor(r.ids, {B, seq}, step_ids)}};
     if (masked) feed["encoder_attention_mask"] = sources.mask;
-    if (step == 0 || holds_state) feed["encoder_hidden_states"] = hidden;
+    if ((step == 0 && r.first) || holds_state) feed["encoder_hidden_states"] = hidden;
     else
       for (const auto& [name, t] : past) feed[name] = t;
-    auto result = (step == 0 ? r.first : r.next).run(feed);
-    // The self-attention cache grows every step; the cross-attention state comes from the first.
+    auto result = (step == 0 ? first : r.next).run(feed);
+    // The self-attention cache grows every step; the cross-attention state comes from the first (or
+    // from the encoder).
     for (const auto& p : cache.states)
-      if (!holds_state && (step == 0 || p.spec.update != tasks::StateUpdate::Keep))
+      if (!holds_state && ((step == 0 && r.first) || p.spec.update != tasks::StateUpdate::Keep))
         past[p.past] = take(result, p.present, step == 0 ? "first step" : "step");
     const Tensor& logits = step_logits(result, B, seq);
     const int64_t V = logits.dim(2);

@@ -12,15 +12,21 @@
 #include <string>
 #include <vector>
 
+#include "ir/graph.h"
 #include "runtime/generate.h"
 
 namespace hfx::runtime {
 
 struct Seq2SeqRunners {
   StepRunner& encoder;
-  StepRunner& first;  // the decoder's first step (reads encoder_hidden_states)
-  StepRunner& next;   // every later step (reads the carried state)
+  // The decoder's first step (reads encoder_hidden_states); null when the encoder returns the cross
+  // state itself (onnxruntime-genai's layout): `next` then runs the first step from an empty past.
+  StepRunner* first;
+  StepRunner& next;  // every later step (reads the carried state)
+  DType ids = DType::I64;  // the steps' input_ids (genai's layout: i32)
 };
+// The dtype of a step graph's input_ids.
+DType input_ids_dtype(const ir::Graph& step);
 
 // The source rows as the encoder reads them.
 struct Seq2SeqSources {

@@ -40,6 +40,10 @@ struct CausalLmOptions {
   bool dynamic = false;       // all dims symbolic and unbounded
   // Bounds by dim name (batch_size, sequence_length, past_sequence_length, total_sequence_length).
   std::map<std::string, SymbolBounds> dims;
+  // An encoder-decoder's graphs: "optimum" (encoder_model + decoder_model + decoder_with_past_model +
+  // decoder_model_merged) or "genai" (onnxruntime-genai's Whisper: encoder + decoder). Not a recipe
+  // field of its own: the ONNX format's `onnx_layout` option sets it (pipeline::task_options).
+  std::string seq2seq_layout = "optimum";
 };
 
 // Names of the symbolic dims a causal-LM contract uses.

@@ -141,6 +141,92 @@ Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
   return c;
 }
 
+// onnxruntime-genai's Whisper layout (reference/peer-contracts.md 1.3; genai 0.18's
+// src/models/whisper.cpp and builders/whisper.py):
+//
+//   encoder  encoder.onnx
+//     audio_features  f32 [batch_size, mel_bins, frames]            (genai feeds 3000 frames only)
+//     -> hidden_states                f32 [batch_size, encoder_length, hidden]
+//        present_key|value_cross_{i}  f32 [batch_size, heads, encoder_length, head_dim]: the cross state,
+//                                     computed once here (Seq2SeqLm::cross_state)
+//   decoder_with_past  decoder.onnx: every step, the first from an empty self-attention past
+//     input_ids  i32 [batch_size, decoder_sequence_length]     (genai feeds int32 ids; Cast to i64)
+//     past_key|value_self_{i}   [batch_size, heads, past_decoder_sequence_length, head_dim]
+//     past_key|value_cross_{i}  [batch_size, heads, encoder_sequence_length, head_dim]
+//     -> logits, present_key|value_self_{i} [..., total_decoder_sequence_length, ...]
+//
+// The decoder is the optimum layout's decoder_with_past step under genai's names, which serves the
+// first step too: its positions start at the past's length, 0 for an empty past.
+std::vector<StatePort> genai_state_ports(const models::Seq2SeqLm& model) {
+  return name_states(ir::encoder_decoder_states(model.decoder_layers(), model.heads(), model.head_dim(), kPast, kEncoder),
+                     state_names(StateNames::GenaiWhisper));
+}
+
+Component build_genai_encoder(const models::Seq2SeqLm& model, const CausalLmOptions& o) {
+  const models::Seq2SeqSource source = model.source();
+  Component c{"encoder", "encoder", ir::Graph("main"), {}, {}, {}, {}};
+  const Shape features = {Dim::sym(kBatch), Dim::fixed(source.mel_bins), Dim::fixed(source.frames)};
+  c.inputs = {{"audio_features", DType::F32, features}};
+  c.outputs = {{"hidden_states", DType::F32,
+                {Dim::sym(kBatch), Dim::fixed(source.encoder_length), Dim::fixed(model.summary().hidden_size)}}};
+  const std::vector<StatePort> ports = genai_state_ports(model);
+  // The cross state's length is the encoder's, fixed like it (genai allocates it so).
+  for (const auto& p : ports)
+    if (is_cross(p)) {
+      Shape shape = p.spec.shape;
+      shape[size_t(p.spec.axis)] = Dim::fixed(source.encoder_length);
+      c.outputs.push_back({p.present, p.spec.dtype, shape});
+    }
+  models::EncoderInputs in;
+  in.input_features = c.graph.add_input("audio_features", DType::F32, features);
+  ir::Builder b(c.graph);
+  const ir::ValueId hidden = model.encode(b, in);
+  const models::Seq2SeqLm::CrossState cross = model.cross_state(b, hidden);
+  std::vector<ir::ValueId> values = {hidden};
+  for (const auto& p : ports)
+    if (is_cross(p))
+      values.push_back((p.spec.kind == StateKind::CrossAttentionKey ? cross.key : cross.value).at(size_t(p.spec.layer)));
+  name_outputs(c, b, values);
+  declare_bounds(c.graph, model, o);
+  c.graph.validate();
+  return c;
+}
+
+Component build_genai_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o) {
+  std::vector<StatePort> ports = genai_state_ports(model);
+  Component c{"decoder_with_past", "decoder", ir::Graph("main"), {}, {}, {}, {}};
+  ir::Graph& g = c.graph;
+  g.symbols().relate_sum(kTotal, kPast, kSeq);
+  c.inputs = {{"input_ids", DType::I32, {Dim::sym(kBatch), Dim::sym(kSeq)}}};
+  for (const auto& p : ports) c.inputs.push_back({p.past, p.spec.dtype, state_shape(p.spec, Dim::sym(kPast))});
+  c.outputs = {{"logits", DType::F32, {Dim::sym(kBatch), Dim::sym(kSeq), Dim::fixed(model.summary().vocab_size)}}};
+  for (const auto& p : ports)
+    if (!is_cross(p)) c.outputs.push_back({p.present, p.spec.dtype, state_shape(p.spec, Dim::sym(kTotal))});
+  std::map<std::string, ir::ValueId> ids;
+  for (const auto& spec : c.inputs) ids[spec.name] = g.add_input(spec.name, spec.dtype, spec.shape);
+  ir::Builder b(g);
+  models::Seq2SeqDecoderInputs in;
+  in.input_ids = b.cast(ids.at("input_ids"), DType::I64);
+  for (const auto& p : ports) {
+    auto& slot = p.spec.kind == StateKind::SelfAttentionKey     ? in.past_key
+                 : p.spec.kind == StateKind::SelfAttentionValue ? in.past_value
+                 : p.spec.kind == StateKind::CrossAttentionKey  ? in.cross_key
+                                                                : in.cross_value;
+    slot.push_back(ids.at(p.past));
+  }
+  const models::Seq2SeqDecoderOutputs out = model.decode(b, in);
+  std::vector<ir::ValueId> values = {out.logits};
+  for (const auto& p : ports)
+    if (!is_cross(p))
+      values.push_back((p.spec.kind == StateKind::SelfAttentionKey ? out.present_key : out.present_value)
+                           .at(size_t(p.spec.layer)));
+  name_outputs(c, b, values);
+  c.state = std::move(ports);
+  declare_bounds(g, model, o);
+  g.validate();
+  return c;
+}
+
 class Seq2SeqTask final : public Task {
  public:
   const std::string& name() const override {
@@ -175,6 +261,25 @@ std::vector<Component> build_seq2seq(const models::Seq2SeqLm& model, const Causa
       bad_input("--dim {}: an encoder-decoder's dims are {}", name, fmt::join(names, ", "));
   }
   std::vector<Component> out;
+  if (o.seq2seq_layout == "genai") {
+    // onnxruntime-genai runs Whisper only (its model.type "whisper"), and feeds its encoder 3000 frames.
+    if (!model.source().speech)
+      bad_input("--onnx-layout genai is onnxruntime-genai's Whisper layout; {} is a text encoder-decoder, which genai "
+                "has no runtime for: export it with --onnx-layout optimum (the default)", model.summary().model_type);
+    // genai 0.18 takes 3000 frames only (whisper.h's num_frames_, checked against audio_features' shape)
+    // and sizes hidden_states and the cross state for 1500 positions.
+    constexpr int64_t kGenaiFrames = 3000;
+    if (model.source().frames != kGenaiFrames)
+      bad_input("--onnx-layout genai: onnxruntime-genai feeds Whisper's encoder {} frames (max_source_positions 1500); "
+                "this model's encoder reads {} (max_source_positions {}), which genai refuses",
+                kGenaiFrames, model.source().frames, model.source().encoder_length);
+    out.push_back(build_genai_encoder(model, o));
+    out.push_back(build_genai_decoder(model, o));
+    for (auto& c : out) c.own_weight_files = true;
+    return out;
+  }
+  if (o.seq2seq_layout != "optimum")
+    fail(ErrorKind::Internal, "unknown encoder-decoder layout {}", o.seq2seq_layout);
   out.push_back(build_encoder(model, o));
   out.push_back(build_decoder(model, o, Step::First));
   out.push_back(build_decoder(model, o, Step::WithPast));

@@ -39,6 +39,15 @@ const StateNameSet kGenaiHybrid = {"genai-hybrid",
                                     {K::Convolution, "past_key_values.{}.conv_state", "present.{}.conv_state"},
                                     {K::Recurrent, "past_key_values.{}.recurrent_state", "present.{}.recurrent_state"}}};
 
+// onnxruntime-genai's Whisper (src/config.h's defaults, builders/whisper.py): the encoder returns the
+// cross state (present_key_cross_{i}) and the decoder reads it back (past_key_cross_{i}).
+const StateNameSet kGenaiWhisper = {"genai-whisper",
+                                    "onnxruntime-genai's Whisper model (encoder.onnx + decoder.onnx, genai_config.json)",
+                                    {{K::SelfAttentionKey, "past_key_self_{}", "present_key_self_{}"},
+                                     {K::SelfAttentionValue, "past_value_self_{}", "present_value_self_{}"},
+                                     {K::CrossAttentionKey, "past_key_cross_{}", "present_key_cross_{}"},
+                                     {K::CrossAttentionValue, "past_value_cross_{}", "present_value_cross_{}"}}};
+
 #undef HFX_DECODER_KV
 
 // The text of a pattern before and after its `{}`.
@@ -66,12 +75,14 @@ const StateNameSet& state_names(StateNames which) {
     case StateNames::Seq2Seq: return kSeq2Seq;
     case StateNames::TransformersJsHybrid: return kTransformersJsHybrid;
     case StateNames::GenaiHybrid: return kGenaiHybrid;
+    case StateNames::GenaiWhisper: return kGenaiWhisper;
   }
   fail(ErrorKind::Internal, "unknown state name set {}", int(which));
 }
 
 const StateNameSet* find_state_names(std::string_view name) {
-  for (StateNames which : {StateNames::Decoder, StateNames::Seq2Seq, StateNames::TransformersJsHybrid, StateNames::GenaiHybrid})
+  for (StateNames which : {StateNames::Decoder, StateNames::Seq2Seq, StateNames::TransformersJsHybrid, StateNames::GenaiHybrid,
+                            StateNames::GenaiWhisper})
     if (state_names(which).name == name) return &state_names(which);
   return nullptr;
 }

@@ -13,6 +13,8 @@
 //                  3.1; genai reads them from genai_config.json's past_conv_names)
 //   genai-hybrid   onnxruntime-genai's RecurrentState: past_key_values.{i}.conv_state|recurrent_state ->
 //                  present.{i}.*, attention layers as decoder
+//   genai-whisper  onnxruntime-genai's Whisper: past_key_self_{i} -> present_key_self_{i} (decoder.onnx);
+//                  the cross state present_key_cross_{i} (encoder.onnx) -> past_key_cross_{i} (decoder.onnx)
 //
 // `decoder` names every decoder, `js-hybrid` LFM2 (models/lfm2.cc); the others are declared for
 // encoder-decoder and SSM models. A model names its set (models::CausalLm::state_names).
@@ -39,7 +41,7 @@ struct StateNameSet {
   std::vector<StatePortPattern> patterns;
 };
 
-enum class StateNames { Decoder, Seq2Seq, TransformersJsHybrid, GenaiHybrid };
+enum class StateNames { Decoder, Seq2Seq, TransformersJsHybrid, GenaiHybrid, GenaiWhisper };
 const StateNameSet& state_names(StateNames which);
 // The set whose `name` is `name` ("decoder", "js-hybrid", ...); Internal error for another name (a
 // model's state_names() is code, not input).

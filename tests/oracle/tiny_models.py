@@ -300,6 +300,11 @@ SEQ2SEQ_CASES: dict[str, tuple[str, dict]] = {
     # For `hfx generate --audio`: whisper-tiny's input (80 mel bins x 3000 frames, the 30 s window its
     # feature extractor makes; preprocessor_config.json saved beside it) into the tiny network
     "whisper-audio": ("whisper", dict(WHISPER_BASE, num_mel_bins=80, max_source_positions=1500)),
+    # whisper-shapes' geometry (a deeper decoder, other head counts, relu, another start token) at the
+    # 80 x 3000 input onnxruntime-genai feeds (its runtime sizes its caches by the decoder's heads)
+    "whisper-audio-shapes": ("whisper", dict(WHISPER_BASE, encoder_layers=1, decoder_layers=3, encoder_attention_heads=8,
+                                             decoder_attention_heads=2, activation_function="relu", num_mel_bins=80,
+                                             max_source_positions=1500, decoder_start_token_id=5)),
     # ... with a multilingual generation_config.json (WHISPER_GENERATION): language and task tokens,
     # <|notimestamps|>, suppressed tokens and tokens suppressed at the first position
     "whisper-multilingual": ("whisper", dict(WHISPER_BASE, num_mel_bins=80, max_source_positions=1500)),

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/onnx/genai_whisper.h"
+#include "models/seq2seq.h"
 #include "backends/onnx/onnx_reader.h"
 #include "backends/onnx/onnx_writer.h"
 #include "backends/onnx/ort_profile.h"
@@ -143,6 +145,16 @@ bool writes_genai_config(const LoadedModel& m, const tasks::Component& c, const 
          !tasks::first_of_kind(c.state, tasks::StateKind::Recurrent);
 }
 
+bool genai_layout(const Recipe& r) { return r.options.text("onnx_layout") == "genai"; }
+
+// The genai layout is an encoder-decoder's (its Whisper model); a decoder's genai_config.json comes
+// with the ort profile. (The seq2seq task refuses a text encoder-decoder itself.)
+void refuse_genai_layout_for(const LoadedModel& m, const Recipe& r) {
+  if (genai_layout(r) && !m.model.exposes(models::ModuleKind::Seq2Seq))
+    bad_input("--onnx-layout genai is onnxruntime-genai's Whisper layout; {} is not an encoder-decoder (its "
+              "genai_config.json comes with --onnx-profile ort, the default)", m.summary().model_type);
+}
+
 // The task's inputs that graph `g` (the component as lowered) still takes.
 std::vector<tasks::IoSpec> inputs_of(const tasks::Component& c, const ir::Graph& g) {
   std::vector<tasks::IoSpec> kept;
@@ -202,7 +214,24 @@ class OnnxBackend final : public Backend {
          .shapes_contract = true,
          .help = "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are "
                  "exact; the rest decomposed)"},
+        {.field = "onnx_layout",
+         .flag = "--onnx-layout",
+         .noun = "onnx layout",
+         .values = {"optimum", "genai"},
+         .default_value = "optimum",
+         .recorded_when_written = false,  // recipes from before --onnx-layout keep their bytes
+         .recipe_position = 5,
+         .shapes_contract = true,
+         .help = "onnx, encoder-decoders: `optimum` (default: encoder_model + decoder_model + decoder_with_past_model + "
+                 "decoder_model_merged, as Optimum and transformers.js load them) or `genai` (Whisper only: "
+                 "onnxruntime-genai's encoder.onnx + decoder.onnx + genai_config.json)"},
     };
+  }
+
+  // --onnx-layout picks an encoder-decoder's graphs, which every format of the export would then
+  // write: genai's are for onnxruntime-genai alone.
+  void shape_task(const FormatSettings& s, tasks::CausalLmOptions& task) const override {
+    task.seq2seq_layout = s.text("onnx_layout");
   }
 
   // The profile when none is named: `ort` (ONNX Runtime is the ONNX target hfx verifies against),
@@ -223,9 +252,11 @@ class OnnxBackend final : public Backend {
   std::optional<ir::Graph> read_graph(const std::filesystem::path& file) const override { return onnx_backend::read_onnx(file); }
 
   Plan plan(const tasks::Component& c, const LoadedModel& m, const Recipe& recipe, bool contract) const override {
+    refuse_genai_layout_for(m, recipe);
     const std::string requested = recipe.text_option("onnx_profile", c.role);
     const ProfileChoice choice = choose_profile(m, c, requested);
     Plan p{"profile " + choice.profile, {}, c.inputs, c.outputs};
+    if (genai_layout(recipe)) p.layout += ", onnxruntime-genai's layout";
     if (!choice.fallback.empty()) p.notes.push_back(choice.fallback);
     if (writes_genai_config(m, c, requested) && !c.shared_buffers.empty()) p.notes.push_back(kNoGenaiForStaticCache);
     if (contract && choice.profile == "ort") {
@@ -240,6 +271,10 @@ class OnnxBackend final : public Backend {
 
   void write_component(const tasks::Component& c, ExportJob& job) const override {
     const LoadedModel& m = job.model;
+    refuse_genai_layout_for(m, job.recipe);
+    if (genai_layout(job.recipe) && job.recipe.formats.size() > 1)
+      bad_input("--onnx-layout genai writes onnxruntime-genai's Whisper graphs, for it alone: export {} without it, in "
+                "another folder", fmt::join(job.recipe.formats, ","));
     std::vector<std::string> passes_run;
     // The graph after the fused-op passes: ONNX Runtime's contrib ops first (--onnx-profile ort, where
     // the model allows them), then the standard fused ops.
@@ -323,6 +358,22 @@ class OnnxBackend final : public Backend {
       nlohmann::ordered_json entry = {{"role", c.role}, {"profile", profile}};
       if (!profile_notes.empty()) entry["note"] = fmt::format("{}", fmt::join(profile_notes, "; "));
       job.manifest.add_format_entry("onnx_profiles", std::move(entry));
+    }
+    // The genai layout's config, once its decoder (written last) is.
+    if (genai_layout(job.recipe) && m.model.exposes(models::ModuleKind::Seq2Seq) && c.role == "decoder_with_past") {
+      const models::Seq2SeqLm& s2s = m.model.seq2seq();
+      onnx_backend::GenaiWhisperInput gi;
+      gi.checkpoint = m.checkpoint.get();
+      gi.summary = m.summary();
+      gi.decoder_layers = s2s.decoder_layers();
+      gi.decoder_heads = s2s.heads();
+      gi.head_dim = s2s.head_dim();
+      gi.decoder_start_token_id = s2s.decoder_start_token_id();
+      gi.context_length = s2s.position_limits().target.value_or(0);
+      gi.decoder_file = wo.model_file;
+      write_text_file(dir / "genai_config.json", onnx_backend::genai_whisper_config(gi).dump(4) + "\n");
+      write_text_file(dir / "audio_processor_config.json",
+                      onnx_backend::genai_whisper_audio_processor(s2s.source().mel_bins).dump(4) + "\n");
     }
     if (genai && genai_note.empty()) {
       onnx_backend::GenaiConfigInput gi;
