@@ -213,6 +213,14 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
                                         mamba_chunk_size=3, mlp_bias=True, attention_bias=True,
                                         tie_word_embeddings=True, rope_parameters=dict(rope_type="default",
                                         rope_theta=500.0, partial_rotary_factor=1.0), rms_norm_eps=1e-5)),
+    # Qwen3.5 text (test_gated_deltanet.py): delta-net layers first and last, gated attention in the
+    # middle (partial rotary 0.25 of head_dim 16), 2 key heads over 4 value heads (key head dim 16, value
+    # head dim 8), kernel 4 (longer than the 3 decode steps); positions for the 300-token prompt, which
+    # spans 5 of the delta rule's chunks of 64 (the last padded)
+    "qwen3_5_text": ("qwen3_5_text", dict(
+        num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"], head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
+        linear_conv_kernel_dim=4, max_position_embeddings=512, rms_norm_eps=1e-5)),
     # Mamba-1 (test_ssm_hybrids.py): the scan's chunks are floor(sqrt(s)) (the 10-token prompt spans 4 of
     # 3, the last padded); conv biases, kernel 4 (longer than the 3 decode steps), time_step_rank "auto"
     # (ceil(64 / 16) = 4), untied head
