@@ -80,6 +80,12 @@ DeltaRuleOut gated_delta_rule(ir::Builder& b, ir::ValueId q, ir::ValueId k, ir::
       if (span > 1) power = b.matmul(power, power);
       inv = span == 1 ? b.plus(eye_c, power) : b.plus(inv, b.matmul(inv, power));
     }
+    // One step of iterative refinement (Newton-Schulz): inv += inv (I - (I - X) inv). The series'
+    // high powers of X are large where the decays are near 1, and their sum cancels; the residual
+    // of the system itself is small, and one step brings the inverse back to what its conditioning
+    // allows (Transformers' forward substitution's accuracy).
+    ir::ValueId residual = b.minus(eye_c, b.matmul(b.minus(eye_c, x), inv));
+    inv = b.plus(inv, b.matmul(inv, residual));
   }
   ir::ValueId exp_cum = b.add1("Exp", {cum});
   ir::ValueId u = b.matmul(inv, v_beta);                                       // [b, H, n, c, V]

@@ -8,7 +8,8 @@
 // padded with zeros, which neither decay nor write the state; a step shorter than a chunk, a decode
 // step included, is one chunk of its own length). Within a chunk, Transformers' UT transform: the
 // unit-lower-triangular system (I + N) solved by the product (I - N)(I + N^2)(I + N^4)... (N is
-// nilpotent, so ceil(log2(chunk)) factors are its exact inverse). Across chunks, each chunk maps its
+// nilpotent, so ceil(log2(chunk)) factors are its exact inverse), then one Newton-Schulz refinement
+// step against the system itself (the series cancels badly when decays are near 1). Across chunks, each chunk maps its
 // start state affinely, S -> M_c S + B_c (M_c [key_dim, key_dim]); the chunks' start states are the
 // prefix compositions of those maps, a Hillis-Steele scan of ceil(log2(max chunks)) steps whose
 // step at offset o composes element i with element i - o for i >= o (a step past the chunk count

@@ -246,7 +246,20 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
 # 8.9) 6.5e-5, too near the 1e-4 gate for two runtimes' roundings however exact; with lm_head a quarter
 # as large (logits up to 2.4) and v_proj half (values up to 4.5) they are 3.5e-5 and ~3e-5 apart.
 WEIGHT_SCALES: dict[str, dict[str, float]] = {
-    "qwen3_5_text": {"lm_head.weight": 0.25, "model.layers.1.self_attn.v_proj.weight": 0.5},
+    "qwen3_5_text": {"lm_head.weight": 0.25, "model.layers.1.self_attn.v_proj.weight": 0.5,
+                     **{f"model.layers.{i}.linear_attn.in_proj_a.weight": 0.25 for i in (0, 2)}},
+}
+# Weights shifted after the scaling, per case. qwen3_5_text: the delta-net's decay exp(g) per position,
+# g = -exp(A_log) * softplus(a + dt_bias), is ~0.5 with A_log and dt_bias near 0, which forgets a
+# chunk of 64 positions entirely (exp(-32)), so no state would cross more than one chunk boundary and
+# the chunk scan's longer compositions would go untested; with A ~ exp(-5) and dt_bias ~ -1 a chunk
+# keeps most of its start state (g ~ -2e-3 per position). Decays this near 1 also make the chunk's UT
+# system hard to invert: without the refinement step in models/delta_rule.cc hfx's inverse rounded
+# 1.1e-4 from Transformers' forward substitution (OpenVINO), with it 1.1e-5 (Transformers' own fp32 is
+# 7e-6 from its fp64).
+WEIGHT_SHIFTS: dict[str, dict[str, float]] = {
+    "qwen3_5_text": {**{f"model.layers.{i}.linear_attn.A_log": -5.0 for i in (0, 2)},
+                     **{f"model.layers.{i}.linear_attn.dt_bias": -1.0 for i in (0, 2)}},
 }
 
 
@@ -372,6 +385,8 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
                 model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape) * 0.2)
         for name, factor in WEIGHT_SCALES.get(case, {}).items():
             model.get_parameter(name).mul_(factor)
+        for name, shift in WEIGHT_SHIFTS.get(case, {}).items():
+            model.get_parameter(name).add_(shift)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
