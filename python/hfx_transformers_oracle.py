@@ -68,6 +68,17 @@ def empty_cache(model):
     return DynamicCache(config=model.config) if is_hybrid(model) else DynamicCache()
 
 
+# A recurrent layer's scan state is past_ssm.{i} / present_ssm.{i} in the js-hybrid name set and
+# past_recurrent.{i} / present_recurrent.{i} in js-linear-attention, the gated delta-net families'
+# (src/tasks/state_names.cc); the families named by the latter:
+LINEAR_ATTENTION_NAMES = ("qwen3_5_text", "qwen3_next")
+
+
+def recurrent_name(model, side, layer):
+    kind = "recurrent" if model.config.model_type in LINEAR_ATTENTION_NAMES else "ssm"
+    return f"{side}_{kind}.{layer}"
+
+
 def cache_of(model, feeds, layers):
     """The past_* inputs as a Transformers cache (None when the step has none). A conv layer's state
     (hfx's last conv_L_cache - 1 columns) enters with a zero column before it: Transformers keeps
@@ -83,8 +94,9 @@ def cache_of(model, feeds, layers):
         elif f"past_conv.{layer}" in feeds and started:
             state = feeds[f"past_conv.{layer}"].to(torch.float32)
             cache.update_conv_state(torch.nn.functional.pad(state, (1, 0)), layer, conv_kernel_size=state.shape[-1] + 1)
-            if f"past_ssm.{layer}" in feeds:
-                cache.update_recurrent_state(feeds[f"past_ssm.{layer}"].to(torch.float32).contiguous(), layer)
+            if recurrent_name(model, "past", layer) in feeds:
+                state = feeds[recurrent_name(model, "past", layer)].to(torch.float32).contiguous()
+                cache.update_recurrent_state(state, layer)
     return cache
 
 
@@ -95,7 +107,7 @@ def cache_tensors(model, cache, layers):
             out[f"present_conv.{layer}"] = cache.get_conv_state(layer)[:, :, 1:]
             ssm = cache.get_recurrent_state(layer)
             if ssm is not None:
-                out[f"present_ssm.{layer}"] = ssm
+                out[recurrent_name(model, "present", layer)] = ssm
             continue
         if hasattr(cache, "layers"):
             k, v = cache.layers[layer].keys, cache.layers[layer].values

@@ -12,6 +12,7 @@
 #include "models/mamba.h"
 #include "models/mamba2.h"
 #include "models/mamba2_hybrid.h"
+#include "models/qwen3_5.h"
 #include "models/t5.h"
 
 namespace hfx::models {
@@ -210,6 +211,12 @@ const std::vector<ModelEntry>& model_registry() {
                         "hybrid: Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention layers at "
                         "attn_layer_indices with partial rotary; a Llama MLP after pre_ff_layernorm",
                         make_bamba),
+      own_decoder_entry("qwen3_5_text", "Qwen3_5ForCausalLM",
+                        "hybrid (Qwen3.5 text): gated delta-net layers (a causal depthwise conv carried as "
+                        "past_conv.{i}, the gated delta rule carried as past_recurrent.{i} [batch, value_heads, "
+                        "key_head_dim, value_head_dim], a gated RMSNorm) and gated GQA attention layers (sigmoid "
+                        "output gate, q/k RMSNorm, partial rotary) per layer_types; (1 + w) RMSNorms",
+                        make_qwen3_5_text),
       encoder_entry("bert", "BertModel",
                     "post-norm encoder; token_type_ids input; BertForSequenceClassification head (pooler + classifier)",
                     make_bert),

@@ -33,6 +33,13 @@ const StateNameSet kTransformersJsHybrid = {"js-hybrid",
                                              {K::Convolution, "past_conv.{}", "present_conv.{}"},
                                              {K::Recurrent, "past_ssm.{}", "present_ssm.{}"}}};
 
+const StateNameSet kTransformersJsLinearAttention = {
+    "js-linear-attention",
+    "transformers.js gated delta-net hybrids (qwen3_next, qwen3_5_text)",
+    {HFX_DECODER_KV,
+     {K::Convolution, "past_conv.{}", "present_conv.{}"},
+     {K::Recurrent, "past_recurrent.{}", "present_recurrent.{}"}}};
+
 const StateNameSet kGenaiHybrid = {"genai-hybrid",
                                    "onnxruntime-genai's RecurrentState (qwen3_5, lfm2 linear attention)",
                                    {HFX_DECODER_KV,
@@ -76,13 +83,14 @@ const StateNameSet& state_names(StateNames which) {
     case StateNames::TransformersJsHybrid: return kTransformersJsHybrid;
     case StateNames::GenaiHybrid: return kGenaiHybrid;
     case StateNames::GenaiWhisper: return kGenaiWhisper;
+    case StateNames::TransformersJsLinearAttention: return kTransformersJsLinearAttention;
   }
   fail(ErrorKind::Internal, "unknown state name set {}", int(which));
 }
 
 const StateNameSet* find_state_names(std::string_view name) {
   for (StateNames which : {StateNames::Decoder, StateNames::Seq2Seq, StateNames::TransformersJsHybrid, StateNames::GenaiHybrid,
-                            StateNames::GenaiWhisper})
+                            StateNames::GenaiWhisper, StateNames::TransformersJsLinearAttention})
     if (state_names(which).name == name) return &state_names(which);
   return nullptr;
 }

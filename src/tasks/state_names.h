@@ -11,6 +11,8 @@
 //                  present_conv.{i}, present_ssm.{i}, attention layers as decoder; LFM2's names in
 //                  transformers.js and in onnxruntime-genai's LFM2 model (reference/peer-contracts.md
 //                  3.1; genai reads them from genai_config.json's past_conv_names)
+//   js-linear-attention  transformers.js gated delta-net hybrids (qwen3_next, qwen3_5_text): past_conv.{i},
+//                  past_recurrent.{i} -> present_conv.{i}, present_recurrent.{i}, attention layers as decoder
 //   genai-hybrid   onnxruntime-genai's RecurrentState: past_key_values.{i}.conv_state|recurrent_state ->
 //                  present.{i}.*, attention layers as decoder
 //   genai-whisper  onnxruntime-genai's Whisper: past_key_self_{i} -> present_key_self_{i} (decoder.onnx);
@@ -41,7 +43,8 @@ struct StateNameSet {
   std::vector<StatePortPattern> patterns;
 };
 
-enum class StateNames { Decoder, Seq2Seq, TransformersJsHybrid, GenaiHybrid, GenaiWhisper };
+enum class StateNames { Decoder, Seq2Seq, TransformersJsHybrid, GenaiHybrid, GenaiWhisper,
+                        TransformersJsLinearAttention };
 const StateNameSet& state_names(StateNames which);
 // The set whose `name` is `name` ("decoder", "js-hybrid", ...); Internal error for another name (a
 // model's state_names() is code, not input).

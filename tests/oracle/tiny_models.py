@@ -213,6 +213,14 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
                                         mamba_chunk_size=3, mlp_bias=True, attention_bias=True,
                                         tie_word_embeddings=True, rope_parameters=dict(rope_type="default",
                                         rope_theta=500.0, partial_rotary_factor=1.0), rms_norm_eps=1e-5)),
+    # Qwen3.5 text (test_gated_deltanet.py): delta-net layers first and last, gated attention in the
+    # middle (partial rotary 0.25 of head_dim 16), 2 key heads over 4 value heads (key head dim 16, value
+    # head dim 8), kernel 4 (longer than the 3 decode steps); positions for the 300-token prompt, which
+    # spans 5 of the delta rule's chunks of 64 (the last padded)
+    "qwen3_5_text": ("qwen3_5_text", dict(
+        num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"], head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
+        linear_conv_kernel_dim=4, max_position_embeddings=512, rms_norm_eps=1e-5)),
     # Mamba-1 (test_ssm_hybrids.py): the scan's chunks are floor(sqrt(s)) (the 10-token prompt spans 4 of
     # 3, the last padded); conv biases, kernel 4 (longer than the 3 decode steps), time_step_rank "auto"
     # (ceil(64 / 16) = 4), untied head
@@ -230,6 +238,28 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
                                                     time_step_rank=5, use_conv_bias=False, use_bias=True,
                                                     tie_word_embeddings=True, mixer_rms_eps=1e-3,
                                                     layer_norm_epsilon=1e-5)),
+}
+
+
+# Weights scaled after the randomisation, per case. qwen3_5_text: over its 330-token prompt Transformers'
+# own fp32 logits (up to 10 wide) are 1.4e-4 from its fp64 ones and the attention layer's values (up to
+# 8.9) 6.5e-5, too near the 1e-4 gate for two runtimes' roundings however exact; with lm_head a quarter
+# as large (logits up to 2.4) and v_proj half (values up to 4.5) they are 3.5e-5 and ~3e-5 apart.
+WEIGHT_SCALES: dict[str, dict[str, float]] = {
+    "qwen3_5_text": {"lm_head.weight": 0.25, "model.layers.1.self_attn.v_proj.weight": 0.5,
+                     **{f"model.layers.{i}.linear_attn.in_proj_a.weight": 0.25 for i in (0, 2)}},
+}
+# Weights shifted after the scaling, per case. qwen3_5_text: the delta-net's decay exp(g) per position,
+# g = -exp(A_log) * softplus(a + dt_bias), is ~0.5 with A_log and dt_bias near 0, which forgets a
+# chunk of 64 positions entirely (exp(-32)), so no state would cross more than one chunk boundary and
+# the chunk scan's longer compositions would go untested; with A ~ exp(-5) and dt_bias ~ -1 a chunk
+# keeps most of its start state (g ~ -2e-3 per position). Decays this near 1 also make the chunk's UT
+# system hard to invert: without the refinement step in models/delta_rule.cc hfx's inverse rounded
+# 1.1e-4 from Transformers' forward substitution (OpenVINO), with it 1.1e-5 (Transformers' own fp32 is
+# 7e-6 from its fp64).
+WEIGHT_SHIFTS: dict[str, dict[str, float]] = {
+    "qwen3_5_text": {**{f"model.layers.{i}.linear_attn.A_log": -5.0 for i in (0, 2)},
+                     **{f"model.layers.{i}.linear_attn.dt_bias": -1.0 for i in (0, 2)}},
 }
 
 
@@ -358,6 +388,10 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
             # BART's final_logits_bias: a buffer (zeros from from_config, saved), randomised like the rest
             if getattr(model, "final_logits_bias", None) is not None:
                 model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape) * 0.2)
+        for name, factor in WEIGHT_SCALES.get(case, {}).items():
+            model.get_parameter(name).mul_(factor)
+        for name, shift in WEIGHT_SHIFTS.get(case, {}).items():
+            model.get_parameter(name).add_(shift)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)

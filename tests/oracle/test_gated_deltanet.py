@@ -1,0 +1,376 @@
+"""Gated delta-net hybrids against Transformers eager, fp32, on tiny random checkpoints: qwen3_5_text
+(Qwen3_5ForCausalLM: gated delta-net layers and gated attention layers, per layer_types).
+
+Each case: a left-padded batch of 2 whose 330-token prompt spans 6 of the delta rule's chunks of 64
+(the last padded; its 5 chunk boundaries take three steps of the chunk scan, offsets 1, 2 and 4), then
+3 single-token steps, each fed the previous step's present outputs: every logit and every carried
+state (a linear-attention layer's past_conv.{i} [batch, conv_dim, kernel - 1] and past_recurrent.{i}
+[batch, value_heads, key_head_dim, value_head_dim], an attention layer's past_key_values.{i}.key|value)
+within 1e-4 of Transformers with no mismatching element, through ONNX Runtime (both profiles; ort
+falls back to portable), the reference executor (fused and decomposed) and OpenVINO (stateless IR);
+then 64 greedy tokens after a 150-token prompt identical to Transformers' generate() from `hfx
+generate`, a plain ONNX Runtime loop, the prefill + decode split, a static cache and OpenVINO (stateful
+and stateless), and `hfx verify --oracle transformers`.
+
+Transformers runs the prompt through torch_chunk_gated_delta_rule and each cached one-token step
+through torch_recurrent_gated_delta_rule; hfx's one graph computes both as the chunked rule
+(docs/ssm.md). Its conv cache keeps kernel columns, the first of which no later step reads; hfx's
+state is the last kernel - 1, compared with those.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+import decode_inputs as D
+from conftest import export_once, hfx_has_openvino, record_coverage, run_hfx
+from test_decoder_parity import assert_close, reference_step_runner
+from tiny_models import HYBRID_CASES, load_reference
+
+FAMILIES = ("qwen3_5_text",)
+CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in FAMILIES)
+CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size, which hfx's delta rule uses too
+PROMPT_LENGTHS = (330, 291)  # left-padded by 39; 6 chunks
+GREEDY_LENGTHS = (150, 97)   # 3 chunks
+NEW_TOKENS = 64
+MAX_CACHE_LEN = 224
+
+
+def is_linear(config, i):
+    return config.layer_types[i] == "linear_attention"
+
+
+def left_padded(lengths, vocab, seed):
+    rng = np.random.default_rng(seed)
+    batch, seq = len(lengths), max(lengths)
+    ids = rng.integers(3, vocab, size=(batch, seq), dtype=np.int64)
+    mask = np.zeros((batch, seq), np.int64)
+    for b, n in enumerate(lengths):
+        mask[b, seq - n:] = 1
+        ids[b, :seq - n] = 0  # pad token
+    return ids, mask
+
+
+def step_feeds(vocab):
+    ids, mask = left_padded(PROMPT_LENGTHS, vocab, seed=1)
+    steps = [dict(input_ids=ids, attention_mask=mask, position_ids=D.positions(mask, ids.shape[1]))]
+    for s in range(D.DECODE_STEPS):
+        mask = np.concatenate([mask, np.ones((mask.shape[0], 1), np.int64)], axis=1)
+        steps.append(dict(input_ids=D.next_tokens(vocab, s, mask.shape[0]), attention_mask=mask,
+                          position_ids=D.positions(mask, 1)))
+    return steps
+
+
+def greedy_prompts(vocab):
+    ids, mask = left_padded(GREEDY_LENGTHS, vocab, seed=2)
+    return [row[m.astype(bool)].tolist() for row, m in zip(ids, mask)]
+
+
+def transformers_steps(model, steps):
+    """[(logits, {present port: state})] per step; a conv state as its last kernel - 1 columns."""
+    c = model.config
+    out, cache = [], None
+    with torch.no_grad():
+        for feed in steps:
+            r = model(input_ids=torch.from_numpy(feed["input_ids"]), attention_mask=torch.from_numpy(feed["attention_mask"]),
+                      position_ids=torch.from_numpy(feed["position_ids"]), past_key_values=cache, use_cache=True)
+            cache = r.past_key_values
+            states = {}
+            for i in range(c.num_hidden_layers):
+                if is_linear(c, i):
+                    states[f"present_conv.{i}"] = cache.get_conv_state(i).numpy()[:, :, 1:].copy()
+                    states[f"present_recurrent.{i}"] = cache.get_recurrent_state(i).numpy().copy()
+                else:
+                    states[f"present.{i}.key"] = cache.layers[i].keys.numpy().copy()
+                    states[f"present.{i}.value"] = cache.layers[i].values.numpy().copy()
+            out.append((r.logits.float().numpy(), states))
+    return out
+
+
+def initial_state(config, batch):
+    c = config
+    conv_dim = 2 * c.linear_num_key_heads * c.linear_key_head_dim + c.linear_num_value_heads * c.linear_value_head_dim
+    past = {}
+    for i in range(c.num_hidden_layers):
+        if is_linear(c, i):
+            past[f"past_conv.{i}"] = np.zeros((batch, conv_dim, c.linear_conv_kernel_dim - 1), np.float32)
+            past[f"past_recurrent.{i}"] = np.zeros(
+                (batch, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim), np.float32)
+        else:
+            for kv in ("key", "value"):
+                past[f"past_key_values.{i}.{kv}"] = np.zeros((batch, c.num_key_value_heads, 0, c.head_dim), np.float32)
+    return past
+
+
+def present_name(past):
+    """The output a past_* input is fed from (js-linear-attention: past_conv / past_recurrent -> present_*)."""
+    if past.startswith("past_key_values."):
+        return past.replace("past_key_values.", "present.")
+    return past.replace("past_", "present_", 1)
+
+
+def run_steps(run_one, steps, config):
+    past = initial_state(config, steps[0]["input_ids"].shape[0])
+    results = []
+    for feed in steps:
+        outs = run_one({**feed, **past})
+        past = {name: outs[present_name(name)] for name in past}
+        results.append((outs["logits"], {k: v for k, v in outs.items() if k != "logits"}))
+    return results
+
+
+def compare(case, ours, ref):
+    worst = 0.0
+    for step, ((logits, states), (ref_logits, ref_states)) in enumerate(zip(ours, ref)):
+        worst = max(worst, assert_close(f"{case} step {step} logits", logits, ref_logits))
+        assert set(states) == set(ref_states), f"{case}: state ports {sorted(states)} vs {sorted(ref_states)}"
+        for name, r in ref_states.items():
+            worst = max(worst, assert_close(f"{case} step {step} {name}", states[name], r))
+    return worst
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_checkpoint):
+    """case -> (model, step feeds, Transformers' steps), computed once."""
+    done = {}
+
+    def get(case):
+        if case not in done:
+            model = load_reference(tiny_checkpoint(case))
+            steps = step_feeds(model.config.vocab_size)
+            assert steps[0]["input_ids"].shape[1] > 4 * CHUNK, "the prompt must take more than two chunk-scan steps"
+            done[case] = (model, steps, transformers_steps(model, steps))
+        return done[case]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def greedy_reference(reference):
+    done = {}
+
+    def get(case):
+        if case not in done:
+            model = reference(case)[0]
+            prompts = greedy_prompts(model.config.vocab_size)
+            length = max(len(p) for p in prompts)
+            ids = torch.zeros((len(prompts), length), dtype=torch.long)
+            mask = torch.zeros((len(prompts), length), dtype=torch.long)
+            for b, p in enumerate(prompts):
+                ids[b, length - len(p):] = torch.tensor(p)
+                mask[b, length - len(p):] = 1
+            with torch.no_grad():
+                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+            done[case] = (prompts, out[:, length:].tolist())
+        return done[case]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def gdn_export(tiny_checkpoint, tmp_path_factory):
+    def args(case, layout):
+        extra = {"split": ["--split-prefill"], "static": ["--static-cache", "--max-cache-len", str(MAX_CACHE_LEN)],
+                 "ort": ["--onnx-profile", "ort"]}.get(layout, ["--onnx-profile", "portable"])
+        return ("--model", tiny_checkpoint(case), "--format", "onnx", "--quiet", *extra)
+    return export_once(tmp_path_factory.mktemp("gdn"), args)
+
+
+@pytest.mark.parametrize("profile", ["portable", "ort"])
+@pytest.mark.parametrize("case", CASES)
+def test_onnxruntime_matches_transformers(case, profile, reference, gdn_export):
+    folder = gdn_export(case, profile)
+    model_path = folder / "onnx" / "model.onnx"
+    onnx.checker.check_model(str(model_path), full_check=True)
+    model, steps, ref = reference(case)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    wanted = {i.name for i in sess.get_inputs()}
+    ours = run_steps(lambda feed: dict(zip(names, sess.run(None, {k: v for k, v in feed.items() if k in wanted}))),
+                     steps, model.config)
+    worst = compare(case, ours, ref)
+    record_coverage(case, f"onnxruntime-{profile}", "logits and states max abs diff", worst)
+
+
+@pytest.mark.parametrize("decomposed", [False, True], ids=["fused", "decomposed"])
+@pytest.mark.parametrize("case", CASES)
+def test_reference_executor_matches_transformers(case, decomposed, tiny_checkpoint, reference, tmp_path):
+    model, steps, ref = reference(case)
+    run_one = reference_step_runner(tiny_checkpoint(case), tmp_path, decomposed)
+    worst = compare(case, run_steps(run_one, steps, model.config), ref)
+    record_coverage(case, "reference" + ("-decomposed" if decomposed else ""), "logits and states max abs diff", worst)
+
+
+def generated(folder, prompts, *flags):
+    args = []
+    for p in prompts:
+        args += ["--prompt-ids", ",".join(map(str, p))]
+    proc = run_hfx("generate", folder, *args, "-n", NEW_TOKENS, "--print-ids", *flags)
+    return [[int(t) for t in line.split(",")] for line in proc.stdout.strip().splitlines()]
+
+
+def ort_greedy(model_path, prompts, eos, pad):
+    """A greedy loop over the ONNX graph from its own ports: every past_* input starts as zeros of its
+    declared shape (batch rows, an empty growing cache) and is fed back from its present output."""
+    sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    batch, length = len(prompts), max(len(p) for p in prompts)
+    ids = np.zeros((batch, length), np.int64)
+    mask = np.zeros((batch, length), np.int64)
+    for b, p in enumerate(prompts):
+        ids[b, length - len(p):] = p
+        mask[b, length - len(p):] = 1
+    past = {}
+    for i in sess.get_inputs():
+        if i.name.startswith("past"):
+            dims = [batch if d == "batch_size" else 0 if isinstance(d, str) else d for d in i.shape]
+            past[i.name] = np.zeros(dims, np.float32)
+    rows, done, step_ids = [[] for _ in prompts], [False] * batch, ids
+    for _ in range(NEW_TOKENS):
+        feed = dict(input_ids=step_ids, attention_mask=mask, position_ids=D.positions(mask, step_ids.shape[1]), **past)
+        outs = dict(zip(names, sess.run(None, feed)))
+        past = {n: outs[present_name(n)] for n in past}
+        chosen = outs["logits"][:, -1].argmax(-1)
+        for b in range(batch):
+            tok = pad if done[b] else int(chosen[b])
+            rows[b].append(tok)
+            done[b] = done[b] or tok in eos
+        if all(done):
+            break
+        step_ids = np.array([[r[-1]] for r in rows], np.int64)
+        mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+    return rows
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_greedy_tokens_match_transformers(case, greedy_reference, gdn_export):
+    prompts, want = greedy_reference(case)
+    folder = gdn_export(case, "portable")
+    assert generated(folder, prompts) == want
+    config = json.loads((folder / "config.json").read_text())
+    eos = config["eos_token_id"]
+    eos = set(eos if isinstance(eos, list) else [eos])
+    assert ort_greedy(folder / "onnx" / "model.onnx", prompts, eos, config.get("pad_token_id") or 0) == want
+    record_coverage(case, "reference+onnxruntime", f"greedy {NEW_TOKENS} batch2", "identical")
+
+
+@pytest.mark.parametrize("layout", ["split", "static"])
+@pytest.mark.parametrize("case", CASES)
+def test_greedy_tokens_other_layouts(case, layout, greedy_reference, gdn_export):
+    """Prefill + decode graphs (the decode graph, one token by its shape, has no padding mask and its
+    delta rule one chunk of one position), and a static key/value cache (the delta-net states are the
+    same in every layout)."""
+    prompts, want = greedy_reference(case)
+    assert generated(gdn_export(case, layout), prompts) == want
+    record_coverage(case, f"reference-{layout}", f"greedy {NEW_TOKENS} batch2", "identical")
+
+
+@pytest.fixture(scope="session")
+def gdn_openvino(tiny_checkpoint, tmp_path_factory):
+    if not hfx_has_openvino():
+        pytest.skip("hfx built without OpenVINO")
+    return export_once(tmp_path_factory.mktemp("gdn-ov"), lambda case, layout: (
+        "--model", tiny_checkpoint(case), "--format", "openvino", "--quiet",
+        *(["--stateless"] if layout == "stateless" else [])))
+
+
+@pytest.mark.parametrize("layout", ["stateful", "stateless"])
+@pytest.mark.parametrize("case", CASES)
+def test_openvino_greedy_and_verify(case, layout, greedy_reference, gdn_openvino):
+    """OpenVINO: the stateful IR keeps both states of every delta-net layer (and the attention layers'
+    keys and values) as variables, zeros at the start; 64 greedy tokens equal Transformers', and
+    `hfx verify` passes its numbers."""
+    prompts, want = greedy_reference(case)
+    folder = gdn_openvino(case, layout)
+    assert generated(folder, prompts, "--runtime", "openvino") == want
+    run_hfx("verify", folder, "--runtime", "openvino")
+    record_coverage(case, f"openvino-{layout}", f"greedy {NEW_TOKENS} batch2 + verify", "identical")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_openvino_matches_transformers(case, reference, gdn_openvino):
+    """The stateless IR run by OpenVINO's own Python API: every logit and state within 1e-4 of
+    Transformers over the prompt and 3 cached steps."""
+    ov = pytest.importorskip("openvino")
+    model, steps, ref = reference(case)
+    compiled = ov.Core().compile_model(str(gdn_openvino(case, "stateless") / "openvino" / "openvino_model.xml"), "CPU",
+                                       {"INFERENCE_PRECISION_HINT": "f32"})
+    names = [o.get_any_name() for o in compiled.outputs]
+    wanted = {i.get_any_name() for i in compiled.inputs}
+
+    def run_one(feed):
+        r = compiled({k: v for k, v in feed.items() if k in wanted})
+        return {n: r[o] for n, o in zip(names, compiled.outputs)}
+
+    worst = compare(case, run_steps(run_one, steps, model.config), ref)
+    record_coverage(case, "openvino-stateless", "logits and states max abs diff", worst)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_verify_against_transformers(case, gdn_export):
+    """`hfx verify --oracle transformers`: the export's shape cases and greedy tokens against
+    Transformers eager on the checkpoint (python/hfx_transformers_oracle.py feeds past_recurrent.{i})."""
+    proc = run_hfx("verify", gdn_export(case, "portable"), "--runtime", "onnxruntime", "--oracle", "transformers")
+    assert "verification FAILED" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    record_coverage(case, "verify-oracle-transformers", "hfx verify", "pass")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_manifest_records_the_states(case, reference, gdn_export):
+    """hfx.json's model.states: per delta-net layer its convolution state and its recurrent state with
+    their shapes, replaced each step; the attention layers' keys and values appended."""
+    model = reference(case)[0]
+    c = model.config
+    states = json.loads((gdn_export(case, "portable") / "hfx.json").read_text())["model"]["states"]
+    conv_dim = 2 * c.linear_num_key_heads * c.linear_key_head_dim + c.linear_num_value_heads * c.linear_value_head_dim
+    want = []
+    for i in range(c.num_hidden_layers):
+        if is_linear(c, i):
+            want.append((i, "convolution state", ["batch_size", conv_dim, c.linear_conv_kernel_dim - 1], "replace"))
+            want.append((i, "recurrent state", ["batch_size", c.linear_num_value_heads, c.linear_key_head_dim,
+                                                c.linear_value_head_dim], "replace"))
+        else:
+            for kind in ("self-attention key", "self-attention value"):
+                want.append((i, kind, ["batch_size", c.num_key_value_heads, "past_sequence_length", c.head_dim], "append"))
+    assert [(s["layer"], s["kind"], s["shape"], s["update"]) for s in states] == want
+
+
+def refused(case, edit, message, tiny_checkpoint, tmp_path):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint(case), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(edit)
+    (folder / "config.json").write_text(json.dumps(config))
+    proc = run_hfx("export", "--model", folder, "--format", "onnx", tmp_path / "out", check=False)
+    assert proc.returncode != 0 and message in proc.stderr and "config.json" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(linear_num_value_heads=3), "must be a multiple of linear_num_key_heads"),
+    (dict(linear_conv_kernel_dim=1), "linear_conv_kernel_dim 1"),
+    (dict(layer_types=["linear_attention", "sliding_attention", "linear_attention"]), "layer_types[1]"),
+    (dict(layer_types=["linear_attention", "full_attention"]), "layer_types has 2 entries"),
+    (dict(hidden_act="gelu"), "hidden_act"),
+])
+def test_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tmp_path):
+    refused("qwen3_5_text", edit, message, tiny_checkpoint, tmp_path)
+
+
+@pytest.mark.parametrize("fmt", ["pt2", "executorch"])
+def test_program_formats_refuse_the_scan_in_one_line(fmt, tiny_checkpoint, tmp_path):
+    proc = run_hfx("export", "--model", tiny_checkpoint("qwen3_5_text"), "--format", fmt, "--static-cache",
+                   "--max-cache-len", "32", tmp_path / "out", check=False)
+    assert proc.returncode != 0, proc.stderr
+    assert f"format {fmt} does not write" in proc.stderr and "past_recurrent.0" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "out").exists()
