@@ -30,7 +30,8 @@ import torch
 
 import decode_inputs as D
 from conftest import export_once, hfx_has_openvino, record_coverage, run_hfx
-from test_decoder_parity import assert_close, reference_step_runner
+from test_decoder_parity import reference_step_runner
+from test_ssm_hybrids import compare  # logits and every state, per step
 from tiny_models import HYBRID_CASES, load_reference
 
 FAMILIES = ("qwen3_5_text",)
@@ -123,16 +124,6 @@ def run_steps(run_one, steps, config):
         past = {name: outs[present_name(name)] for name in past}
         results.append((outs["logits"], {k: v for k, v in outs.items() if k != "logits"}))
     return results
-
-
-def compare(case, ours, ref):
-    worst = 0.0
-    for step, ((logits, states), (ref_logits, ref_states)) in enumerate(zip(ours, ref)):
-        worst = max(worst, assert_close(f"{case} step {step} logits", logits, ref_logits))
-        assert set(states) == set(ref_states), f"{case}: state ports {sorted(states)} vs {sorted(ref_states)}"
-        for name, r in ref_states.items():
-            worst = max(worst, assert_close(f"{case} step {step} {name}", states[name], r))
-    return worst
 
 
 @pytest.fixture(scope="session")
