@@ -168,6 +168,58 @@ def test_onnxruntime_genai_generates_transformers_tokens(case, tiny_checkpoint, 
     record_coverage(case, "onnxruntime-genai", f"greedy {NEW_TOKENS} batch2", "identical")
 
 
+def test_genai_audio_front_end_and_transcription(tiny_checkpoint, genai_export, speech_wav, tmp_path):
+    """genai's own audio path: its multimodal processor runs audio_processor_config.json (onnxruntime-
+    extensions' AudioDecoder, STFTNorm, LogMelSpectrum) on a 16 kHz WAV into features within 1e-4 of
+    WhisperFeatureExtractor's, and the generator on them gives Whisper's generate() tokens. The processor
+    needs a tokenizer beside the model (the tiny case has none: make_tokenizers.py's GPT-2 style one);
+    its prompt ids are not used (this vocabulary has no <|startoftranscript|>: the start token is fed).
+    The speech is resampled to 16 kHz first: AudioDecoder's own resampler is not soxr's (espeak-ng's
+    22.05 kHz file gives features up to 1.0 apart), so a file at another rate is Transformers' input only
+    after the same resampling."""
+    import shutil
+    import subprocess
+    import onnxruntime_genai as og
+    import soundfile
+    from transformers import WhisperFeatureExtractor
+    from transformers.audio_utils import load_audio
+    folder = tiny_checkpoint("whisper-audio")
+    samples = load_audio(str(speech_wav), 16000)
+    wav16 = tmp_path / "speech16.wav"
+    soundfile.write(wav16, samples, 16000, subtype="FLOAT")
+    model_dir = tmp_path / "genai"
+    shutil.copytree(genai_export("whisper-audio") / "onnx", model_dir)
+    toks = tmp_path / "toks"
+    subprocess.run([sys.executable, str(ROOT / "tests" / "oracle" / "make_tokenizers.py"), str(toks)], check=True,
+                   capture_output=True)
+    shutil.copy(toks / "gpt2" / "tokenizer.json", model_dir / "tokenizer.json")
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}))
+
+    genai = og.Model(str(model_dir))
+    inputs = genai.create_multimodal_processor()("transcribe", audios=og.Audios.open(str(wav16)))
+    features = inputs["audio_features"].as_numpy()
+    want_features = WhisperFeatureExtractor.from_pretrained(folder)(samples, sampling_rate=16000,
+                                                                    return_tensors="np").input_features
+    assert_close("genai's log-mel features", features, want_features)
+
+    c = load_reference(folder).config
+    params = og.GeneratorParams(genai)
+    params.set_search_options(do_sample=False, num_beams=1, max_length=1 + 24, batch_size=1)
+    generator = og.Generator(genai, params)
+    feed = og.NamedTensors()
+    feed["audio_features"] = features
+    feed["input_ids"] = np.full((1, 1), c.decoder_start_token_id, np.int32)
+    generator.set_inputs(feed)
+    while not generator.is_done():
+        generator.generate_next_token()
+    got = [int(t) for t in generator.get_sequence(0)][1:]
+    want = transformers_transcription(folder, wav16, 24)
+    # genai stops a row at EOS; Transformers pads it to the length asked
+    assert got == want[:len(got)] and all(t == c.pad_token_id for t in want[len(got):]), (got, want)
+    assert len(set(got)) > 4, "degenerate tokens: the check would be weak"
+    record_coverage("whisper-audio", "onnxruntime-genai", "its audio processor + greedy 24", "identical")
+
+
 @pytest.mark.parametrize("runtime,oracle", [("reference", "reference"), ("onnxruntime", "transformers")])
 def test_hfx_verify_and_check(runtime, oracle, genai_export):
     """The shape matrix (the decoder's first step from an empty past included) and 64 greedy tokens:

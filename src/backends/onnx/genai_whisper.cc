@@ -1,5 +1,6 @@
 #include "backends/onnx/genai_whisper.h"
 
+#include "backends/onnx/ort_profile.h"
 #include "io/json_fields.h"
 #include "tasks/state_names.h"
 
@@ -74,20 +75,7 @@ nlohmann::ordered_json genai_whisper_config(const GenaiWhisperInput& in) {
       {"type", "whisper"},
       {"vocab_size", s.vocab_size}};
   // Greedy, as Transformers' Whisper generate() decodes by default; the caches grow by concatenation.
-  nlohmann::ordered_json search = {{"diversity_penalty", 0.0},
-                                   {"do_sample", false},
-                                   {"early_stopping", true},
-                                   {"length_penalty", 1.0},
-                                   {"max_length", in.context_length},
-                                   {"min_length", 0},
-                                   {"no_repeat_ngram_size", 0},
-                                   {"num_beams", 1},
-                                   {"num_return_sequences", 1},
-                                   {"past_present_share_buffer", false},
-                                   {"repetition_penalty", 1.0},
-                                   {"temperature", 1.0},
-                                   {"top_k", 1},
-                                   {"top_p", 1.0}};
+  nlohmann::ordered_json search = genai_greedy_search(in.context_length, false);
   return {{"model", model}, {"search", search}};
 }
 

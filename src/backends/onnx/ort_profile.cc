@@ -39,6 +39,23 @@ bool genai_knows(const std::string& type) {
 
 }  // namespace
 
+nlohmann::ordered_json genai_greedy_search(int64_t max_length, bool past_present_share_buffer) {
+  return {{"diversity_penalty", 0.0},
+          {"do_sample", false},
+          {"early_stopping", true},
+          {"length_penalty", 1.0},
+          {"max_length", max_length},
+          {"min_length", 0},
+          {"no_repeat_ngram_size", 0},
+          {"num_beams", 1},
+          {"num_return_sequences", 1},
+          {"past_present_share_buffer", past_present_share_buffer},
+          {"repetition_penalty", 1.0},
+          {"temperature", 1.0},
+          {"top_k", 1},
+          {"top_p", 1.0}};
+}
+
 nlohmann::ordered_json genai_config(const GenaiConfigInput& in) {
   const ir::Graph& g = *in.graph;
   auto has_input = [&](const std::string& name) {
@@ -75,20 +92,7 @@ nlohmann::ordered_json genai_config(const GenaiConfigInput& in) {
   const int64_t pad = s.pad_token_id.value_or(s.eos_token_ids.empty() ? 0 : s.eos_token_ids[0]);
 
   // Search defaults: greedy unless generation_config.json asks for sampling (its values then).
-  nlohmann::ordered_json search = {{"diversity_penalty", 0.0},
-                                   {"do_sample", false},
-                                   {"early_stopping", true},
-                                   {"length_penalty", 1.0},
-                                   {"max_length", in.context_length},
-                                   {"min_length", 0},
-                                   {"no_repeat_ngram_size", 0},
-                                   {"num_beams", 1},
-                                   {"num_return_sequences", 1},
-                                   {"past_present_share_buffer", in.past_present_share_buffer},
-                                   {"repetition_penalty", 1.0},
-                                   {"temperature", 1.0},
-                                   {"top_k", 1},
-                                   {"top_p", 1.0}};
+  nlohmann::ordered_json search = genai_greedy_search(in.context_length, in.past_present_share_buffer);
   if (const auto& gen = in.checkpoint->generation_config()) {
     const auto& j = gen->json;
     if (auto v = io::optional_bool(*gen, j, "do_sample")) search["do_sample"] = *v;

@@ -40,5 +40,7 @@ struct GenaiConfigInput {
 // genai_config.json for a decoder written with the ort profile (onnxruntime-genai's
 // model.decoder / search schema), also where its attention fell back to the portable lowering.
 nlohmann::ordered_json genai_config(const GenaiConfigInput& in);
+// genai_config.json's `search` section for greedy decoding up to `max_length` tokens.
+nlohmann::ordered_json genai_greedy_search(int64_t max_length, bool past_present_share_buffer);
 
 }  // namespace hfx::onnx_backend
