@@ -106,6 +106,15 @@ def prompt_source(sessions: dict, prompts, pad_token_id: int) -> dict:
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def greedy_next(logits: np.ndarray, done: np.ndarray, eos: set, pad_token_id: int) -> np.ndarray:
+    """The next token per row as Transformers' greedy search picks it: a finished row takes
+    pad_token_id, a row finishes on EOS (`done` is updated)."""
+    tokens = logits[:, -1, :].argmax(axis=-1).astype(np.int64)
+    tokens = np.where(done, np.int64(pad_token_id), tokens)
+    done |= np.isin(tokens, list(eos))
+    return tokens
+
+
 def generate(export_dir, source: dict, max_new_tokens: int, decoder_start_token_id: int,
              eos_token_id, pad_token_id: int, sessions: dict | None = None, decoder_prompt=None) -> np.ndarray:
     """Greedy tokens [batch, len(decoder prompt) + steps] (the decoder prompt first) for the encoder's
@@ -137,11 +146,7 @@ def generate(export_dir, source: dict, max_new_tokens: int, decoder_start_token_
             feed.update({p: state["present." + p[len("past_key_values."):]] for p in past})
             out = run(sessions["decoder_with_past"], feed)
         state.update({k: v for k, v in out.items() if k.startswith("present.")})
-        # as Transformers' greedy search: a finished row takes pad_token_id, a row finishes on EOS
-        tokens = out["logits"][:, -1, :].argmax(axis=-1).astype(np.int64)
-        tokens = np.where(done, np.int64(pad_token_id), tokens)
-        done |= np.isin(tokens, list(eos))
-        rows.append(tokens)
+        rows.append(greedy_next(out["logits"], done, eos, pad_token_id))
         if done.all():
             break
     return np.stack(rows, axis=1)
@@ -172,10 +177,7 @@ def generate_genai_layout(sessions: dict, source: dict, max_new_tokens: int, eos
                      if i.name.startswith("past_")})
         out = run(decoder, feed)
         state.update({k: v for k, v in out.items() if k.startswith("present_")})
-        tokens = out["logits"][:, -1, :].argmax(axis=-1).astype(np.int64)
-        tokens = np.where(done, np.int64(pad_token_id), tokens)
-        done |= np.isin(tokens, list(eos))
-        rows.append(tokens)
+        rows.append(greedy_next(out["logits"], done, eos, pad_token_id))
         if done.all():
             break
     return np.stack(rows, axis=1)

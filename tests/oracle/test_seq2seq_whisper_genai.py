@@ -133,6 +133,24 @@ def test_onnxruntime_matches_transformers(case, tiny_checkpoint, genai_export):
     record_coverage(case, "onnxruntime (genai layout)", "encoder+steps max abs", f"{worst:.2e}")
 
 
+def genai_greedy(genai, features: np.ndarray, start: int, new_tokens: int) -> list[list[int]]:
+    """onnxruntime-genai's greedy search from features, every row starting from `start`: the rows'
+    sequences, the start token included (genai stops a row at EOS)."""
+    import onnxruntime_genai as og
+    rows = features.shape[0]
+    params = og.GeneratorParams(genai)
+    # max_length counts the decoder prompt (the start token)
+    params.set_search_options(do_sample=False, num_beams=1, max_length=1 + new_tokens, batch_size=rows)
+    generator = og.Generator(genai, params)
+    inputs = og.NamedTensors()
+    inputs["audio_features"] = features
+    inputs["input_ids"] = np.full((rows, 1), start, np.int32)
+    generator.set_inputs(inputs)
+    while not generator.is_done():
+        generator.generate_next_token()
+    return [[int(t) for t in generator.get_sequence(i)] for i in range(rows)]
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_onnxruntime_genai_generates_transformers_tokens(case, tiny_checkpoint, genai_export):
     """onnxruntime_genai loads OUT/onnx as written and its greedy search gives generate()'s tokens."""
@@ -149,17 +167,7 @@ def test_onnxruntime_genai_generates_transformers_tokens(case, tiny_checkpoint, 
         want = transformers.GenerationMixin.generate(model, input_features=torch.from_numpy(x),
                                                      generation_config=config).numpy()
     genai = og.Model(str(genai_export(case) / "onnx"))
-    params = og.GeneratorParams(genai)
-    # max_length counts the decoder prompt (the start token)
-    params.set_search_options(do_sample=False, num_beams=1, max_length=1 + NEW_TOKENS, batch_size=2)
-    generator = og.Generator(genai, params)
-    inputs = og.NamedTensors()
-    inputs["audio_features"] = x
-    inputs["input_ids"] = np.full((2, 1), c.decoder_start_token_id, np.int32)
-    generator.set_inputs(inputs)
-    while not generator.is_done():
-        generator.generate_next_token()
-    got = [[int(t) for t in generator.get_sequence(i)] for i in range(2)]
+    got = genai_greedy(genai, x, c.decoder_start_token_id, NEW_TOKENS)
     # Transformers pads a row that met EOS while the other runs on; genai stops the row there.
     for row, ref in zip(got, want.tolist()):
         assert row == ref[:len(row)] and all(t == c.pad_token_id for t in ref[len(row):]), (row, ref)
@@ -203,16 +211,7 @@ def test_genai_audio_front_end_and_transcription(tiny_checkpoint, genai_export, 
     assert_close("genai's log-mel features", features, want_features)
 
     c = load_reference(folder).config
-    params = og.GeneratorParams(genai)
-    params.set_search_options(do_sample=False, num_beams=1, max_length=1 + 24, batch_size=1)
-    generator = og.Generator(genai, params)
-    feed = og.NamedTensors()
-    feed["audio_features"] = features
-    feed["input_ids"] = np.full((1, 1), c.decoder_start_token_id, np.int32)
-    generator.set_inputs(feed)
-    while not generator.is_done():
-        generator.generate_next_token()
-    got = [int(t) for t in generator.get_sequence(0)][1:]
+    got = genai_greedy(genai, features, c.decoder_start_token_id, 24)[0][1:]
     want = transformers_transcription(folder, wav16, 24)
     # genai stops a row at EOS; Transformers pads it to the length asked
     assert got == want[:len(got)] and all(t == c.pad_token_id for t in want[len(got):]), (got, want)
