@@ -253,6 +253,37 @@ def test_greedy_tokens_match_transformers(case, greedy_reference, gdn_export):
     record_coverage(case, "reference+onnxruntime", f"greedy {NEW_TOKENS} batch2", "identical")
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_onnxruntime_genai_generates_transformers_tokens(case, reference, gdn_export):
+    """onnxruntime-genai (its qwen3_5_text model: RecurrentState binds past_conv.%d / past_recurrent.%d
+    from genai_config.json and sizes them from the graph's static dims) loads the ort-requested export,
+    which falls back to portable for the delta-net, and generates Transformers' 64 greedy tokens for
+    each greedy prompt (3 and 2 chunks of the delta rule). One prompt per generator: genai 0.18's
+    append_tokens feeds a batch's rows unmasked (attention_mask all ones), so a left-padded row is not
+    what it runs."""
+    og = pytest.importorskip("onnxruntime_genai")
+    model = reference(case)[0]
+    folder = gdn_export(case, "ort") / "onnx"
+    config = json.loads((folder / "genai_config.json").read_text())["model"]
+    assert config["type"] == "qwen3_5_text"
+    assert config["decoder"]["inputs"]["past_recurrent_names"] == "past_recurrent.%d"
+    assert config["decoder"]["outputs"]["present_conv_names"] == "present_conv.%d"
+    genai = og.Model(str(folder))
+    for prompt in greedy_prompts(model.config.vocab_size):
+        params = og.GeneratorParams(genai)
+        params.set_search_options(max_length=len(prompt) + NEW_TOKENS, do_sample=False)
+        gen = og.Generator(genai, params)
+        gen.append_tokens(np.array([prompt], np.int32))
+        while not gen.is_done():
+            gen.generate_next_token()
+        got = [int(t) for t in gen.get_sequence(0)][len(prompt):]
+        with torch.no_grad():
+            out = model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                 max_new_tokens=NEW_TOKENS, do_sample=False)
+        assert got == out[0, len(prompt):].tolist()
+    record_coverage(case, "onnxruntime-genai", f"greedy {NEW_TOKENS}, one prompt at a time", "identical")
+
+
 @pytest.mark.parametrize("layout", ["split", "static"])
 @pytest.mark.parametrize("case", CASES)
 def test_greedy_tokens_other_layouts(case, layout, greedy_reference, gdn_export):

@@ -139,10 +139,12 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
 }
 
 // onnxruntime-genai loads the folder with either lowering (a decoder asked for with the ort profile),
-// unless it carries a recurrent (SSM) state: genai has no Mamba model to drive one (docs/ssm.md).
+// unless it carries a recurrent state of a model genai does not run: it drives Qwen3.5's gated
+// delta-net (its RecurrentState) but has no Mamba model (docs/ssm.md).
 bool writes_genai_config(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
-  return requested == "ort" && c.role == "decoder" && m.task->generative() &&
-         !tasks::first_of_kind(c.state, tasks::StateKind::Recurrent);
+  const bool genai_runs_its_state =
+      !tasks::first_of_kind(c.state, tasks::StateKind::Recurrent) || m.summary().model_type == "qwen3_5_text";
+  return requested == "ort" && c.role == "decoder" && m.task->generative() && genai_runs_its_state;
 }
 
 bool genai_layout(const Recipe& r) { return r.options.text("onnx_layout") == "genai"; }

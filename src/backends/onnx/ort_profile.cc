@@ -32,7 +32,8 @@ namespace {
 
 // Model types onnxruntime-genai dispatches as plain decoder LLMs; others load as "decoder".
 bool genai_knows(const std::string& type) {
-  for (const char* t : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "granite", "phi3", "lfm2"})
+  for (const char* t : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "granite", "phi3", "lfm2",
+                        "qwen3_5_text"})
     if (type == t) return true;
   return false;
 }
@@ -85,6 +86,15 @@ nlohmann::ordered_json genai_config(const GenaiConfigInput& in) {
     inputs["past_conv_names"] = tasks::genai_name_pattern(pattern.past);
     outputs["present_conv_names"] = tasks::genai_name_pattern(pattern.present);
   }
+  // Linear-attention states (Qwen3.5's gated delta-net): genai's RecurrentState finds the layers from
+  // the graph's inputs by these patterns and sizes each state from its static dims (builders/base.py
+  // writes no layer_types for them).
+  const tasks::StatePort* recurrent = tasks::first_of_kind(in.state, tasks::StateKind::Recurrent);
+  if (recurrent) {
+    const auto& pattern = tasks::state_pattern(*in.names, tasks::StateKind::Recurrent);
+    inputs["past_recurrent_names"] = tasks::genai_name_pattern(pattern.past);
+    outputs["present_recurrent_names"] = tasks::genai_name_pattern(pattern.present);
+  }
   const auto& s = in.summary;
   nlohmann::ordered_json eos = nlohmann::ordered_json::array();
   for (auto e : s.eos_token_ids) eos.push_back(e);
@@ -120,7 +130,7 @@ nlohmann::ordered_json genai_config(const GenaiConfigInput& in) {
       {"pad_token_id", pad},
       {"type", genai_knows(s.model_type) ? s.model_type : std::string("decoder")},
       {"vocab_size", s.vocab_size}};
-  if (conv) {
+  if (conv && !recurrent) {  // LFM2's short-convolution layers (builders/lfm2.py)
     nlohmann::ordered_json types = nlohmann::ordered_json::array();
     for (int64_t i = 0; i < in.cache.num_layers; ++i) {
       bool is_conv = false;
