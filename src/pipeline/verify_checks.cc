@@ -12,6 +12,7 @@
 #include "pipeline/backend.h"
 #include "pipeline/manifest.h"
 #include "runtime/executor.h"
+#include "runtime/seq2seq_generate.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
@@ -145,6 +146,45 @@ std::vector<Parting> near_tie_partings(const ir::Graph& first, const runtime::Ca
     const Tensor logits = runtime::Executor(first).run(in).at("logits");
     const float* last = logits.as<float>() + (T - 1) * vocab;
     out.push_back({b, i, double(*std::max_element(last, last + vocab)) - double(last[*p.actual])});
+  }
+  return out;
+}
+
+// The same for an encoder-decoder: the reference encodes the parting row's source alone and its first
+// decoder step reads the decoder prompt plus the agreed tokens.
+std::vector<Parting> near_tie_partings_seq2seq(const VerifyContext& ctx, const std::vector<std::vector<int64_t>>& expected,
+                                               const std::vector<std::vector<int64_t>>& actual) {
+  auto component = [&](const char* role) -> const tasks::Component* {
+    for (const auto& c : ctx.ref->components)
+      if (c.role == role) return &c;
+    return nullptr;
+  };
+  const tasks::Component* encoder = component("encoder");
+  const tasks::Component* first = component("decoder");
+  const tasks::Component* next = component("decoder_with_past");
+  std::vector<Parting> out;
+  for (const auto& p : row_partings(expected, actual)) {
+    const size_t b = p.row, i = p.step;
+    if (!p.expected || !p.actual || *p.actual < 0 || *p.actual >= ctx.vocab || !encoder || !next ||
+        !ctx.art.decoder_start_token_id) {
+      out.push_back({b, i, INFINITY});
+      continue;
+    }
+    auto encode = runtime::make_executor_runner(encoder->graph, executor_options(encoder->graph, ctx.opt));
+    auto step = runtime::make_executor_runner(next->graph, executor_options(next->graph, ctx.opt));
+    auto start = first ? runtime::make_executor_runner(first->graph, executor_options(first->graph, ctx.opt)) : nullptr;
+    std::vector<int64_t> prompt = {*ctx.art.decoder_start_token_id};
+    prompt.insert(prompt.end(), expected[b].begin(), expected[b].begin() + long(i));
+    runtime::SamplingOptions one;
+    one.max_new_tokens = 1;
+    one.pad_token_id = ctx.art.pad_token_id;
+    double margin = INFINITY;
+    runtime::generate_seq2seq({*encode, start.get(), *step, runtime::input_ids_dtype(next->graph)}, ctx.art.cache,
+                              runtime::prompt_sources({ctx.prompts[b]}, ctx.art.pad_token_id, ctx.art.speech), prompt, one, {},
+                              [&](size_t, const float* scores, int64_t vocab) {
+                                margin = double(*std::max_element(scores, scores + vocab)) - double(scores[*p.actual]);
+                              });
+    out.push_back({b, i, margin});
   }
   return out;
 }
@@ -370,19 +410,23 @@ std::vector<CheckResult> greedy_generation(const VerifyContext& ctx) {
                             p.expected ? std::to_string(*p.expected) : "none", p.actual ? std::to_string(*p.actual) : "none");
   }
   std::string gate = "identical tokens";
+  // The component whose logits pick the tokens (an encoder-decoder's steps, not its encoder).
   const tasks::Component& first_ref = ctx.ref->components.front();
-  if (ctx.causal && (ctx.int8_activations(first_ref.role) || ctx.f16_activations(first_ref.role))) {
+  const std::string logits_role = ctx.seq2seq ? "decoder_with_past" : first_ref.role;
+  if (ctx.generates() && (ctx.int8_activations(logits_role) || ctx.f16_activations(logits_role))) {
     // Where the numbers may differ by the budget, greedy paths may part at a near-tie and then differ
     // (chaos): each row must agree up to a step where the reference's own top score and its score of
     // the artifact's token are within twice the logits budget.
-    const double margin_gate = 2 * ctx.atol_for(first_ref.role);
+    const double margin_gate = 2 * ctx.atol_for(logits_role);
     gate = fmt::format("identical tokens, or parting only where the reference's best and the artifact's token score "
                        "within {:g} (2x the logits budget: {})",
                        margin_gate,
-                       ctx.int8_activations(first_ref.role) ? "accuracy_level 4 on " + ctx.facts.int8_activations
-                                                            : std::string("f16 activations"));
+                       ctx.int8_activations(logits_role) ? "accuracy_level 4 on " + ctx.facts.int8_activations
+                                                         : std::string("f16 activations"));
     if (!ok) {
-      const auto parts = near_tie_partings(first_ref.graph, ctx.art.cache, ctx.vocab, ctx.prompts, expected_tokens, actual_tokens);
+      const auto parts = ctx.seq2seq ? near_tie_partings_seq2seq(ctx, expected_tokens, actual_tokens)
+                                     : near_tie_partings(first_ref.graph, ctx.art.cache, ctx.vocab, ctx.prompts, expected_tokens,
+                                                         actual_tokens);
       ok = std::all_of(parts.begin(), parts.end(), [&](const Parting& p) { return p.margin <= margin_gate; });
       for (const auto& p : parts)
         detail += fmt::format("; row {} parts at token {} where the reference scores the artifact's token {:.3g} below its own",

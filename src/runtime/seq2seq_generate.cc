@@ -94,7 +94,8 @@ Seq2SeqSources prompt_sources(const std::vector<std::vector<int64_t>>& prompts, 
 std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, const CacheSpec& cache,
                                                    const Seq2SeqSources& sources, const std::vector<int64_t>& prompt,
                                                    const SamplingOptions& o,
-                                                   const std::function<void(size_t, int64_t)>& on_token) {
+                                                   const std::function<void(size_t, int64_t)>& on_token,
+                                                   const std::function<void(size_t, const float*, int64_t)>& on_scores) {
   const int64_t B = sources.rows;
   HFX_CHECK(!prompt.empty(), "generate: an empty decoder prompt");
   check_state_memory(cache, B, int64_t(prompt.size()) + o.max_new_tokens, sources.length);
@@ -168,6 +169,7 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
       }
       // ForcedBOS / ForcedEOSTokenLogitsProcessor: the first new token after a one-token prompt, the
       // last max_new_tokens allows.
+      if (on_scores && !done[size_t(b)]) on_scores(size_t(b), row, V);
       std::optional<int64_t> forced;
       if (step == 0 && prompt.size() == 1) forced = o.forced_first_token;
       if (step == o.max_new_tokens - 1 && o.forced_last_token) forced = o.forced_last_token;

@@ -60,10 +60,13 @@ Seq2SeqSources prompt_sources(const std::vector<std::vector<int64_t>>& prompts, 
 
 // Returns, per source row, the generated tokens (after the decoder prompt). `decoder_prompt`: the tokens
 // every row's decoding starts from (decoder_start_token_id; Whisper's language and task tokens after it).
+// `on_scores` sees each unfinished row's scores (vocab of them, suppressed tokens at -inf) before its
+// token is picked: verify reads the reference's margin at a near-tie from them.
 std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& runners, const CacheSpec& cache,
                                                    const Seq2SeqSources& sources,
                                                    const std::vector<int64_t>& decoder_prompt,
                                                    const SamplingOptions& options,
-                                                   const std::function<void(size_t row, int64_t token)>& on_token = {});
+                                                   const std::function<void(size_t row, int64_t token)>& on_token = {},
+                                                   const std::function<void(size_t row, const float* scores, int64_t vocab)>& on_scores = {});
 
 }  // namespace hfx::runtime

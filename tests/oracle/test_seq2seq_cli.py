@@ -28,14 +28,21 @@ def hfx(*args, check=True):
     return proc
 
 
-# The gated cases: "t5" (relu, unscaled, an untied head) lands 1.05e-4 from the reference in int4 on ONNX
-# Runtime and 1.26e-4 in int8 on OpenVINO on 2-3 of 12800 logits, over the fp32 gate the quantized
-# exports keep (the reference runs the same quantized weights; docs/seq2seq.md, "Not yet").
+# Every family in every precision. bart's K = 80 and whisper's conv stem (K = 3 x 16 mel bins = 48, then
+# 192) are not multiples of int4's block of 32 or int8's of 128, which OpenVINO's whole groups refuse in
+# one line (docs/quantization.md): those two cases take blocks of 16. f16 may part greedy paths at a
+# near-tie (bart: the reference scores the two tokens 1.1e-4 apart), which the check allows within 2x
+# the f16 budget (docs/verify.md).
+BLOCK_16 = {"bart", "whisper"}
+
+
 @pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
                                        ["--quantize", "int4"]], ids=lambda p: p[1])
-@pytest.mark.parametrize("case", ["t5-gated-tied", "mt5"])
+@pytest.mark.parametrize("case", ["t5-gated-tied", "mt5", "t5", "bart", "whisper"])
 def test_every_precision_passes_its_check(case, precision, tiny_checkpoint, tmp_path):
     out = tmp_path / "out"
+    if case in BLOCK_16 and precision[0] == "--quantize":
+        precision = [precision[0], precision[1] + ":block=16"]
     proc = hfx("export", "--model", tiny_checkpoint(case), "--format", "onnx,openvino", *precision, out)
     assert "checks passed" in proc.stdout and "on ONNX Runtime" in proc.stdout, proc.stdout
     assert "openvino: " in proc.stdout and "checks passed on OpenVINO" in proc.stdout, proc.stdout
