@@ -172,9 +172,9 @@ void register_generate(CLI::App& app, Action& action) {
                   art.manifest["model"].value("task", "?"));
       std::optional<tokenizer::Tokenizer> tok;
       // Loaded from the folder: Tokenizer::load refuses a tokenizer.json that links outside the export.
-      if (fs::exists(s->dir / "tokenizer.json")) tok = tokenizer::Tokenizer::load(s->dir);
+      if (fs::exists(s->dir / "tokenizer.json") || fs::exists(s->dir / "source.spm")) tok = tokenizer::Tokenizer::load(s->dir);
       if (!s->prompt.empty()) {
-        if (!tok) bad_input("{}: --prompt needs tokenizer.json in the export; use --prompt-ids", s->dir.string());
+        if (!tok) bad_input("{}: --prompt needs tokenizer.json (or Marian's source.spm) in the export; use --prompt-ids", s->dir.string());
         prompts.push_back(tok->encode(s->prompt, true));
       }
       if (art.seq2seq() && s->runtime == "onnxruntime")

@@ -427,6 +427,31 @@ class Unigram : public Model {
 
 }  // namespace
 
+// hfx's own model type, for a tokenizer that numbers a SentencePiece model's pieces by a vocab.json
+// (Marian: sentencepiece_model.h's marian_tokenizer_json): the Unigram in "pieces" splits the text, and
+// each piece takes its id from "vocab", or unk_token's when vocab.json lacks it (as MarianTokenizer's
+// convert_tokens_to_ids does).
+class PieceVocab : public Model {
+ public:
+  explicit PieceVocab(const Node& node) : pieces_(std::make_unique<Unigram>(node["pieces"])) {
+    set_vocab(node["vocab"]);
+    unk_ = require_token(node["unk_token"], node["unk_token"].str());
+  }
+  void tokenize(const std::string& piece, std::vector<int64_t>& out) const override {
+    std::vector<int64_t> ids;
+    pieces_->tokenize(piece, ids);
+    for (int64_t id : ids) {
+      const std::string* text = pieces_->id_to_token(id);
+      const auto it = text ? vocab_.find(*text) : vocab_.end();
+      out.push_back(it == vocab_.end() ? unk_ : it->second);
+    }
+  }
+
+ private:
+  std::unique_ptr<Unigram> pieces_;
+  int64_t unk_ = 0;
+};
+
 std::unique_ptr<Model> make_model(const Node& node) {
   if (!node.present()) node.wrong("a model object");
   // Older files leave out "type"; the fields tell BPE (merges) from WordPiece.
@@ -443,6 +468,7 @@ std::unique_ptr<Model> make_model(const Node& node) {
   if (type == "WordPiece") return std::make_unique<WordPiece>(node);
   if (type == "WordLevel") return std::make_unique<WordLevel>(node);
   if (type == "Unigram") return std::make_unique<Unigram>(node);
+  if (type == "PieceVocab") return std::make_unique<PieceVocab>(node);
   node["type"].unsupported_value("model");
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/safe_path.h"
+#include "tokenizer/sentencepiece_model.h"
 #include "tokenizer/stages.h"
 
 namespace hfx::tokenizer {
@@ -185,6 +186,7 @@ bool is_left(const Node& direction) {
 
 struct Tokenizer::Impl {
   JsonFile file;
+  bool strip_decoded = false;  // decoded text loses its surrounding whitespace (Marian's)
   std::unique_ptr<Normalizer> normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<Model> model;
@@ -388,16 +390,29 @@ std::vector<int64_t> Tokenizer::Impl::encode(std::string_view text, bool add_spe
 Tokenizer Tokenizer::load(const fs::path& path) {
   fs::path file = path;
   std::error_code ec;
+  auto impl = std::make_shared<Impl>();
   if (fs::is_directory(path, ec)) {
     // A folder (an export, a model folder) is someone else's: its tokenizer.json must be a regular
     // file inside it, not a link to elsewhere. A file named directly is the user's own choice; the
     // read below refuses FIFOs and devices either way and caps the size (kMaxTokenizerBytes).
-    if (!fs::exists(fs::symlink_status(path / "tokenizer.json", ec)))
-      bad_input("{}: no tokenizer.json in this folder", path.string());
+    const bool has_json = fs::exists(fs::symlink_status(path / "tokenizer.json", ec));
+    // Marian ships no tokenizer.json: its source.spm and vocab.json make the same pipeline.
+    const bool marian = !has_json && fs::exists(fs::symlink_status(path / "source.spm", ec)) &&
+                        fs::exists(fs::symlink_status(path / "vocab.json", ec));
+    if (!has_json && !marian)
+      bad_input("{}: no tokenizer.json in this folder (nor Marian's source.spm + vocab.json)", path.string());
+    if (marian) {
+      impl->file = JsonFile{path / "source.spm", marian_tokenizer_json(path)};
+      impl->strip_decoded = true;  // MarianTokenizer.convert_tokens_to_string ends in .strip()
+      return from_impl(std::move(impl));
+    }
     file = file_inside(path, "tokenizer.json", "tokenizer");
   }
-  auto impl = std::make_shared<Impl>();
   impl->file = JsonFile::load(file, kMaxTokenizerBytes);
+  return from_impl(std::move(impl));
+}
+
+Tokenizer Tokenizer::from_impl(std::shared_ptr<Impl> impl) {
   const JsonFile& f = impl->file;
   Node root(f, &f.json, "");
 
@@ -453,6 +468,10 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special
     impl_->decoder->decode_chain(tokens);
     std::string out;
     for (const auto& t : tokens) out += t;
+    if (impl_->strip_decoded) {
+      const size_t first = out.find_first_not_of(" \t\n\r\f\v"), last = out.find_last_not_of(" \t\n\r\f\v");
+      out = first == std::string::npos ? std::string() : out.substr(first, last - first + 1);
+    }
     return out;
   }
   std::string out;

@@ -30,7 +30,8 @@ namespace hfx::tokenizer {
 
 class Tokenizer {
  public:
-  // `path` is a tokenizer.json file or a folder holding one. Io when it cannot be read, BadInput
+  // `path` is a tokenizer.json file or a folder holding one (or, for Marian, which ships none, its
+  // source.spm and vocab.json: sentencepiece_model.h). Io when it cannot be read, BadInput
   // when it is malformed, Unsupported for valid pipelines hfx does not implement; every message
   // names the file and the field ("tokenizer.json: field \"model.merges[3]\": ...").
   static Tokenizer load(const std::filesystem::path& path);
@@ -50,6 +51,7 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  static Tokenizer from_impl(std::shared_ptr<Impl> impl);  // builds the pipeline from impl->file
   std::shared_ptr<const Impl> impl_;
 };
 

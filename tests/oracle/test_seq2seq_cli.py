@@ -14,15 +14,16 @@ import torch
 
 import make_tokenizers
 import tiny_models
-from conftest import run_hfx
+from conftest import record_coverage, run_hfx
 
 PYTHON_ENV = {**os.environ, "HFX_PYTHON": os.environ.get("HFX_PYTHON", str(Path(os.sys.executable)))}
 
 
-def hfx(*args, check=True):
+def hfx(*args, check=True, input_text=None):
     import subprocess
     from conftest import hfx_binary
-    proc = subprocess.run([str(hfx_binary()), *map(str, args)], capture_output=True, text=True, env=PYTHON_ENV)
+    proc = subprocess.run([str(hfx_binary()), *map(str, args)], capture_output=True, text=True, env=PYTHON_ENV,
+                          input=input_text)
     if check and proc.returncode != 0:
         raise AssertionError(f"hfx {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
@@ -160,6 +161,56 @@ def test_generate_prompt_text_through_t5_tokenizer(t5_with_tokenizer):
     streamed = hfx("generate", out, "--prompt", text, "-n", "16").stdout
     ended = expected[: expected.index(1) + 1] if 1 in expected else expected
     assert streamed.rstrip("\n") == tok.decode(ended, skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def marian_with_tokenizer(tiny_checkpoint, tmp_path_factory):
+    """The tiny Marian checkpoint with Marian's tokenizer files (no tokenizer.json, as Helsinki-NLP's
+    checkpoints): a SentencePiece Unigram trained on make_tokenizers' corpus (nmt_nfkc) as source.spm and
+    target.spm, and a vocab.json numbering some of its pieces in another order (the others are <unk>)
+    around the config's eos (2) and pad (127)."""
+    import random
+    base = tmp_path_factory.mktemp("mariantok")
+    ckpt = base / "ckpt"
+    shutil.copytree(tiny_checkpoint("marian"), ckpt)
+    model = make_tokenizers._train_spm(vocab_size=300, normalization_rule_name="nmt_nfkc", character_coverage=0.98,
+                                       unk_id=1, eos_id=0, bos_id=-1, pad_id=-1)
+    (ckpt / "source.spm").write_bytes(model)
+    (ckpt / "target.spm").write_bytes(model)
+    pieces = [p.piece for p in make_tokenizers._spm_proto(model).pieces if p.piece not in ("</s>", "<unk>")]
+    random.Random(0).shuffle(pieces)
+    free = [i for i in range(127) if i not in (2, 3)]
+    vocab = {"</s>": 2, "<unk>": 3, "<pad>": 127, **{p: i for p, i in zip(pieces, free)}}
+    (ckpt / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MarianTokenizer"}))
+    out = base / "out"
+    hfx("export", "--model", ckpt, "--format", "onnx", "--quiet", out)
+    return ckpt, out
+
+
+def test_generate_prompt_text_through_marian_tokenizer(marian_with_tokenizer):
+    """Marian ships source.spm + vocab.json, no tokenizer.json: `hfx generate --prompt` encodes with them
+    as Transformers' (slow, sentencepiece) MarianTokenizer does (pieces absent from vocab.json are <unk>,
+    </s> appended) and gives Transformers' greedy tokens; `hfx tokenize` on the export equals
+    MarianTokenizer on every sentence of the tokenizer corpus, both ways."""
+    from transformers import MarianTokenizer
+    ckpt, out = marian_with_tokenizer
+    assert (out / "source.spm").exists() and (out / "vocab.json").exists()
+    tok = MarianTokenizer(source_spm=str(ckpt / "source.spm"), target_spm=str(ckpt / "target.spm"),
+                          vocab=str(ckpt / "vocab.json"))
+    text = "The quick brown fox jumps."
+    source = tok(text)["input_ids"]
+    assert source[-1] == 2 and 3 in source  # </s> appended; a piece vocab.json lacks is <unk>
+    proc = hfx("generate", out, "--prompt", text, "--print-ids", "-n", "16")
+    assert [int(t) for t in proc.stdout.strip().split(",")] == transformers_tokens(ckpt, [source], 16)[0]
+    corpus = make_tokenizers.corpus()
+    encoded = hfx("tokenize", "-t", out, "--jsonl", input_text="\n".join(json.dumps(t) for t in corpus) + "\n")
+    got = [json.loads(line) for line in encoded.stdout.strip().splitlines()]
+    assert got == [tok(t)["input_ids"] for t in corpus]
+    decoded = hfx("tokenize", "-t", out, "--decode", input_text="\n".join(json.dumps(ids) for ids in got) + "\n")
+    assert [json.loads(line) for line in decoded.stdout.strip().splitlines()] == \
+        [tok.decode(ids, skip_special_tokens=True) for ids in got]
+    record_coverage("marian", "tokenizer", "MarianTokenizer (source.spm + vocab.json)", "identical")
 
 
 def test_generate_refuses_what_the_contract_cannot_take(tiny_checkpoint, tmp_path):

@@ -424,3 +424,50 @@ TEST(KnownRegex, Llama3Pattern) {
 }
 
 }  // namespace
+
+// A Marian folder's source.spm, written by hand in protobuf's wire format: pieces (field 1: piece 1,
+// score 2 as fixed32, type 3), trainer_spec (2: model_type 3, unk_id 40), no normalizer rules.
+namespace {
+
+std::string varint(uint64_t v) {
+  std::string out;
+  do {
+    uint8_t b = v & 0x7f;
+    v >>= 7;
+    out.push_back(char(b | (v ? 0x80 : 0)));
+  } while (v);
+  return out;
+}
+std::string field(uint32_t number, const std::string& bytes) { return varint(number << 3 | 2) + varint(bytes.size()) + bytes; }
+std::string piece(const std::string& text, float score, int type = 1) {
+  std::string s = field(1, text) + varint(2 << 3 | 5);
+  s.append(reinterpret_cast<const char*>(&score), 4);
+  return s + varint(3 << 3) + varint(uint64_t(type));
+}
+
+}  // namespace
+
+TEST_F(TokenizerTest, MarianFolderNumbersSentencePiecePiecesByItsVocab) {
+  std::string spm = field(1, piece("<unk>", 0, 2)) + field(1, piece("</s>", 0, 3)) + field(1, piece("\u2581ab", -1)) +
+                    field(1, piece("\u2581a", -2)) + field(1, piece("b", -2)) + field(1, piece("c", -3));
+  spm += field(2, varint(3 << 3) + varint(1) + varint(40 << 3) + varint(0));  // unigram, unk_id 0
+  std::ofstream(dir_ / "source.spm", std::ios::binary) << spm;
+  // vocab.json has no "c": MarianTokenizer maps it to <unk>.
+  write(json{{"</s>", 0}, {"<unk>", 1}, {"\u2581ab", 7}, {"\u2581a", 5}, {"b", 6}, {"<pad>", 9}}, "vocab.json");
+  Tokenizer t = Tokenizer::load(dir_);
+  // sentencepiece splits "ab c" into ▁ab, ▁ (no such piece: unk), c (not in vocab.json: unk); then </s>.
+  EXPECT_EQ(t.encode("ab c"), (std::vector<int64_t>{7, 1, 1, 0}));
+  EXPECT_EQ(t.decode({7, 5, 6, 0}), "ab ab");
+
+  // A truncated or hostile file is one line naming it, never a read past its end.
+  for (const std::string& bad : {spm.substr(0, spm.size() - 3), std::string("\x0a\xff\xff\xff\xff\x0f", 6), std::string("\x0b", 1)}) {
+    std::ofstream(dir_ / "source.spm", std::ios::binary | std::ios::trunc) << bad;
+    try {
+      Tokenizer::load(dir_);
+      ADD_FAILURE() << "loaded a malformed source.spm";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+      EXPECT_NE(std::string(e.what()).find("source.spm: not a SentencePiece model"), std::string::npos) << e.what();
+    }
+  }
+}
