@@ -187,6 +187,7 @@ bool is_left(const Node& direction) {
 struct Tokenizer::Impl {
   JsonFile file;
   bool strip_decoded = false;  // decoded text loses its surrounding whitespace (Marian's)
+  bool marian_language_code = false;  // a leading ">>xx<<" is one token (Tokenizer::encode)
   std::unique_ptr<Normalizer> normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   std::unique_ptr<Model> model;
@@ -404,6 +405,7 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     if (marian) {
       impl->file = JsonFile{path / "source.spm", marian_tokenizer_json(path)};
       impl->strip_decoded = true;  // MarianTokenizer.convert_tokens_to_string ends in .strip()
+      impl->marian_language_code = true;
       return from_impl(std::move(impl));
     }
     file = file_inside(path, "tokenizer.json", "tokenizer");
@@ -451,6 +453,17 @@ Tokenizer Tokenizer::from_impl(std::shared_ptr<Impl> impl) {
 }
 
 std::vector<int64_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  // A multi-target Marian model reads the target language as a leading ">>fra<<", which
+  // MarianTokenizer.remove_language_code takes off before SentencePiece and looks up in vocab.json
+  // (<unk> when absent).
+  if (impl_->marian_language_code && text.substr(0, 2) == ">>")
+    if (const size_t end = text.find("<<"); end != std::string_view::npos) {
+      const std::string_view code = text.substr(0, end + 2);
+      auto ids = impl_->encode(text.substr(end + 2), add_special_tokens);
+      const auto id = impl_->model->token_to_id(code);
+      ids.insert(ids.begin(), id ? *id : *impl_->model->token_to_id("<unk>"));
+      return ids;
+    }
   return impl_->encode(text, add_special_tokens);
 }
 

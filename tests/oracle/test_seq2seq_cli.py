@@ -179,8 +179,8 @@ def marian_with_tokenizer(tiny_checkpoint, tmp_path_factory):
     (ckpt / "target.spm").write_bytes(model)
     pieces = [p.piece for p in make_tokenizers._spm_proto(model).pieces if p.piece not in ("</s>", "<unk>")]
     random.Random(0).shuffle(pieces)
-    free = [i for i in range(127) if i not in (2, 3)]
-    vocab = {"</s>": 2, "<unk>": 3, "<pad>": 127, **{p: i for p, i in zip(pieces, free)}}
+    free = [i for i in range(127) if i not in (2, 3, 4)]
+    vocab = {"</s>": 2, "<unk>": 3, ">>de<<": 4, "<pad>": 127, **{p: i for p, i in zip(pieces, free)}}
     (ckpt / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     (ckpt / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MarianTokenizer"}))
     out = base / "out"
@@ -203,7 +203,8 @@ def test_generate_prompt_text_through_marian_tokenizer(marian_with_tokenizer):
     assert source[-1] == 2 and 3 in source  # </s> appended; a piece vocab.json lacks is <unk>
     proc = hfx("generate", out, "--prompt", text, "--print-ids", "-n", "16")
     assert [int(t) for t in proc.stdout.strip().split(",")] == transformers_tokens(ckpt, [source], 16)[0]
-    corpus = make_tokenizers.corpus()
+    # A multi-target model's leading language code is one token (<unk> when vocab.json lacks it).
+    corpus = make_tokenizers.corpus() + [">>de<< The quick brown fox.", ">>xx<<Hello", ">>de<<", "a >>de<< b"]
     encoded = hfx("tokenize", "-t", out, "--jsonl", input_text="\n".join(json.dumps(t) for t in corpus) + "\n")
     got = [json.loads(line) for line in encoded.stdout.strip().splitlines()]
     assert got == [tok(t)["input_ids"] for t in corpus]
