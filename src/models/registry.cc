@@ -8,6 +8,7 @@
 #include "models/decoder.h"
 #include "models/gpt2.h"
 #include "models/gpt_neox.h"
+#include "models/jamba.h"
 #include "models/lfm2.h"
 #include "models/mamba.h"
 #include "models/mamba2.h"
@@ -211,6 +212,11 @@ const std::vector<ModelEntry>& model_registry() {
                         "hybrid: Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention layers at "
                         "attn_layer_indices with partial rotary; a Llama MLP after pre_ff_layernorm",
                         make_bamba),
+      own_decoder_entry("jamba", "JambaForCausalLM",
+                        "hybrid: Mamba-1 layers with RMS norms on dt, B and C (past_conv.{i}, past_ssm.{i}) and GQA "
+                        "attention layers without position embedding (attn_layer_period/offset); a sparse MoE "
+                        "(softmax router, top-k not renormalised) every expert_layer_period, a Llama MLP elsewhere",
+                        make_jamba),
       own_decoder_entry("qwen3_5_text", "Qwen3_5ForCausalLM",
                         "hybrid (Qwen3.5 text): gated delta-net layers (a causal depthwise conv carried as "
                         "past_conv.{i}, the gated delta rule carried as past_recurrent.{i} [batch, value_heads, "

@@ -1,6 +1,6 @@
 """Mamba mixers against Transformers eager, fp32, on tiny random checkpoints: mamba2 (a pure
-state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers), and
-the Mamba-1 models mamba and falcon_mamba.
+state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers), the
+Mamba-1 models mamba and falcon_mamba, and jamba (Mamba-1 and attention layers, sparse MoE).
 
 Each case: a left-padded batch of 2 whose 10-token prompt spans several scan chunks (chunk sizes 3
 and 4, the last chunk padded; Mamba-1's floor(sqrt(10)) = 3), then 3 single-token steps, each fed
@@ -31,7 +31,9 @@ from test_hybrid_lfm2 import NEW_TOKENS, PROMPTS, ort_greedy, present_name, tran
 from tiny_models import HYBRID_CASES, load_reference
 
 MAMBA1 = ("mamba", "falcon_mamba")
-FAMILIES = ("mamba2", "granitemoehybrid", "bamba", *MAMBA1)
+# Mamba-1 mixers among attention layers (past_key_values cache, mamba_* config names).
+MAMBA1_HYBRIDS = ("jamba",)
+FAMILIES = ("mamba2", "granitemoehybrid", "bamba", *MAMBA1, *MAMBA1_HYBRIDS)
 CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in FAMILIES)
 MAX_CACHE_LEN = 80
 
@@ -45,6 +47,9 @@ def mixer_dims(config):
     c = config
     if c.model_type in MAMBA1:  # one "head" per channel: the scan state is [batch, intermediate, state_size]
         return c.intermediate_size, None, c.state_size, c.intermediate_size, c.conv_kernel
+    if c.model_type in MAMBA1_HYBRIDS:  # intermediate_size is the MLP's; the mixer's is mamba_expand * hidden
+        inner = c.mamba_expand * c.hidden_size
+        return inner, None, c.mamba_d_state, inner, c.mamba_d_conv
     if c.model_type == "mamba2":
         heads, head_dim, state, groups, expand, kernel = (c.num_heads, c.head_dim, c.state_size, c.n_groups, c.expand,
                                                           c.conv_kernel)
@@ -56,7 +61,7 @@ def mixer_dims(config):
 
 def chunk_size(config, prompt_length):
     """The scan's chunk over the prompt: the config's, or Mamba-1's floor(sqrt(length)) (models/ssd.h)."""
-    if config.model_type in MAMBA1:
+    if config.model_type in (*MAMBA1, *MAMBA1_HYBRIDS):
         return math.isqrt(prompt_length)
     return config.chunk_size if config.model_type == "mamba2" else config.mamba_chunk_size
 
@@ -256,7 +261,7 @@ def test_openvino_matches_transformers(case, tiny_checkpoint, ssm_openvino):
 def test_inspect_names_the_family_and_its_mixer(case, tiny_checkpoint):
     out = run_hfx("inspect", tiny_checkpoint(case)).stdout
     model_type = HYBRID_CASES[case][0]
-    mixer = "Mamba-1" if model_type in MAMBA1 else "Mamba-2"
+    mixer = "Mamba-1" if model_type in (*MAMBA1, *MAMBA1_HYBRIDS) else "Mamba-2"
     assert model_type in out and mixer in out and "state" in out, out
 
 
@@ -337,7 +342,7 @@ def test_program_formats_refuse_the_scan_in_one_line(fmt, case, tiny_checkpoint,
 @pytest.mark.parametrize("fmt", ["onnx", "openvino"])
 @pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
                                        ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
-@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "mamba", "falcon_mamba"])
+@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "mamba", "falcon_mamba", "jamba"])
 def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
     """Every precision hfx offers, on each family: the export's own check (the artifact's numbers and
     greedy tokens against the reference executor at the precision's stated gate, docs/verify.md, on

@@ -230,6 +230,20 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
     "mamba-bias-tied": ("mamba", dict(num_hidden_layers=3, state_size=8, expand=2, conv_kernel=2, time_step_rank=6,
                                       use_conv_bias=False, use_bias=True, tie_word_embeddings=True,
                                       layer_norm_epsilon=1e-5)),
+    # Jamba (test_ssm_hybrids.py): Mamba-1 mixers with weighted dt/B/C norms around an attention layer
+    # without positions (layer 1 of 3: attn period 3, offset 1), sparse MoE (4 experts, top 2, not
+    # renormalised) on layers 0 and 2 and a Llama MLP on 1; kernel 4, time_step_rank auto (4), untied
+    "jamba": ("jamba", dict(num_hidden_layers=3, attn_layer_period=3, attn_layer_offset=1, expert_layer_period=2,
+                            expert_layer_offset=0, num_experts=4, num_experts_per_tok=2, mamba_d_state=16,
+                            mamba_d_conv=4, mamba_expand=2, mamba_dt_rank="auto", use_mamba_kernels=False,
+                            rms_norm_eps=1e-5)),
+    # attention first, experts on the attention layer (top 1), biased mamba projections, no conv bias,
+    # an explicit dt rank, kernel 3, tied head
+    "jamba-moe-attn-tied": ("jamba", dict(num_hidden_layers=3, attn_layer_period=3, attn_layer_offset=0,
+                                          expert_layer_period=3, expert_layer_offset=0, num_experts=3,
+                                          num_experts_per_tok=1, mamba_d_state=8, mamba_d_conv=3, mamba_expand=2,
+                                          mamba_dt_rank=6, mamba_conv_bias=False, mamba_proj_bias=True,
+                                          tie_word_embeddings=True, use_mamba_kernels=False, rms_norm_eps=1e-5)),
     # FalconMamba: weightless RMS norms on dt, B and C (mixer_rms_eps), untied head, conv biases
     "falcon_mamba": ("falcon_mamba", dict(state_size=16, expand=2, conv_kernel=4, time_step_rank="auto",
                                           tie_word_embeddings=False, mixer_rms_eps=1e-6, layer_norm_epsilon=1e-5)),
