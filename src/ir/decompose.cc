@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "ir/builder.h"
 #include "ir/ops.h"
+#include "ir/recurrences.h"
 
 namespace hfx::ir {
 
@@ -353,6 +354,65 @@ std::vector<ValueId> onnx_attention(Builder& b, const Node& n) {
   return {b.add1("Attention", {n.inputs[0], n.inputs[1], n.inputs[2], n.inputs[3]}, {{"scale", scale}})};
 }
 
+// CausalConv (models/short_conv.h): the conv over past ++ x, tap by tap.
+std::vector<ValueId> causal_conv(Builder& b, const Node& n) {
+  const CausalConvOut r = causal_conv_primitives(b, n.inputs[0], n.inputs[1], n.inputs[2], n.input(3),
+                                                 n.attr_int("channels"), n.attr_int("kernel"));
+  return {r.out, r.present};
+}
+
+// GatedDeltaRule (models/delta_rule.h): the chunked rule of ir/recurrences.h.
+std::vector<ValueId> gated_delta_rule(Builder& b, const Node& n) {
+  const DeltaRuleOut r = gated_delta_rule_primitives(
+      b, n.inputs[0], n.inputs[1], n.inputs[2], n.inputs[3], n.inputs[4], n.input(5),
+      {n.attr_int("heads"), n.attr_int("key_dim"), n.attr_int("value_dim"), n.attr_int("chunk"), n.attr_int("max_positions")});
+  return {r.out, r.final_state};
+}
+
+// ONNX Runtime's CausalConvWithState (com.microsoft), read back from an `ort` profile graph: channels
+// first, weight [C, 1, K], an absent past_state zeros, activation none or silu.
+std::vector<ValueId> causal_conv_with_state(Builder& b, const Node& n) {
+  HFX_CHECK(n.attr_int("channels_last", 0) == 0 && n.attr_int("dilation", 1) == 1 && n.attr_int("ndim", 1) == 1 &&
+                n.attr_int("state_window", 0) == 0,
+            "{}: CausalConvWithState beyond channels-first 1-D undilated convolution", n.name);
+  const Value& w = b.graph().value(n.inputs[1]);
+  HFX_CHECK(w.shape.size() == 3 && w.shape[0].is_fixed() && w.shape[2].is_fixed(), "{}: weight must be [C, 1, K]", n.name);
+  const int64_t C = w.shape[0].value, K = w.shape[2].value;
+  ValueId past = n.input(3);
+  if (past == kNone) {
+    ValueId dims = b.concat({b.shape_of(n.inputs[0], 0, 1), b.i64s({C, K - 1})}, 0);
+    past = b.add1("Expand", {b.f32(0.0f), dims});
+  }
+  CausalConvOut r = causal_conv_primitives(b, n.inputs[0], past, b.reshape(n.inputs[1], {C, K}), n.input(2), C, K);
+  const std::string act = n.attr_str("activation", "");
+  if (act == "silu" || act == "swish") r.out = b.times(r.out, b.add1("Sigmoid", {r.out}));
+  else HFX_CHECK(act.empty() || act == "none", "{}: CausalConvWithState activation \"{}\"", n.name, act);
+  return {r.out, r.present};
+}
+
+// ONNX Runtime's LinearAttention (com.microsoft), update_rule gated_delta with one state per query head,
+// read back from an `ort` profile graph: the chunked rule over 3-D packed heads.
+std::vector<ValueId> linear_attention(Builder& b, const Node& n) {
+  const std::string rule = n.attr_str("update_rule", "linear");
+  const int64_t hq = n.attr_int("q_num_heads"), hkv = n.attr_int("kv_num_heads");
+  if (rule != "gated_delta" || hq != hkv || n.input(4) == kNone || n.input(5) == kNone)
+    unsupported("{}: LinearAttention with update_rule {} over {} query and {} key/value heads (hfx runs gated_delta with "
+                "decay and beta, one state per head)", n.name, rule, hq, hkv);
+  const Value& k = b.graph().value(n.inputs[1]);
+  const Value& v = b.graph().value(n.inputs[2]);
+  const int64_t dk = k.shape.at(2).value / hkv, dv = v.shape.at(2).value / hkv;
+  auto heads = [&](ValueId x, int64_t d) { return b.reshape(x, {0, 0, hkv, d}); };
+  ValueId q = heads(n.inputs[0], dk);
+  const double scale = n.attr_float("scale", 1.0 / std::sqrt(double(dk)));
+  if (scale != 1.0) q = b.times(q, b.f32(float(scale)));
+  // A graph read back names no step bound: a scan that covers 2^20 positions (steps past a step's
+  // chunk count read empty slices and cost nothing).
+  const DeltaRuleOut r = gated_delta_rule_primitives(b, q, heads(n.inputs[1], dk), heads(n.inputs[2], dv), n.inputs[4],
+                                                     n.inputs[5], n.input(3),
+                                                     {hkv, dk, dv, n.attr_int("chunk_size", 64), int64_t(1) << 20});
+  return {b.reshape(r.out, {0, 0, hkv * dv}), r.final_state};
+}
+
 }  // namespace
 
 void register_decompositions(std::vector<OpSchema>& table) {
@@ -365,6 +425,9 @@ void register_decompositions(std::vector<OpSchema>& table) {
       {"RopeCosSin", rope_cos_sin},     {"RotaryEmbedding", rotary_embedding},
       {"AttentionBias", attention_bias}, {"Attention", attention},
       {"CacheUpdate", cache_update},
+      {"CausalConv", causal_conv},       {"GatedDeltaRule", gated_delta_rule},
+      {"CausalConvWithState", causal_conv_with_state},
+      {"LinearAttention", linear_attention},
       {"PaddingBias", padding_bias},
       {"SimplifiedLayerNormalization", simplified_layer_norm},
       {"SkipSimplifiedLayerNormalization", skip_simplified_layer_norm},

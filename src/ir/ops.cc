@@ -406,6 +406,44 @@ std::vector<Value> infer_group_query_attention(const Graph& g, const Node& n) {
   return {{"", q.dtype, out}, {"", q.dtype, present}, {"", q.dtype, present}};
 }
 
+// CausalConv (x [b, C, s], past [b, C, K - 1], weight [C, K], bias) and ONNX Runtime's
+// CausalConvWithState (input [b, C, s], weight [C, 1, K], bias, past_state): out like x, the state
+// [b, C, K - 1] (the kernel from the weight's last axis).
+std::vector<Value> infer_causal_conv(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  const bool ours = n.op == "CausalConv";
+  const auto& w = in(g, n, ours ? 2 : 1);
+  HFX_CHECK(x.shape.size() == 3 && !w.shape.empty() && w.shape.back().is_fixed(), "{}: {} needs x [b, C, s] and a fixed kernel",
+            n.name, n.op);
+  const Dim width = Dim::fixed(w.shape.back().value - 1);
+  return {{"", x.dtype, x.shape}, {"", x.dtype, {x.shape[0], x.shape[1], width}}};
+}
+
+// GatedDeltaRule: q, k [b, s, H, K], v [b, s, H, V] -> out [b, s, H, V], state [b, H, K, V].
+std::vector<Value> infer_gated_delta_rule(const Graph& g, const Node& n) {
+  const auto& q = in(g, n, 0);
+  const auto& v = in(g, n, 2);
+  HFX_CHECK(q.shape.size() == 4 && v.shape.size() == 4, "{}: GatedDeltaRule needs rank-4 q and v", n.name);
+  return {{"", v.dtype, v.shape},
+          {"", v.dtype, {q.shape[0], Dim::fixed(n.attr_int("heads")), Dim::fixed(n.attr_int("key_dim")),
+                         Dim::fixed(n.attr_int("value_dim"))}}};
+}
+
+// ONNX Runtime's LinearAttention: query [B, T, Hq dk], key [B, T, Hkv dk], value [B, T, Hkv dv] ->
+// output [B, T, Hq dv], present_state [B, Hkv, dk, dv].
+std::vector<Value> infer_linear_attention(const Graph& g, const Node& n) {
+  const auto& q = in(g, n, 0);
+  const auto& k = in(g, n, 1);
+  const auto& v = in(g, n, 2);
+  const int64_t hq = n.attr_int("q_num_heads"), hkv = n.attr_int("kv_num_heads");
+  HFX_CHECK(q.shape.size() == 3 && k.shape.size() == 3 && v.shape.size() == 3 && k.shape[2].is_fixed() &&
+                v.shape[2].is_fixed() && hq > 0 && hkv > 0,
+            "{}: LinearAttention needs 3-D packed q/k/v with fixed widths and head counts", n.name);
+  const int64_t dk = k.shape[2].value / hkv, dv = v.shape[2].value / hkv;
+  return {{"", v.dtype, {q.shape[0], q.shape[1], Dim::fixed(hq * dv)}},
+          {"", v.dtype, {q.shape[0], Dim::fixed(hkv), Dim::fixed(dk), Dim::fixed(dv)}}};
+}
+
 using Infer = std::function<std::vector<Value>(const Graph&, const Node&)>;
 
 OpSchema make(std::string name, size_t min_in, size_t max_in, size_t outs, Infer infer, bool composite = false) {
@@ -464,12 +502,16 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("Attention", 4, 4, 1, infer_attention, true));
   t.push_back(make("SoftcapAttention", 4, 4, 1, infer_attention, true));
   t.push_back(make("CacheUpdate", 3, 3, 1, same, true));
+  t.push_back(make("CausalConv", 3, 4, 2, infer_causal_conv, true));
+  t.push_back(make("GatedDeltaRule", 5, 6, 2, infer_gated_delta_rule, true));
   // Target ops (ONNX Runtime's fused ops), see ops.h.
   t.push_back(make("SimplifiedLayerNormalization", 2, 2, 1, same, true));
   t.push_back(make("SkipSimplifiedLayerNormalization", 3, 3, 2, [](const Graph& g, const Node& n) {
     return std::vector<Value>{{"", in(g, n, 0).dtype, in(g, n, 0).shape}, {"", in(g, n, 0).dtype, in(g, n, 0).shape}};
   }, true));
   t.push_back(make("GroupQueryAttention", 7, 9, 3, infer_group_query_attention, true));
+  t.push_back(make("CausalConvWithState", 2, 4, 2, infer_causal_conv, true));
+  t.push_back(make("LinearAttention", 3, 6, 2, infer_linear_attention, true));
   // Target ops: ONNX opset-23 standard fused ops (passes/onnx_standard_ops.cc). Named apart from the
   // composites they replace where ONNX reuses a composite's name with other inputs.
   t.push_back(make("RMSNormalization", 2, 2, 1, same, true));
@@ -480,7 +522,8 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("OnnxGelu", 1, 1, 1, same, true));
   for (auto& s : t)
     if (s.name == "SimplifiedLayerNormalization" || s.name == "SkipSimplifiedLayerNormalization" ||
-        s.name == "GroupQueryAttention" || s.name == "RMSNormalization" || s.name == "OnnxRotaryEmbedding" ||
+        s.name == "GroupQueryAttention" || s.name == "CausalConvWithState" || s.name == "LinearAttention" ||
+        s.name == "RMSNormalization" || s.name == "OnnxRotaryEmbedding" ||
         s.name == "OnnxAttention" || s.name == "LayerNormalization" || s.name == "OnnxGelu")
       s.target_op = true;
   register_decompositions(t);

@@ -1,47 +1,25 @@
-// The gated delta rule (gated delta-net's recurrence: Qwen3-Next, Qwen3.5) in primitives, with no
-// loop op: Transformers' torch_chunk_gated_delta_rule (prefill) and torch_recurrent_gated_delta_rule
-// (decode) of modeling_qwen3_5.py, which compute the same recurrence
+// The gated delta rule (gated delta-net's recurrence: Qwen3-Next, Qwen3.5) as the graph's composite
+// GatedDeltaRule: its decomposition into primitives, with no loop op, is ir/recurrences.h's
+// (Transformers' chunked prefill and recurrent decode, which compute the same recurrence
 //
 //   S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - (exp(g_t) S_{t-1})^T k_t))^T,   o_t = S_t^T q_t
 //
-// with S [key_dim, value_dim] per head. A step is cut into chunks of `chunk` positions (the last
-// padded with zeros, which neither decay nor write the state; a step shorter than a chunk, a decode
-// step included, is one chunk of its own length). Within a chunk, Transformers' UT transform: the
-// unit-lower-triangular system (I + N) solved by the product (I - N)(I + N^2)(I + N^4)... (N is
-// nilpotent, so ceil(log2(chunk)) factors are its exact inverse), then one Newton-Schulz refinement
-// step against the system itself (the series cancels badly when decays are near 1). Across chunks, each chunk maps its
-// start state affinely, S -> M_c S + B_c (M_c [key_dim, key_dim]); the chunks' start states are the
-// prefix compositions of those maps, a Hillis-Steele scan of ceil(log2(max chunks)) steps whose
-// step at offset o composes element i with element i - o for i >= o (a step past the chunk count
-// reads empty slices, so a short step costs none of it). The last chunk's state update is applied
-// directly, so a one-token step costs what Transformers' recurrent update costs (docs/ssm.md).
+// with S [key_dim, value_dim] per head); the onnx `ort` profile writes it as ONNX Runtime's
+// com.microsoft LinearAttention (update_rule gated_delta) instead.
 #pragma once
 
-#include <cstdint>
-
 #include "ir/builder.h"
+#include "ir/recurrences.h"
 
 namespace hfx::models {
 
-struct DeltaRuleShape {
-  int64_t heads = 0, key_dim = 0, value_dim = 0;
-  int64_t chunk = 64;            // Transformers' chunk_size
-  int64_t max_positions = 0;     // the longest step the scan is built for (its step count)
-};
-
-struct DeltaRuleOut {
-  ir::ValueId out = ir::kNone;          // [b, s, heads, value_dim]
-  ir::ValueId final_state = ir::kNone;  // [b, heads, key_dim, value_dim]
-};
+using ir::DeltaRuleOut;
+using ir::DeltaRuleShape;
 
 // q, k [b, s, heads, key_dim] (l2-normalised, q already scaled by key_dim^-0.5, each key head repeated
 // over its value heads); v [b, s, heads, value_dim]; g (log decay, <= 0) and beta [b, s, heads];
 // initial [b, heads, key_dim, value_dim] or kNone for a zero state.
 DeltaRuleOut gated_delta_rule(ir::Builder& b, ir::ValueId q, ir::ValueId k, ir::ValueId v, ir::ValueId g,
                               ir::ValueId beta, ir::ValueId initial, const DeltaRuleShape& shape);
-
-// The number of Hillis-Steele steps that cover every chunk boundary of a step of `max_positions`
-// positions in chunks of `chunk`: ceil(log2(ceil(max_positions / chunk) - 1)), at least 0.
-int64_t delta_rule_scan_steps(int64_t max_positions, int64_t chunk);
 
 }  // namespace hfx::models

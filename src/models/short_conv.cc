@@ -17,18 +17,12 @@ ConvOut causal_depthwise_conv(ir::Builder& b, ir::ValueId x, ir::ValueId past, i
     ir::ValueId dims = b.concat({b.shape_of(x, 0, 1), b.i64s({channels, width})}, 0);
     past = b.add1("Expand", {b.constant(zeros, "conv_zero_state"), dims});
   }
-  ir::ValueId full = b.concat({past, x}, 2);  // [b, channels, kernel - 1 + s]
-  ConvOut r;
-  r.present = b.slice(full, -width, INT64_MAX, 2);
-  // Tap k reads full[:, :, k : k + s], i.e. up to kernel - 1 - k columns before full's end.
-  for (int64_t k = 0; k < kernel; ++k) {
-    ir::ValueId tap = b.slice(full, k, k == width ? INT64_MAX : k - width, 2);
-    ir::ValueId w = b.slice(weight, k, k + 1, 1);  // [channels, 1]
-    ir::ValueId term = b.times(tap, w);
-    r.out = r.out == ir::kNone ? term : b.plus(r.out, term);
-  }
-  if (bias != ir::kNone) r.out = b.plus(r.out, b.reshape(bias, {channels, 1}));
-  return r;
+  // The composite CausalConv (ir/recurrences.h decomposes it; the onnx ort profile writes it as
+  // com.microsoft CausalConvWithState).
+  std::vector<ir::ValueId> ins = {x, past, weight};
+  if (bias != ir::kNone) ins.push_back(bias);
+  auto outs = b.add("CausalConv", ins, {{"channels", channels}, {"kernel", kernel}});
+  return {outs[0], outs[1]};
 }
 
 ConvOut mixer_conv1d(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,

@@ -111,6 +111,8 @@ std::string merged_reasons(const std::vector<std::string>& reasons) {
 struct ProfileChoice {
   std::string profile;
   std::string fallback;  // empty when the requested profile is used
+  // ort for a hybrid: its recurrent layers' fused ops (passes/ort_state_ops.cc), attention portable.
+  bool state_ops = false;
 };
 
 ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
@@ -124,14 +126,18 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
                                     m.summary().model_type, c.role)};
   // A hybrid's convolution (or recurrent) state reads the step's positions in order: the ort profile
   // rolls a left-padded row's tokens to the front for GroupQueryAttention, which would carry pads
-  // into the state.
+  // into the state. Its attention keeps the portable lowering; its recurrent layers get ONNX
+  // Runtime's fused state ops.
   for (const auto& p : c.state)
     if (p.spec.update == tasks::StateUpdate::Replace)
-      return {"portable", fmt::format("onnx profile ort: {} {} falls back to the portable profile: its {} ({}) reads the "
-                                      "step's positions in order, which GroupQueryAttention's left-padding roll would "
-                                      "reorder", m.summary().model_type, c.role, tasks::state_kind_name(p.spec.kind),
-                                      tasks::name_glob(tasks::state_pattern(tasks::state_names_named(
-                                          m.model.decoder().state_names()), p.spec.kind).past))};
+      return {"ort",
+              fmt::format("onnx profile ort: {} {}: the causal convolution and the gated delta rule are com.microsoft "
+                          "CausalConvWithState and LinearAttention; attention keeps the portable lowering: its {} ({}) "
+                          "reads the step's positions in order, which GroupQueryAttention's left-padding roll would reorder",
+                          m.summary().model_type, c.role, tasks::state_kind_name(p.spec.kind),
+                          tasks::name_glob(tasks::state_pattern(tasks::state_names_named(m.model.decoder().state_names()),
+                                                                p.spec.kind).past)),
+              true};
   const auto blockers = passes::ort_profile_blockers(c.graph);
   if (blockers.empty()) return {"ort", ""};
   return {"portable", fmt::format("onnx profile ort: {} {} falls back to the portable profile: {}", m.summary().model_type,
@@ -261,7 +267,7 @@ class OnnxBackend final : public Backend {
     if (genai_layout(recipe)) p.layout += ", onnxruntime-genai's layout";
     if (!choice.fallback.empty()) p.notes.push_back(choice.fallback);
     if (writes_genai_config(m, c, requested) && !c.shared_buffers.empty()) p.notes.push_back(kNoGenaiForStaticCache);
-    if (contract && choice.profile == "ort") {
+    if (contract && choice.profile == "ort" && !choice.state_ops) {
       // The fused lowering derives positions in the graph: its inputs are the task's minus what it no
       // longer reads (position_ids, except for learned position tables).
       const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
@@ -289,7 +295,10 @@ class OnnxBackend final : public Backend {
     const ProfileChoice choice = choose_profile(m, c, requested);
     const std::string& profile = choice.profile;
     const std::string& fallback = choice.fallback;
-    if (profile == "ort") {
+    if (profile == "ort" && choice.state_ops) {
+      lowered = with_context(c.role + ": pass ort-state-ops", [&] { return passes::ort_state_ops(c.graph); });
+      passes_run.push_back("ort-state-ops");
+    } else if (profile == "ort") {
       const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
       lowered = with_context(c.role + ": pass ort-contrib-ops", [&] { return passes::ort_contrib_ops(c.graph, {rows}); });
       passes_run.push_back("ort-contrib-ops");
@@ -385,7 +394,7 @@ class OnnxBackend final : public Backend {
       gi.context_length = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
       gi.model_file = wo.model_file;
       gi.graph = &g;
-      gi.past_present_share_buffer = profile == "ort";
+      gi.past_present_share_buffer = profile == "ort" && !choice.state_ops;  // GroupQueryAttention's buffers
       gi.state = c.state;
       gi.names = &tasks::state_names_named(m.model.decoder().state_names());
       write_text_file(dir / "genai_config.json", onnx_backend::genai_config(gi).dump(4) + "\n");

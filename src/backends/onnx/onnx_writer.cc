@@ -278,6 +278,9 @@ const std::map<std::string, OpLowering>& onnx_lowering_table() {
     t["SkipSimplifiedLayerNormalization"] =
         OpLowering{"SkipSimplifiedLayerNormalization", lower_passthrough, raise_passthrough, "com.microsoft", {0, 3}};
     t["GroupQueryAttention"] = OpLowering{"GroupQueryAttention", lower_passthrough, raise_passthrough, "com.microsoft"};
+    // A hybrid's state ops (passes/ort_state_ops.cc).
+    t["CausalConvWithState"] = OpLowering{"CausalConvWithState", lower_passthrough, raise_passthrough, "com.microsoft"};
+    t["LinearAttention"] = OpLowering{"LinearAttention", lower_passthrough, raise_passthrough, "com.microsoft"};
     // ONNX opset-23 fused ops (--onnx-opset 23); two keep IR names apart from the composites they replace.
     t["RMSNormalization"] = OpLowering{"RMSNormalization", lower_passthrough, raise_passthrough};
     t["OnnxRotaryEmbedding"] = OpLowering{"RotaryEmbedding", lower_passthrough, raise_passthrough};
