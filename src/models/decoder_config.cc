@@ -1,6 +1,5 @@
 #include "models/decoder_config.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -204,10 +203,7 @@ DecoderConfig parse_decoder_config(const io::Checkpoint& ckpt, const DecoderTrai
     if (t.moe_shared_expert)
       c.moe.shared_intermediate = io::require_int(f, j, "shared_expert_intermediate_size", 1, kMaxDim);
     if (mixtral) c.moe.expert = {"w1", "w3", "w2"};
-    const int64_t step = mixtral ? 1 : io::optional_int(f, j, "decoder_sparse_step", 1).value_or(1);
-    const auto dense = io::optional_int_list(f, j, "mlp_only_layers", 0).value_or(std::vector<int64_t>{});
-    for (int64_t i = 0; i < c.num_layers; ++i)
-      c.layer_is_moe[size_t(i)] = (i + 1) % step == 0 && std::find(dense.begin(), dense.end(), i) == dense.end();
+    c.layer_is_moe = mixtral ? std::vector<bool>(size_t(c.num_layers), true) : qwen_sparse_moe_layers(f, c.num_layers);
   }
   read_generation_ids(ckpt, c.vocab_size, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
   return c;

@@ -2,9 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "models/weights.h"
 
 namespace hfx::models {
+
+std::vector<bool> qwen_sparse_moe_layers(const io::JsonFile& f, int64_t num_layers) {
+  const int64_t step = io::optional_int(f, f.json, "decoder_sparse_step", 1).value_or(1);
+  const auto dense = io::optional_int_list(f, f.json, "mlp_only_layers", 0).value_or(std::vector<int64_t>{});
+  std::vector<bool> sparse(size_t(num_layers), false);
+  for (int64_t i = 0; i < num_layers; ++i)
+    sparse[size_t(i)] = (i + 1) % step == 0 && std::find(dense.begin(), dense.end(), i) == dense.end();
+  return sparse;
+}
 
 ir::ValueId sparse_moe(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
                        const MoeSpec& m) {

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "io/checkpoint.h"
+#include "io/json_fields.h"
 #include "ir/builder.h"
 #include "models/blocks.h"
 
@@ -24,6 +26,11 @@ struct MoeSpec {
   // (a gated MLP of this size; 0: none).
   int64_t shared_intermediate = 0;
 };
+
+// Which layers' MLP is the sparse block in Qwen's MoE families (Qwen2MoeDecoderLayer,
+// Qwen3MoeDecoderLayer, Qwen3NextDecoderLayer): every decoder_sparse_step-th layer (1-based) that
+// mlp_only_layers does not list; the others have a dense MLP.
+std::vector<bool> qwen_sparse_moe_layers(const io::JsonFile& config, int64_t num_layers);
 
 // x [b, s, hidden] -> [b, s, hidden]. Every expert runs on every token (dense) with weight 0 where the
 // router did not pick it: the sum, over experts in index order, is what Transformers accumulates.

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "models/blocks.h"
 #include "models/gated_deltanet.h"
+#include "models/moe.h"
 #include "models/rope.h"
 #include "models/short_conv.h"
 #include "models/weights.h"
@@ -22,13 +23,27 @@ namespace {
 // costing nothing on a step too short to reach it).
 constexpr int64_t kMinScanPositions = int64_t(1) << 22;
 
-struct Qwen35Config {
+// What sets Qwen3-Next apart from Qwen3.5's text model; the rest is one network (modeling_qwen3_5.py
+// is generated from modeling_qwen3_next.py: the same norms, attention, delta rule and decoder layer).
+struct Family {
+  const char* model_type;
+  const char* hf_class;
+  DeltaNetProjections projections;
+  int64_t default_intermediate_size, default_kv_heads;  // the config class's defaults
+  bool sparse_moe;  // Qwen3NextSparseMoeBlock on the layers qwen_sparse_moe_layers picks
+};
+constexpr Family kQwen35Text{"qwen3_5_text", "Qwen3_5ForCausalLM", DeltaNetProjections::Split, 12288, 4, false};
+constexpr Family kQwen3Next{"qwen3_next", "Qwen3NextForCausalLM", DeltaNetProjections::Fused, 5632, 2, true};
+
+struct HybridConfig {
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0,
           head_dim = 0;
   double eps = 1e-6;
   bool tie_word_embeddings = false, attention_bias = false;
   Activation act = Activation::Silu;
   std::vector<bool> layer_is_attention;
+  std::vector<bool> layer_is_moe;  // all false for Qwen3.5, whose every MLP is dense
+  MoeSpec moe;
   RopeSpec rope;
   GatedDeltaNetSpec mixer;
   std::vector<int64_t> eos_token_ids;
@@ -40,7 +55,8 @@ std::string file_name(const io::JsonFile& f) { return f.path.filename().string()
 std::vector<bool> attention_layers(const io::JsonFile& f, const nlohmann::json& j, int64_t num_layers) {
   auto types = io::optional_string_list(f, j, "layer_types");
   if (!types) {
-    // Qwen3_5TextConfig.__post_init__: every full_attention_interval-th layer (1-based) is full attention.
+    // Qwen3_5TextConfig / Qwen3NextConfig.__post_init__: every full_attention_interval-th layer (1-based)
+    // is full attention.
     const int64_t interval = io::optional_int(f, j, "full_attention_interval", 1, 4096).value_or(4);
     types = std::vector<std::string>();
     for (int64_t i = 0; i < num_layers; ++i)
@@ -58,17 +74,35 @@ std::vector<bool> attention_layers(const io::JsonFile& f, const nlohmann::json& 
   return out;
 }
 
-Qwen35Config parse_config(const io::Checkpoint& ckpt) {
+// Qwen3NextSparseMoeBlock: top num_experts_per_tok of num_experts (norm_topk_prob, true by default),
+// each a gated MLP of moe_intermediate_size, plus the sigmoid-gated shared expert. num_experts 0
+// makes every layer's MLP dense, as Qwen3NextDecoderLayer does.
+void parse_sparse_moe(const io::JsonFile& f, HybridConfig& c) {
+  const auto& j = f.json;
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  c.moe.num_experts = io::optional_int(f, j, "num_experts", 0, 1 << 16).value_or(512);
+  if (c.moe.num_experts == 0) return;
+  c.moe.top_k = io::optional_int(f, j, "num_experts_per_tok", 1, c.moe.num_experts).value_or(10);
+  c.moe.hidden = c.hidden_size;
+  c.moe.intermediate = io::optional_int(f, j, "moe_intermediate_size", 1, kMaxDim).value_or(512);
+  c.moe.shared_intermediate = io::optional_int(f, j, "shared_expert_intermediate_size", 1, kMaxDim).value_or(512);
+  c.moe.normalize_top_k = io::optional_bool(f, j, "norm_topk_prob").value_or(true);
+  c.moe.act = c.act;
+  c.layer_is_moe = qwen_sparse_moe_layers(f, c.num_layers);
+}
+
+HybridConfig parse_config(const io::Checkpoint& ckpt, const Family& family) {
   const io::JsonFile& f = ckpt.config();
   const auto& j = f.json;
   constexpr int64_t kMaxDim = int64_t(1) << 24;
-  Qwen35Config c;
+  HybridConfig c;
   c.vocab_size = io::require_int(f, j, "vocab_size", 1, int64_t(1) << 26);
   c.hidden_size = io::require_int(f, j, "hidden_size", 1, kMaxDim);
-  c.intermediate_size = io::optional_int(f, j, "intermediate_size", 1, kMaxDim).value_or(12288);
+  c.intermediate_size =
+      io::optional_int(f, j, "intermediate_size", 1, kMaxDim).value_or(family.default_intermediate_size);
   c.num_layers = io::require_int(f, j, "num_hidden_layers", 1, 4096);
   c.num_heads = io::optional_int(f, j, "num_attention_heads", 1, 1 << 16).value_or(16);
-  c.num_kv_heads = io::optional_int(f, j, "num_key_value_heads", 1, 1 << 16).value_or(4);
+  c.num_kv_heads = io::optional_int(f, j, "num_key_value_heads", 1, 1 << 16).value_or(family.default_kv_heads);
   if (c.num_heads % c.num_kv_heads)
     bad_input("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", file_name(f), c.num_heads,
               c.num_kv_heads);
@@ -79,19 +113,22 @@ Qwen35Config parse_config(const io::Checkpoint& ckpt) {
   c.act = parse_activation(f, "hidden_act", io::optional_string(f, j, "hidden_act").value_or("silu"));
   c.layer_is_attention = attention_layers(f, j, c.num_layers);
   const int64_t max_pos = io::optional_int(f, j, "max_position_embeddings", 1).value_or(32768);
-  // rope_parameters' mrope_section / mrope_interleaved only move frequencies between three position
-  // rows that a text step makes equal; partial_rotary_factor 0.25 is Qwen3_5TextConfig's default.
+  // rope_parameters' mrope_section / mrope_interleaved (Qwen3.5's) only move frequencies between three
+  // position rows that a text step makes equal; partial_rotary_factor 0.25 is both config classes' default.
   c.rope = parse_rope(f, c.head_dim, max_pos, {.partial_rotary_factor = 0.25});
   c.mixer = parse_gated_deltanet(f, c.hidden_size, std::max(max_pos, kMinScanPositions), c.eps,
-                                 DeltaNetProjections::Split);
+                                 family.projections);
+  c.layer_is_moe.assign(size_t(c.num_layers), false);
+  if (family.sparse_moe) parse_sparse_moe(f, c);
   read_generation_ids(ckpt, c.vocab_size, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
   return c;
 }
 
-class Qwen35Text final : public CausalLm {
+class QwenDeltaNetHybrid final : public CausalLm {
  public:
-  Qwen35Text(const io::Checkpoint& ckpt, Qwen35Config cfg) : ckpt_(ckpt), c_(std::move(cfg)) {
-    s_ = summary_of(c_, "qwen3_5_text", "Qwen3_5ForCausalLM");
+  QwenDeltaNetHybrid(const io::Checkpoint& ckpt, const Family& family, HybridConfig cfg)
+      : ckpt_(ckpt), c_(std::move(cfg)) {
+    s_ = summary_of(c_, family.model_type, family.hf_class);
     const auto attention = std::count(c_.layer_is_attention.begin(), c_.layer_is_attention.end(), true);
     s_.features = {
         {"layers", fmt::format("{} gated delta-net, {} gated attention", c_.num_layers - attention, attention)},
@@ -99,7 +136,7 @@ class Qwen35Text final : public CausalLm {
         {"attention", fmt::format("{} heads, {} kv heads, head_dim {}, output gate, q/k RMSNorm (1 + w){}", c_.num_heads,
                                   c_.num_kv_heads, c_.head_dim, c_.attention_bias ? ", biases" : "")},
         {"rope", fmt::format("{} (theta {}, rotary_dim {})", c_.rope.type, c_.rope.theta, c_.rope.rotary_dim)},
-        {"mlp", fmt::format("gated {} ({})", c_.intermediate_size, activation_name(c_.act))},
+        {"mlp", mlp_feature()},
         {"tie_word_embeddings", c_.tie_word_embeddings ? "yes" : "no"},
     };
   }
@@ -152,8 +189,10 @@ class Qwen35Text final : public CausalLm {
       ir::ValueId m;
       {
         auto s = b.scope("mlp");
-        m = gated_mlp(b, ckpt_, x2, p + "mlp.", {}, c_.hidden_size, c_.intermediate_size, false, c_.act,
-                      fmt::format("hidden_size={}, intermediate_size={}", c_.hidden_size, c_.intermediate_size));
+        m = c_.layer_is_moe[size_t(i)]
+                ? sparse_moe(b, ckpt_, x2, p + "mlp.", c_.moe)
+                : gated_mlp(b, ckpt_, x2, p + "mlp.", {}, c_.hidden_size, c_.intermediate_size, false, c_.act,
+                            fmt::format("hidden_size={}, intermediate_size={}", c_.hidden_size, c_.intermediate_size));
       }
       h = b.plus(h, m);
       b.graph().rename(h, fmt::format("/model/layers.{}/output", i));
@@ -164,12 +203,23 @@ class Qwen35Text final : public CausalLm {
   }
 
  private:
-  // Qwen3_5RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + weight).
+  std::string mlp_feature() const {
+    const std::string dense = fmt::format("gated {} ({})", c_.intermediate_size, activation_name(c_.act));
+    const auto sparse = std::count(c_.layer_is_moe.begin(), c_.layer_is_moe.end(), true);
+    if (!sparse) return dense;
+    return fmt::format("sparse MoE on {} of {} layers: top {} of {} experts{}, expert {}, shared expert {} (sigmoid "
+                       "gate); dense {} elsewhere",
+                       sparse, c_.num_layers, c_.moe.top_k, c_.moe.num_experts,
+                       c_.moe.normalize_top_k ? " (renormalised)" : "", c_.moe.intermediate,
+                       c_.moe.shared_intermediate, dense);
+  }
+
+  // Qwen3_5RMSNorm / Qwen3NextRMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + weight).
   ir::ValueId rms(ir::Builder& b, ir::ValueId x, const std::string& prefix, const std::string& scope, int64_t n) const {
     return norm(b, ckpt_, x, prefix, n, NormKind::RmsPlusOne, c_.eps, false, scope);
   }
 
-  // Qwen3_5Attention.
+  // Qwen3_5Attention (Qwen3NextAttention).
   AttentionOut attention(ir::Builder& b, ir::ValueId x, const std::string& a, const CausalLmInputs& in, int64_t layer,
                          StepTables& tables) const {
     auto s = b.scope("self_attn");
@@ -207,14 +257,18 @@ class Qwen35Text final : public CausalLm {
   }
 
   const io::Checkpoint& ckpt_;
-  Qwen35Config c_;
+  HybridConfig c_;
   ModelSummary s_;
 };
 
 }  // namespace
 
 std::unique_ptr<CausalLm> make_qwen3_5_text(const io::Checkpoint& ckpt) {
-  return std::make_unique<Qwen35Text>(ckpt, parse_config(ckpt));
+  return std::make_unique<QwenDeltaNetHybrid>(ckpt, kQwen35Text, parse_config(ckpt, kQwen35Text));
+}
+
+std::unique_ptr<CausalLm> make_qwen3_next(const io::Checkpoint& ckpt) {
+  return std::make_unique<QwenDeltaNetHybrid>(ckpt, kQwen3Next, parse_config(ckpt, kQwen3Next));
 }
 
 }  // namespace hfx::models

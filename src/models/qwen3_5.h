@@ -14,6 +14,12 @@
 // three position rows are one row, so it is the plain rope of that row. A linear_attn layer is the
 // gated delta-net (models/gated_deltanet.h) carrying past_conv.{i} and past_recurrent.{i} (the
 // js-linear-attention name set, transformers.js's names for these models).
+//
+// Qwen3-Next (Transformers' Qwen3NextForCausalLM, model_type qwen3_next) is the same network with two
+// differences, so one definition builds both: its delta-net projections are fused (in_proj_qkvz,
+// in_proj_ba), and its MLPs are sparse mixtures of experts (Qwen3NextSparseMoeBlock: top-k of
+// num_experts, norm_topk_prob, plus sigmoid(shared_expert_gate(x)) * shared_expert(x); models/moe.h)
+// on every decoder_sparse_step-th layer but those mlp_only_layers lists, a dense MLP on the others.
 #pragma once
 
 #include <memory>
@@ -23,5 +29,6 @@
 namespace hfx::models {
 
 std::unique_ptr<CausalLm> make_qwen3_5_text(const io::Checkpoint& ckpt);
+std::unique_ptr<CausalLm> make_qwen3_next(const io::Checkpoint& ckpt);
 
 }  // namespace hfx::models

@@ -223,6 +223,12 @@ const std::vector<ModelEntry>& model_registry() {
                         "key_head_dim, value_head_dim], a gated RMSNorm) and gated GQA attention layers (sigmoid "
                         "output gate, q/k RMSNorm, partial rotary) per layer_types; (1 + w) RMSNorms",
                         make_qwen3_5_text),
+      own_decoder_entry("qwen3_next", "Qwen3NextForCausalLM",
+                        "hybrid (Qwen3-Next): Qwen3.5's gated delta-net layers (fused in_proj_qkvz / in_proj_ba "
+                        "projections; past_conv.{i}, past_recurrent.{i}) and gated attention layers per layer_types; "
+                        "sparse mixture-of-experts MLPs (top-k, norm_topk_prob, a sigmoid-gated shared expert) on the "
+                        "decoder_sparse_step layers not in mlp_only_layers, dense MLPs on those; (1 + w) RMSNorms",
+                        make_qwen3_next),
       encoder_entry("bert", "BertModel",
                     "post-norm encoder; token_type_ids input; BertForSequenceClassification head (pooler + classifier)",
                     make_bert),

@@ -1,5 +1,7 @@
 """Gated delta-net hybrids against Transformers eager, fp32, on tiny random checkpoints: qwen3_5_text
-(Qwen3_5ForCausalLM: gated delta-net layers and gated attention layers, per layer_types).
+(Qwen3_5ForCausalLM: gated delta-net layers and gated attention layers, per layer_types) and qwen3_next
+(Qwen3NextForCausalLM: the same layers with fused delta-net projections, and sparse-MoE MLPs with a
+shared expert beside a dense one).
 
 Each case: a left-padded batch of 2 whose 330-token prompt spans 6 of the delta rule's chunks of 64
 (the last padded; its 5 chunk boundaries take three steps of the chunk scan, offsets 1, 2 and 4), then
@@ -34,8 +36,11 @@ from test_decoder_parity import reference_step_runner
 from test_ssm_hybrids import compare  # logits and every state, per step
 from tiny_models import HYBRID_CASES, load_reference
 
-FAMILIES = ("qwen3_5_text",)
+FAMILIES = ("qwen3_5_text", "qwen3_next")
 CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in FAMILIES)
+# onnxruntime-genai 0.18 runs Qwen3.5's delta-net (its qwen3_5_text model) and has no Qwen3-Next model.
+GENAI_FAMILIES = ("qwen3_5_text",)
+GENAI_CASES = [c for c in CASES if HYBRID_CASES[c][0] in GENAI_FAMILIES]
 CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size, which hfx's delta rule uses too
 PROMPT_LENGTHS = (330, 291)  # left-padded by 39; 6 chunks
 GREEDY_LENGTHS = (150, 97)   # 3 chunks
@@ -253,7 +258,7 @@ def test_greedy_tokens_match_transformers(case, greedy_reference, gdn_export):
     record_coverage(case, "reference+onnxruntime", f"greedy {NEW_TOKENS} batch2", "identical")
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", GENAI_CASES)
 def test_onnxruntime_genai_generates_transformers_tokens(case, reference, gdn_export):
     """onnxruntime-genai (its qwen3_5_text model: RecurrentState binds past_conv.%d / past_recurrent.%d
     from genai_config.json and sizes them from the graph's static dims) loads the ort-requested export,
@@ -282,6 +287,15 @@ def test_onnxruntime_genai_generates_transformers_tokens(case, reference, gdn_ex
                                  max_new_tokens=NEW_TOKENS, do_sample=False)
         assert got == out[0, len(prompt):].tolist()
     record_coverage(case, "onnxruntime-genai", f"greedy {NEW_TOKENS}, one prompt at a time", "identical")
+
+
+@pytest.mark.parametrize("case", sorted(set(CASES) - set(GENAI_CASES)))
+def test_no_genai_config_for_a_family_genai_cannot_run(case, gdn_export):
+    """The ort-requested export of a delta-net family genai has no model for writes no genai_config.json
+    (genai would load the folder and fail on its recurrent state), and still writes the model."""
+    folder = gdn_export(case, "ort") / "onnx"
+    assert (folder / "model.onnx").exists()
+    assert not (folder / "genai_config.json").exists()
 
 
 @pytest.mark.parametrize("layout", ["split", "static"])
@@ -386,6 +400,15 @@ def refused(case, edit, message, tiny_checkpoint, tmp_path):
 ])
 def test_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tmp_path):
     refused("qwen3_5_text", edit, message, tiny_checkpoint, tmp_path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(linear_num_value_heads=3), "must be a multiple of linear_num_key_heads"),  # the fused projections' groups
+    (dict(num_experts_per_tok=5), "num_experts_per_tok"),                            # more than num_experts
+    (dict(mlp_only_layers=[-1]), "mlp_only_layers"),
+])
+def test_qwen3_next_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tmp_path):
+    refused("qwen3_next", edit, message, tiny_checkpoint, tmp_path)
 
 
 @pytest.mark.parametrize("fmt", ["pt2", "executorch"])

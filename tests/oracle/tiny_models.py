@@ -221,6 +221,15 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
         num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"], head_dim=16,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
         linear_conv_kernel_dim=4, max_position_embeddings=512, rms_norm_eps=1e-5)),
+    # Qwen3-Next (test_gated_deltanet.py): qwen3_5_text's geometry with the fused delta-net projections;
+    # sparse-MoE MLPs (top 2 of 4 experts, renormalised, plus the gated shared expert) on the delta-net
+    # layer 0 and the attention layer 1, a dense MLP on layer 2 (mlp_only_layers)
+    "qwen3_next": ("qwen3_next", dict(
+        num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"], head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
+        linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, moe_intermediate_size=48,
+        shared_expert_intermediate_size=80, decoder_sparse_step=1, mlp_only_layers=[2], max_position_embeddings=512,
+        rms_norm_eps=1e-5)),
     # Mamba-1 (test_ssm_hybrids.py): the scan's chunks are floor(sqrt(s)) (the 10-token prompt spans 4 of
     # 3, the last padded); conv biases, kernel 4 (longer than the 3 decode steps), time_step_rank "auto"
     # (ceil(64 / 16) = 4), untied head
@@ -259,9 +268,16 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
 # own fp32 logits (up to 10 wide) are 1.4e-4 from its fp64 ones and the attention layer's values (up to
 # 8.9) 6.5e-5, too near the 1e-4 gate for two runtimes' roundings however exact; with lm_head a quarter
 # as large (logits up to 2.4) and v_proj half (values up to 4.5) they are 3.5e-5 and ~3e-5 apart.
+# qwen3_next likewise: unscaled, its fp32 logits (up to 8) are 1.4e-4 from fp64 at the real positions;
+# scaled, 1.2e-5 (attention values 9.7e-6). Its `a` rows share in_proj_ba with `b`, so the quarter
+# scales both (beta = sigmoid(b) then stays nearer 0.5, still different per head and position). Its
+# routers' closest call between the second and third expert is 9e-6 apart in probability (fp64) at a
+# real position, above what fp32 rounds the router's probabilities by here.
 WEIGHT_SCALES: dict[str, dict[str, float]] = {
     "qwen3_5_text": {"lm_head.weight": 0.25, "model.layers.1.self_attn.v_proj.weight": 0.5,
                      **{f"model.layers.{i}.linear_attn.in_proj_a.weight": 0.25 for i in (0, 2)}},
+    "qwen3_next": {"lm_head.weight": 0.25, "model.layers.1.self_attn.v_proj.weight": 0.5,
+                   **{f"model.layers.{i}.linear_attn.in_proj_ba.weight": 0.25 for i in (0, 2)}},
 }
 # Weights shifted after the scaling, per case. qwen3_5_text: the delta-net's decay exp(g) per position,
 # g = -exp(A_log) * softplus(a + dt_bias), is ~0.5 with A_log and dt_bias near 0, which forgets a
@@ -270,10 +286,12 @@ WEIGHT_SCALES: dict[str, dict[str, float]] = {
 # keeps most of its start state (g ~ -2e-3 per position). Decays this near 1 also make the chunk's UT
 # system hard to invert: without the refinement step in models/delta_rule.cc hfx's inverse rounded
 # 1.1e-4 from Transformers' forward substitution (OpenVINO), with it 1.1e-5 (Transformers' own fp32 is
-# 7e-6 from its fp64).
+# 7e-6 from its fp64). qwen3_next's delta-net layers are shifted the same way.
 WEIGHT_SHIFTS: dict[str, dict[str, float]] = {
     "qwen3_5_text": {**{f"model.layers.{i}.linear_attn.A_log": -5.0 for i in (0, 2)},
                      **{f"model.layers.{i}.linear_attn.dt_bias": -1.0 for i in (0, 2)}},
+    "qwen3_next": {**{f"model.layers.{i}.linear_attn.A_log": -5.0 for i in (0, 2)},
+                   **{f"model.layers.{i}.linear_attn.dt_bias": -1.0 for i in (0, 2)}},
 }
 
 
