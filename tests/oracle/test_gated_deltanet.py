@@ -9,7 +9,7 @@ Each case: a left-padded batch of 2 whose 330-token prompt spans 6 of the delta 
 state (a linear-attention layer's past_conv.{i} [batch, conv_dim, kernel - 1] and past_recurrent.{i}
 [batch, value_heads, key_head_dim, value_head_dim], an attention layer's past_key_values.{i}.key|value)
 within 1e-4 of Transformers with no mismatching element, through ONNX Runtime (both profiles; ort
-falls back to portable), the reference executor (fused and decomposed) and OpenVINO (stateless IR);
+writes the conv and the delta rule as com.microsoft CausalConvWithState and LinearAttention), the reference executor (fused and decomposed) and OpenVINO (stateless IR);
 then 64 greedy tokens after a 150-token prompt identical to Transformers' generate() from `hfx
 generate`, a plain ONNX Runtime loop, the prefill + decode split, a static cache and OpenVINO (stateful
 and stateless), and `hfx verify --oracle transformers`.
@@ -262,7 +262,7 @@ def test_greedy_tokens_match_transformers(case, greedy_reference, gdn_export):
 def test_onnxruntime_genai_generates_transformers_tokens(case, reference, gdn_export):
     """onnxruntime-genai (its qwen3_5_text model: RecurrentState binds past_conv.%d / past_recurrent.%d
     from genai_config.json and sizes them from the graph's static dims) loads the ort-requested export,
-    which falls back to portable for the delta-net, and generates Transformers' 64 greedy tokens for
+    whose conv and delta rule are ONNX Runtime's CausalConvWithState and LinearAttention, and generates Transformers' 64 greedy tokens for
     each greedy prompt (3 and 2 chunks of the delta rule). One prompt per generator: genai 0.18's
     append_tokens feeds a batch's rows unmasked (attention_mask all ones), so a left-padded row is not
     what it runs."""
