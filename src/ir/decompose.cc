@@ -369,6 +369,18 @@ std::vector<ValueId> gated_delta_rule(Builder& b, const Node& n) {
   return {r.out, r.final_state};
 }
 
+// SsdScan (models/ssd.h): x * dt and dt * A into the chunked scan of ir/recurrences.h, plus D's skip.
+std::vector<ValueId> ssd_scan(Builder& b, const Node& n) {
+  const int64_t H = n.attr_int("heads");
+  const ValueId x = n.inputs[0], dt = n.inputs[1];
+  const SsdScanOut r = ssd_scan_primitives(b, b.times(x, b.unsqueeze(dt, {3})), b.times(dt, n.inputs[2]), n.inputs[3],
+                                           n.inputs[4], n.input(6),
+                                           {H, n.attr_int("head_dim"), n.attr_int("state_size"), n.attr_int("chunk")});
+  ValueId y = r.out;
+  if (n.input(5) != kNone) y = b.plus(y, b.times(x, b.reshape(n.inputs[5], {H, 1})));
+  return {y, r.final_state};
+}
+
 // ONNX Runtime's CausalConvWithState (com.microsoft), read back from an `ort` profile graph: channels
 // first, weight [C, 1, K], an absent past_state zeros, activation none or silu.
 std::vector<ValueId> causal_conv_with_state(Builder& b, const Node& n) {
@@ -390,14 +402,16 @@ std::vector<ValueId> causal_conv_with_state(Builder& b, const Node& n) {
   return {r.out, r.present};
 }
 
-// ONNX Runtime's LinearAttention (com.microsoft), update_rule gated_delta with one state per query head,
-// read back from an `ort` profile graph: the chunked rule over 3-D packed heads.
+// ONNX Runtime's LinearAttention (com.microsoft), read back from an `ort` profile graph, one state per
+// query head: update_rule gated_delta (with decay and beta) as the chunked delta rule, gated (with
+// decay) as the SSD scan (key = B, value = x dt, query = C; its state [dk, dv] is the SSD's transposed).
 std::vector<ValueId> linear_attention(Builder& b, const Node& n) {
   const std::string rule = n.attr_str("update_rule", "linear");
   const int64_t hq = n.attr_int("q_num_heads"), hkv = n.attr_int("kv_num_heads");
-  if (rule != "gated_delta" || hq != hkv || n.input(4) == kNone || n.input(5) == kNone)
+  const bool gated = rule == "gated" && n.input(4) != kNone;
+  if (!(rule == "gated_delta" || gated) || hq != hkv || n.input(4) == kNone || (!gated && n.input(5) == kNone))
     unsupported("{}: LinearAttention with update_rule {} over {} query and {} key/value heads (hfx runs gated_delta with "
-                "decay and beta, one state per head)", n.name, rule, hq, hkv);
+                "decay and beta, and gated with decay, one state per head)", n.name, rule, hq, hkv);
   const Value& k = b.graph().value(n.inputs[1]);
   const Value& v = b.graph().value(n.inputs[2]);
   const int64_t dk = k.shape.at(2).value / hkv, dv = v.shape.at(2).value / hkv;
@@ -405,6 +419,12 @@ std::vector<ValueId> linear_attention(Builder& b, const Node& n) {
   ValueId q = heads(n.inputs[0], dk);
   const double scale = n.attr_float("scale", 1.0 / std::sqrt(double(dk)));
   if (scale != 1.0) q = b.times(q, b.f32(float(scale)));
+  if (gated) {
+    const ValueId initial = n.input(3) == kNone ? kNone : b.transpose(n.inputs[3], {0, 1, 3, 2});
+    const SsdScanOut r = ssd_scan_primitives(b, heads(n.inputs[2], dv), n.inputs[4], heads(n.inputs[1], dk), q, initial,
+                                             {hkv, dv, dk, n.attr_int("chunk_size", 0)});
+    return {b.reshape(r.out, {0, 0, hkv * dv}), b.transpose(r.final_state, {0, 1, 3, 2})};
+  }
   // A graph read back names no step bound: a scan that covers 2^20 positions (steps past a step's
   // chunk count read empty slices and cost nothing).
   const DeltaRuleOut r = gated_delta_rule_primitives(b, q, heads(n.inputs[1], dk), heads(n.inputs[2], dv), n.inputs[4],
@@ -426,6 +446,7 @@ void register_decompositions(std::vector<OpSchema>& table) {
       {"AttentionBias", attention_bias}, {"Attention", attention},
       {"CacheUpdate", cache_update},
       {"CausalConv", causal_conv},       {"GatedDeltaRule", gated_delta_rule},
+      {"SsdScan", ssd_scan},
       {"CausalConvWithState", causal_conv_with_state},
       {"LinearAttention", linear_attention},
       {"PaddingBias", padding_bias},

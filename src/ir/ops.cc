@@ -429,6 +429,15 @@ std::vector<Value> infer_gated_delta_rule(const Graph& g, const Node& n) {
                          Dim::fixed(n.attr_int("value_dim"))}}};
 }
 
+// SsdScan: x [b, s, H, P], dt, A, B, C [b, s, H, N], D?, initial? -> y like x, state [b, H, P, N].
+std::vector<Value> infer_ssd_scan(const Graph& g, const Node& n) {
+  const auto& x = in(g, n, 0);
+  HFX_CHECK(x.shape.size() == 4, "{}: SsdScan needs x [b, s, heads, head_dim]", n.name);
+  return {{"", x.dtype, x.shape},
+          {"", x.dtype, {x.shape[0], Dim::fixed(n.attr_int("heads")), Dim::fixed(n.attr_int("head_dim")),
+                         Dim::fixed(n.attr_int("state_size"))}}};
+}
+
 // ONNX Runtime's LinearAttention: query [B, T, Hq dk], key [B, T, Hkv dk], value [B, T, Hkv dv] ->
 // output [B, T, Hq dv], present_state [B, Hkv, dk, dv].
 std::vector<Value> infer_linear_attention(const Graph& g, const Node& n) {
@@ -504,6 +513,7 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("CacheUpdate", 3, 3, 1, same, true));
   t.push_back(make("CausalConv", 3, 4, 2, infer_causal_conv, true));
   t.push_back(make("GatedDeltaRule", 5, 6, 2, infer_gated_delta_rule, true));
+  t.push_back(make("SsdScan", 5, 7, 2, infer_ssd_scan, true));
   // Target ops (ONNX Runtime's fused ops), see ops.h.
   t.push_back(make("SimplifiedLayerNormalization", 2, 2, 1, same, true));
   t.push_back(make("SkipSimplifiedLayerNormalization", 3, 3, 2, [](const Graph& g, const Node& n) {

@@ -157,4 +157,85 @@ CausalConvOut causal_conv_primitives(ir::Builder& b, ir::ValueId x, ir::ValueId 
   return r;
 }
 
+namespace {
+
+// floor(sqrt(s)) for s [1] >= 1, at most kMaxSqrtChunk, in integers (a float square root's
+// truncation is not a cast every runtime rounds alike): the count of k in 1..kMaxSqrtChunk with k^2 <= s.
+ValueId sqrt_chunk(Builder& b, ValueId s) {
+  ValueId k = b.add1("Range", {b.i64(1), b.i64(kMaxSqrtChunk + 1), b.i64(1)});
+  ValueId fits = b.cast(b.add1("LessOrEqual", {b.times(k, k), s}), DType::I64);
+  return b.add1("ReduceSum", {fits, b.i64s({0})}, {{"keepdims", int64_t(1)}});  // [1]
+}
+
+}  // namespace
+
+ValueId exp_segment_sum(Builder& b, ValueId x, ValueId size) {
+  ValueId r = b.add1("Range", {b.i64(0), size, b.i64(1)});
+  ValueId rows = b.unsqueeze(r, {1}), cols = b.unsqueeze(r, {0});
+  ValueId below = b.add1("Less", {cols, rows});          // j < i
+  ValueId on_or_below = b.add1("LessOrEqual", {cols, rows});  // j <= i
+  const size_t rank = b.graph().value(x).shape.size();
+  ValueId by_row = b.unsqueeze(x, {int64_t(rank)});       // [..., m, 1]: x[..., i] along row i
+  ValueId kept = b.add1("Where", {below, by_row, b.f32(0.0f)});  // [..., m, m]
+  ValueId sums = b.add1("CumSum", {kept, b.i64(int64_t(rank) - 1)});
+  return b.add1("Where", {on_or_below, b.add1("Exp", {sums}), b.f32(0.0f)});
+}
+
+SsdScanOut ssd_scan_primitives(Builder& b, ValueId xdt, ValueId log_decay, ValueId B, ValueId C,
+                               ValueId initial, const SsdScanShape& sh) {
+  HFX_CHECK(sh.heads > 0 && sh.head_dim > 0 && sh.state_size > 0 && sh.chunk >= 0, "an SSD scan of {} heads x {} x {}, chunk {}",
+            sh.heads, sh.head_dim, sh.state_size, sh.chunk);
+  const ValueId x = xdt;  // its rows size the zeros below
+  auto scope = b.scope("ssd");
+  const int64_t H = sh.heads, P = sh.head_dim, N = sh.state_size, L = sh.chunk;
+  // Chunks of c = min(s, chunk) positions: a prompt longer than a chunk is cut as Transformers cuts
+  // it, a shorter step (a decode step: c = 1) is one chunk of its own length, not padded to `chunk`
+  // (the same sums, so only rounding can differ); chunk 0: c = floor(sqrt(s)). The sequence is
+  // padded to whole chunks: n = ceil(s / c) chunks, pad = n * c - s zero positions.
+  ValueId s = b.shape_of(xdt, 1, 2);  // [1]
+  ValueId c = L > 0 ? b.add1("Where", {b.add1("Less", {s, b.i64s({L})}), s, b.i64s({L})}) : sqrt_chunk(b, s);
+  ValueId n = b.divide(b.minus(b.plus(s, c), b.i64s({1})), c);
+  ValueId pad = b.minus(b.times(n, c), s);
+  auto chunked = [&](ValueId v, std::vector<int64_t> tail) {  // [b, s, tail...] -> [b, n, c, tail...]
+    v = b.concat({v, zeros(b, v, pad, tail)}, 1);
+    return b.add1("Reshape", {v, b.concat({b.i64s({0, -1}), c, b.i64s(tail)}, 0)});
+  };
+  ValueId xdt_c = chunked(xdt, {H, P});  // [b, n, c, H, P]
+  ValueId adt = chunked(log_decay, {H});  // [b, n, c, H]
+  ValueId Bc = b.transpose(chunked(B, {H, N}), {0, 1, 3, 2, 4});    // [b, n, H, c, N]
+  ValueId Cc = b.transpose(chunked(C, {H, N}), {0, 1, 3, 2, 4});    // [b, n, H, c, N]
+  ValueId xc = b.transpose(xdt_c, {0, 1, 3, 2, 4});                  // [b, n, H, c, P]
+  ValueId a = b.transpose(adt, {0, 1, 3, 2});                        // [b, n, H, c]
+  ValueId a_cum = b.add1("CumSum", {a, b.i64(3)});
+
+  // 1. Within each chunk: (C B^T masked by the decays) x.
+  ValueId decay = exp_segment_sum(b, a, b.squeeze(c, {0}));         // [b, n, H, c, c]
+  ValueId scores = b.times(b.matmul(Cc, b.transpose(Bc, {0, 1, 2, 4, 3})), decay);
+  ValueId y_diag = b.matmul(scores, xc);                             // [b, n, H, c, P]
+
+  // 2. Each chunk's own contribution to the state at its end.
+  ValueId a_last = b.slice(a_cum, -1, INT64_MAX, 3);                 // [b, n, H, 1]
+  ValueId to_end = b.add1("Exp", {b.minus(a_last, a_cum)});          // [b, n, H, c]
+  ValueId states = b.matmul(b.transpose(xc, {0, 1, 2, 4, 3}), b.times(Bc, b.unsqueeze(to_end, {4})));  // [b, n, H, P, N]
+
+  // 3. The state at each chunk's start: the carried state and the chunks before, decayed.
+  ValueId first = initial != kNone ? b.unsqueeze(initial, {1}) : zeros(b, x, b.i64s({1}), {H, P, N});
+  ValueId all = b.concat({first, states}, 1);                        // [b, n + 1, H, P, N]
+  ValueId chunk_a = b.transpose(b.squeeze(a_last, {3}), {0, 2, 1});  // [b, H, n]
+  chunk_a = b.concat({zeros(b, x, b.i64s({H}), {1}), chunk_a}, 2);       // [b, H, n + 1]
+  ValueId chunk_decay = exp_segment_sum(b, chunk_a, b.squeeze(b.plus(n, b.i64s({1})), {0}));  // [b, H, n+1, n+1]
+  ValueId flat = b.reshape(b.transpose(all, {0, 2, 1, 3, 4}), {0, 0, 0, P * N});  // [b, H, n + 1, P N]
+  ValueId starts = b.transpose(b.reshape(b.matmul(chunk_decay, flat), {0, 0, 0, P, N}), {0, 2, 1, 3, 4});  // [b, n+1, H, P, N]
+  SsdScanOut r;
+  r.final_state = b.squeeze(b.slice(starts, -1, INT64_MAX, 1), {1});    // [b, H, P, N]
+  ValueId start = b.slice(starts, 0, -1, 1);                         // [b, n, H, P, N]
+
+  // 4. The start state read out at each position, decayed to it.
+  ValueId y_off = b.times(b.matmul(Cc, b.transpose(start, {0, 1, 2, 4, 3})), b.unsqueeze(b.add1("Exp", {a_cum}), {4}));
+
+  ValueId y = b.reshape(b.transpose(b.plus(y_diag, y_off), {0, 1, 3, 2, 4}), {0, -1, H, P});  // [b, n c, H, P]
+  r.out = b.add1("Slice", {y, b.i64s({0}), s, b.i64s({1})});            // [b, s, H, P]
+  return r;
+}
+
 }  // namespace hfx::ir

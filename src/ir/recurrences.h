@@ -1,7 +1,8 @@
 // The recurrences of state-space and linear-attention layers in primitives: the decompositions of the
-// composite ops CausalConv and GatedDeltaRule (ir/ops.h), which models emit (models/short_conv.h,
-// models/delta_rule.h) and which the onnx `ort` profile writes as ONNX Runtime's fused
-// com.microsoft CausalConvWithState and LinearAttention instead (passes/ort_state_ops.cc).
+// composite ops CausalConv, GatedDeltaRule and SsdScan (ir/ops.h), which models emit
+// (models/short_conv.h, models/delta_rule.h, models/ssd.h) and which the onnx `ort` profile writes as
+// ONNX Runtime's fused com.microsoft CausalConvWithState and LinearAttention instead
+// (passes/ort_state_ops.cc).
 //
 // The gated delta rule (gated delta-net's recurrence: Qwen3-Next, Qwen3.5), with no loop op:
 // Transformers' torch_chunk_gated_delta_rule (prefill) and torch_recurrent_gated_delta_rule (decode)
@@ -60,5 +61,31 @@ struct CausalConvOut {
 // columns.
 CausalConvOut causal_conv_primitives(Builder& b, ValueId x, ValueId past, ValueId weight, ValueId bias, int64_t channels,
                                      int64_t kernel);
+
+// Mamba-2's state-space duality (SSD) scan: Transformers' mamba2_chunk_scan (the torch_forward path of
+// modeling_mamba2.py), which needs no loop. A step is cut into chunks of `chunk` positions (the last
+// padded with zeros, which neither decay nor feed the state; a step shorter than `chunk` is one chunk
+// of its own length; chunk 0: floor(sqrt(s)), at most kMaxSqrtChunk); within a chunk the scan is a
+// masked, decayed attention-like product, and the chunks' start states come from one more such
+// product over the chunk index, seeded with the carried state.
+//   h_t = exp(log_decay_t) h_{t-1} + xdt_t ⊗ B_t,   y_t = h_t · C_t
+// xdt [b, s, heads, head_dim] (x already times dt); log_decay [b, s, heads] (dt * A); B, C [b, s,
+// heads, state_size]; initial [b, heads, head_dim, state_size] or kNone for zeros. Out: y [b, s,
+// heads, head_dim] (no D skip), final_state [b, heads, head_dim, state_size].
+inline constexpr int64_t kMaxSqrtChunk = 256;
+struct SsdScanShape {
+  int64_t heads = 0, head_dim = 0, state_size = 0, chunk = 0;
+};
+struct SsdScanOut {
+  ValueId out = kNone;
+  ValueId final_state = kNone;
+};
+SsdScanOut ssd_scan_primitives(Builder& b, ValueId xdt, ValueId log_decay, ValueId B, ValueId C, ValueId initial,
+                               const SsdScanShape& shape);
+
+// Transformers' segment_sum followed by exp over the last axis of x [..., m] (m the i64 scalar
+// `size`): out[..., i, j] = exp(sum of x[..., k] for j < k <= i) for j <= i and 0 above the
+// diagonal, summed as Transformers sums it (a masked cumulative sum, not a difference of two).
+ValueId exp_segment_sum(Builder& b, ValueId x, ValueId size);
 
 }  // namespace hfx::ir

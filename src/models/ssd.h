@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "ir/builder.h"
+#include "ir/recurrences.h"
 
 namespace hfx::models {
 
@@ -18,7 +19,7 @@ struct SsdShape {
   // its heads make a chunk's decay matrix heads x chunk^2, so the chunk grows with the prompt's root)
   int64_t heads = 0, head_dim = 0, state_size = 0, chunk = 0;
 };
-inline constexpr int64_t kMaxSqrtChunk = 256;
+using ir::kMaxSqrtChunk;
 
 struct SsdOut {
   ir::ValueId out = ir::kNone;          // y [b, s, heads, head_dim], D's skip included

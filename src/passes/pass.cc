@@ -41,11 +41,11 @@ const std::vector<PassInfo>& all_passes() {
        "Never for ONNX Runtime; models whose attention the fused op cannot express keep the portable lowering.",
        [](const ir::Graph& g) { return ort_contrib_ops(g, {4096}); }},
       {"ort-state-ops", Stage::BackendTranslation,
-       "onnx --onnx-profile ort, hybrids: the causal conv and the gated delta rule become com.microsoft "
-       "CausalConvWithState and LinearAttention; attention keeps the portable lowering.",
+       "onnx --onnx-profile ort, hybrids: the causal conv, the gated delta rule and the Mamba scans become "
+       "com.microsoft CausalConvWithState and LinearAttention; attention keeps the portable lowering.",
        "ONNX Runtime 1.31 runs each as one CPU kernel (onnxruntime-genai's builder writes them for Qwen3.5) where "
        "the portable lowering is dozens of primitives per layer.",
-       "Never for ONNX Runtime; Mamba's scans stay decomposed until their state layouts map onto LinearAttention's.",
+       "Never for ONNX Runtime.",
        ort_state_ops},
       {"onnx-standard-ops", Stage::BackendTranslation,
        "onnx, every profile: LayerNorm and Gelu become ONNX LayerNormalization (opset 17) and Gelu (opset 20); "

@@ -50,8 +50,9 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& optio
 // Why the fused lowering cannot express this graph's attention (empty: it can).
 std::vector<std::string> ort_profile_blockers(const ir::Graph& graph);
 
-// The ONNX backend's `ort` profile for a hybrid's recurrent layers (ort_state_ops.cc): CausalConv and
-// GatedDeltaRule -> com.microsoft CausalConvWithState and LinearAttention; attention is left as it is.
+// The ONNX backend's `ort` profile for a hybrid's recurrent layers (ort_state_ops.cc): CausalConv,
+// GatedDeltaRule and SsdScan -> com.microsoft CausalConvWithState and LinearAttention; attention is left
+// as it is.
 ir::Graph ort_state_ops(const ir::Graph& graph);
 
 // The ONNX backend's standard fused ops (onnx_standard_ops.cc), per node where they compute the

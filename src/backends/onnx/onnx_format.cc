@@ -131,7 +131,7 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
   for (const auto& p : c.state)
     if (p.spec.update == tasks::StateUpdate::Replace)
       return {"ort",
-              fmt::format("onnx profile ort: {} {}: the causal convolution and the gated delta rule are com.microsoft "
+              fmt::format("onnx profile ort: {} {}: its causal convolutions and scans are com.microsoft "
                           "CausalConvWithState and LinearAttention; attention keeps the portable lowering: its {} ({}) "
                           "reads the step's positions in order, which GroupQueryAttention's left-padding roll would reorder",
                           m.summary().model_type, c.role, tasks::state_kind_name(p.spec.kind),
