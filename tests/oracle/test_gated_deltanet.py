@@ -33,6 +33,7 @@ import torch
 import decode_inputs as D
 from conftest import export_once, hfx_has_openvino, record_coverage, run_hfx
 from test_decoder_parity import reference_step_runner
+from test_hybrid_lfm2 import genai_and_transformers_greedy
 from test_ssm_hybrids import compare  # logits and every state, per step
 from tiny_models import HYBRID_CASES, load_reference
 
@@ -275,17 +276,8 @@ def test_onnxruntime_genai_generates_transformers_tokens(case, reference, gdn_ex
     assert config["decoder"]["outputs"]["present_conv_names"] == "present_conv.%d"
     genai = og.Model(str(folder))
     for prompt in greedy_prompts(model.config.vocab_size):
-        params = og.GeneratorParams(genai)
-        params.set_search_options(max_length=len(prompt) + NEW_TOKENS, do_sample=False)
-        gen = og.Generator(genai, params)
-        gen.append_tokens(np.array([prompt], np.int32))
-        while not gen.is_done():
-            gen.generate_next_token()
-        got = [int(t) for t in gen.get_sequence(0)][len(prompt):]
-        with torch.no_grad():
-            out = model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                 max_new_tokens=NEW_TOKENS, do_sample=False)
-        assert got == out[0, len(prompt):].tolist()
+        got, want = genai_and_transformers_greedy(og, genai, model, prompt, len(prompt) + NEW_TOKENS)
+        assert got == want
     record_coverage(case, "onnxruntime-genai", f"greedy {NEW_TOKENS}, one prompt at a time", "identical")
 
 

@@ -270,18 +270,25 @@ def test_onnxruntime_genai_generates_transformers_tokens(case, tiny_checkpoint, 
     context = config["context_length"]
     genai = og.Model(str(folder / "onnx"))
     for prompt in PROMPTS:
-        params = og.GeneratorParams(genai)
-        params.set_search_options(max_length=context, do_sample=False)
-        gen = og.Generator(genai, params)
-        gen.append_tokens(np.array([prompt], np.int32))
-        while not gen.is_done():
-            gen.generate_next_token()
-        got = [int(t) for t in gen.get_sequence(0)][len(prompt):]
-        with torch.no_grad():
-            out = model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                 max_new_tokens=context - len(prompt), do_sample=False)
-        assert got == out[0, len(prompt):].tolist()
+        got, want = genai_and_transformers_greedy(og, genai, model, prompt, context)
+        assert got == want
     record_coverage(case, "onnxruntime-genai", "greedy to the context length", "identical")
+
+
+def genai_and_transformers_greedy(og, genai, model, prompt, max_length):
+    """The new tokens of onnxruntime-genai's greedy search (`genai`: an og.Model) and of Transformers'
+    generate() (`model`) on one unpadded prompt, both up to `max_length` positions."""
+    params = og.GeneratorParams(genai)
+    params.set_search_options(max_length=max_length, do_sample=False)
+    gen = og.Generator(genai, params)
+    gen.append_tokens(np.array([prompt], np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    got = [int(t) for t in gen.get_sequence(0)][len(prompt):]
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=max_length - len(prompt), do_sample=False)
+    return got, out[0, len(prompt):].tolist()
 
 
 @pytest.mark.parametrize("edit, pointer", [
