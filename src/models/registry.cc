@@ -12,6 +12,7 @@
 #include "models/mamba.h"
 #include "models/mamba2.h"
 #include "models/mamba2_hybrid.h"
+#include "models/nemotron_h.h"
 #include "models/qwen3_5.h"
 #include "models/t5.h"
 
@@ -211,6 +212,11 @@ const std::vector<ModelEntry>& model_registry() {
                         "hybrid: Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention layers at "
                         "attn_layer_indices with partial rotary; a Llama MLP after pre_ff_layernorm",
                         make_bamba),
+      own_decoder_entry("nemotron_h", "NemotronHForCausalLM",
+                        "hybrid (Nemotron-H, dense): one block per layer after its norm, per layers_block_type or "
+                        "hybrid_override_pattern: Mamba-2 mixers (past_conv.{i}, past_ssm.{i}), GQA attention with no "
+                        "position embedding, or a relu2 up/down MLP; lm_head never tied (moe layers refused)",
+                        make_nemotron_h),
       own_decoder_entry("qwen3_5_text", "Qwen3_5ForCausalLM",
                         "hybrid (Qwen3.5 text): gated delta-net layers (a causal depthwise conv carried as "
                         "past_conv.{i}, the gated delta rule carried as past_recurrent.{i} [batch, value_heads, "

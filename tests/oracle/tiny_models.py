@@ -213,6 +213,22 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
                                         mamba_chunk_size=3, mlp_bias=True, attention_bias=True,
                                         tie_word_embeddings=True, rope_parameters=dict(rope_type="default",
                                         rope_theta=500.0, partial_rotary_factor=1.0), rms_norm_eps=1e-5)),
+    # Nemotron-H: one block per layer (mamba, mlp, attention, mamba, mlp: attention in the middle, an
+    # MLP layer between), attention head_dim 24 (not hidden / heads) with no rope, a relu2 up/down MLP,
+    # chunk 4, 2 groups, kernel 4
+    "nemotron_h": ("nemotron_h", dict(
+        layers_block_type=["linear_attention", "mlp", "full_attention", "linear_attention", "mlp"], head_dim=24,
+        mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=4,
+        layer_norm_epsilon=1e-5)),
+    # an MLP layer first, one kv head; biased mamba projections and MLP, no conv bias, one group, kernel 3,
+    # chunk 3, mamba wider than 2 * hidden (6 x 32: NemotronH reads no expand), a time_step_min that
+    # clamps; tie_word_embeddings and attention_bias, both of which NemotronH ignores (its lm_head and
+    # attention projections are its own, unbiased)
+    "nemotron_h-bias-tied": ("nemotron_h", dict(
+        layers_block_type=["mlp", "linear_attention", "full_attention", "linear_attention"], num_key_value_heads=1,
+        head_dim=16, mamba_num_heads=6, mamba_head_dim=32, ssm_state_size=8, n_groups=1, conv_kernel=3,
+        chunk_size=3, use_bias=True, use_conv_bias=False, mlp_bias=True, time_step_min=0.5,
+        tie_word_embeddings=True, attention_bias=True, layer_norm_epsilon=1e-5)),
     # Qwen3.5 text (test_gated_deltanet.py): delta-net layers first and last, gated attention in the
     # middle (partial rotary 0.25 of head_dim 16), 2 key heads over 4 value heads (key head dim 16, value
     # head dim 8), kernel 4 (longer than the 3 decode steps); positions for the 300-token prompt, which
