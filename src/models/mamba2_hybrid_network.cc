@@ -25,10 +25,10 @@ class Mamba2Hybrid final : public CausalLm {
   Mamba2Hybrid(const io::Checkpoint& ckpt, HybridConfig cfg) : ckpt_(ckpt), c_(std::move(cfg)) {
     s_ = summary_of(c_, c_.traits.model_type, c_.traits.hf_class);
     auto count = [&](HybridBlock kind) { return std::count(c_.layers.begin(), c_.layers.end(), kind); };
-    const auto mlps = count(HybridBlock::Mlp);
+    const auto mlps = count(HybridBlock::Mlp), moes = count(HybridBlock::Moe);
     s_.features = {
         {"layers", fmt::format("{} Mamba-2, {} attention{}", count(HybridBlock::Mamba), count(HybridBlock::Attention),
-                               mlps ? fmt::format(", {} MLP", mlps) : "")},
+                               mlps ? fmt::format(", {} MLP", mlps) : "", moes ? fmt::format(", {} MoE", moes) : "")},
         {"mixer", c_.mixer.describe()},
         {"attention", fmt::format("{} heads, {} kv heads, head_dim {}, scale {}{}", c_.num_heads, c_.num_kv_heads,
                                   c_.head_dim, c_.attention_scale,
@@ -40,6 +40,12 @@ class Mamba2Hybrid final : public CausalLm {
                             c_.mlp_bias ? ", biases" : "")},
         {"tie_word_embeddings", c_.tie_word_embeddings ? "yes" : "no"},
     };
+    if (moes)
+      s_.features.push_back(
+          {"moe", fmt::format("{} experts of {} (top {}, sigmoid router{}, scaled by {}), latent {}, shared expert {}",
+                              c_.moe.num_experts, c_.moe.intermediate, c_.moe.top_k,
+                              c_.moe.normalize_top_k ? ", normalized" : "", c_.moe.routed_scaling_factor,
+                              c_.moe.latent ? std::to_string(c_.moe.latent) : "none", c_.moe.shared_intermediate)});
   }
 
   const ModelSummary& summary() const override { return s_; }
@@ -49,7 +55,7 @@ class Mamba2Hybrid final : public CausalLm {
   }
 
   // A mamba layer carries its conv and scan states, an attention layer its keys and values, an MLP
-  // layer nothing.
+  // or MoE layer nothing.
   std::vector<ir::StateSpec> states(const StateLayout& l) const override {
     std::vector<bool> attention;
     for (HybridBlock kind : c_.layers) attention.push_back(kind == HybridBlock::Attention);
@@ -102,6 +108,11 @@ class Mamba2Hybrid final : public CausalLm {
           break;
         }
         case HybridBlock::Mlp: mixed = ffn(b, x, p + t.mlp, t.mlp); break;
+        case HybridBlock::Moe: {
+          auto s = b.scope(t.moe);
+          mixed = sigmoid_moe(b, ckpt_, x, p + t.moe + ".", c_.moe);
+          break;
+        }
       }
       h = b.plus(h, scaled(mixed));
       if (!t.ffn_norm.empty()) {

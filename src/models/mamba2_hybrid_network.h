@@ -1,7 +1,8 @@
 // The network the Mamba-2 hybrids share (granitemoehybrid, bamba: mamba2_hybrid.cc; nemotron_h:
 // nemotron_h.cc). Each family's file parses its config.json into a HybridConfig; this builds it.
 //
-// A layer is a pre-norm, one block (a Mamba-2 mixer, GQA attention, or, for Nemotron-H, an MLP) and a
+// A layer is a pre-norm, one block (a Mamba-2 mixer, GQA attention, or, for Nemotron-H, an MLP or a
+// sparse mixture of experts) and a
 // residual; Granite and Bamba follow every mixer or attention block with a second pre-norm, their
 // feed-forward block and a residual in the same layer:
 //
@@ -20,11 +21,12 @@
 #include "models/mamba2_mixer.h"
 #include "models/model.h"
 #include "models/rope.h"
+#include "models/sigmoid_moe.h"
 
 namespace hfx::models {
 
 // What a layer's (first) block computes.
-enum class HybridBlock { Mamba, Attention, Mlp };
+enum class HybridBlock { Mamba, Attention, Mlp, Moe };
 
 // A feed-forward network's form.
 enum class HybridFfn {
@@ -41,7 +43,7 @@ struct HybridTraits {
   std::string final_norm = "norm";           // under base: the norm before lm_head
   std::string mixer_norm = "input_layernorm";  // under a layer: the norm before its first block
   // Under a layer: the modules holding each kind of block (Nemotron-H names them all "mixer").
-  std::string mamba = "mamba", attention = "self_attn", mlp = "mlp";
+  std::string mamba = "mamba", attention = "self_attn", mlp = "mlp", moe = "moe";
   // The feed-forward block after the mixer or attention (Granite, Bamba): its norm and module under
   // the layer. An empty ffn_norm: no such block (Nemotron-H's MLPs are layers of their own, HybridBlock::Mlp).
   std::string ffn_norm, ffn;
@@ -63,6 +65,7 @@ struct HybridConfig {
   bool mlp_bias = false;
   Activation act = Activation::Silu;
   Mamba2MixerSpec mixer;
+  SigmoidMoeSpec moe;  // the HybridBlock::Moe layers' (Nemotron-H's)
   // Granite's multipliers (1 elsewhere; a multiplication by 1 is left out of the graph).
   double embedding_multiplier = 1.0, residual_multiplier = 1.0, logits_scaling = 1.0;
   bool tie_word_embeddings = false;

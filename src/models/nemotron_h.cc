@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -26,16 +27,13 @@ HybridBlock block_of(const io::JsonFile& f, const std::string& key, size_t i, co
   if (type == "linear_attention" || type == "mamba") return HybridBlock::Mamba;
   if (type == "full_attention" || type == "attention") return HybridBlock::Attention;
   if (type == "mlp") return HybridBlock::Mlp;
-  if (type == "moe")
-    unsupported("{}: {}[{}] is a sparse mixture-of-experts layer (\"moe\", Nemotron 3 Nano's); hfx supports the dense "
-                "Nemotron-H models, whose layers are mamba, attention and mlp",
-                file_name(f), key, i);
-  unsupported("{}: {}[{}] = \"{}\" (supported: linear_attention / mamba, full_attention / attention, mlp)",
+  if (type == "moe") return HybridBlock::Moe;
+  unsupported("{}: {}[{}] = \"{}\" (supported: linear_attention / mamba, full_attention / attention, mlp, moe)",
               file_name(f), key, i, type);
 }
 
 // layers_block_type (or its alias layer_types); else the legacy hybrid_override_pattern, one
-// character a layer; else NemotronHConfig's default, which has a moe layer. The list's length is the
+// character a layer; else NemotronHConfig's default (mamba, moe, attention, mlp). The list's length is the
 // depth: num_hidden_layers is ignored, as Transformers ignores it.
 std::vector<HybridBlock> nemotron_layers(const io::JsonFile& f) {
   const auto& j = f.json;
@@ -62,6 +60,34 @@ std::vector<HybridBlock> nemotron_layers(const io::JsonFile& f) {
   return out;
 }
 
+// NemotronHMoE: n_routed_experts un-gated experts of moe_intermediate_size behind
+// DeepseekV3TopkRouter, a shared NemotronHMLP of moe_shared_expert_intermediate_size, the optional
+// latent projections of moe_latent_size; the experts' activation is mlp_hidden_act.
+SigmoidMoeSpec parse_moe(const io::JsonFile& f, const HybridConfig& c) {
+  const auto& j = f.json;
+  constexpr int64_t kMaxDim = int64_t(1) << 24;
+  SigmoidMoeSpec m;
+  m.hidden = c.hidden_size;
+  m.num_experts = io::optional_int(f, j, key_of(j, "num_local_experts", "n_routed_experts"), 1, 1 << 16).value_or(8);
+  m.top_k = io::optional_int(f, j, "num_experts_per_tok", 1, 1 << 16).value_or(2);
+  if (m.top_k > m.num_experts)
+    bad_input("{}: num_experts_per_tok ({}) is more than n_routed_experts ({})", file_name(f), m.top_k, m.num_experts);
+  m.intermediate = io::optional_int(f, j, "moe_intermediate_size", 1, kMaxDim).value_or(7688);
+  m.shared_intermediate = io::optional_int(f, j, "moe_shared_expert_intermediate_size", 1, kMaxDim).value_or(7688);
+  m.latent = io::optional_int(f, j, "moe_latent_size", 1, kMaxDim).value_or(0);
+  m.normalize_top_k = io::optional_bool(f, j, "norm_topk_prob").value_or(true);
+  m.routed_scaling_factor = io::optional_number(f, j, "routed_scaling_factor").value_or(1.0);
+  if (!std::isfinite(m.routed_scaling_factor))
+    bad_input("{}: routed_scaling_factor is {}, not a finite number", file_name(f), m.routed_scaling_factor);
+  m.bias = c.mlp_bias;
+  m.act = c.act;
+  // With one group the router's group-limited choice keeps every expert; more groups first keep the
+  // topk_group groups whose two best scores sum highest, which hfx does not build.
+  if (const auto groups = io::optional_int(f, j, "n_group", 1, 1 << 16).value_or(1); groups != 1)
+    unsupported("{}: n_group {} (group-limited expert routing; hfx supports n_group 1)", file_name(f), groups);
+  return m;
+}
+
 HybridConfig parse_nemotron_h(const io::Checkpoint& ckpt) {
   const io::JsonFile& f = ckpt.config();
   const auto& j = f.json;
@@ -79,6 +105,7 @@ HybridConfig parse_nemotron_h(const io::Checkpoint& ckpt) {
               .mamba = "mixer",
               .attention = "mixer",
               .mlp = "mixer",
+              .moe = "mixer",
               .ffn_kind = HybridFfn::UpDown};
   c.vocab_size = io::require_int(f, j, "vocab_size", 1, int64_t(1) << 26);
   c.hidden_size = io::require_int(f, j, "hidden_size", 1, kMaxDim);
@@ -123,6 +150,8 @@ HybridConfig parse_nemotron_h(const io::Checkpoint& ckpt) {
   if (!std::isfinite(c.mixer.dt_min))
     bad_input("{}: {} is {}, not a finite number", file_name(f), dt_min_key, c.mixer.dt_min);
   c.mixer.dt_max = std::numeric_limits<double>::infinity();
+
+  if (std::find(c.layers.begin(), c.layers.end(), HybridBlock::Moe) != c.layers.end()) c.moe = parse_moe(f, c);
 
   // NemotronHForCausalLM declares no tied weights (_tied_weights_keys = {}): its lm_head is always
   // its own weight, whatever tie_word_embeddings says.

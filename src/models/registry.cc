@@ -215,7 +215,8 @@ const std::vector<ModelEntry>& model_registry() {
       own_decoder_entry("nemotron_h", "NemotronHForCausalLM",
                         "hybrid (Nemotron-H, dense): one block per layer after its norm, per layers_block_type or "
                         "hybrid_override_pattern: Mamba-2 mixers (past_conv.{i}, past_ssm.{i}), GQA attention with no "
-                        "position embedding, or a relu2 up/down MLP; lm_head never tied (moe layers refused)",
+                        "position embedding, a relu2 up/down MLP, or relu2 experts behind a sigmoid router (one expert group); "
+                        "lm_head never tied",
                         make_nemotron_h),
       own_decoder_entry("qwen3_5_text", "Qwen3_5ForCausalLM",
                         "hybrid (Qwen3.5 text): gated delta-net layers (a causal depthwise conv carried as "

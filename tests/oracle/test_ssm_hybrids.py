@@ -1,6 +1,6 @@
 """Mamba mixers against Transformers eager, fp32, on tiny random checkpoints: mamba2 (a pure
 state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers),
-nemotron_h (Mamba-2, attention and MLP layers, one block each), and the Mamba-1 models mamba and
+nemotron_h (Mamba-2, attention, MLP and MoE layers, one block each), and the Mamba-1 models mamba and
 falcon_mamba.
 
 Each case: a left-padded batch of 2 whose 10-token prompt spans several scan chunks (chunk sizes 3
@@ -8,7 +8,7 @@ and 4, the last chunk padded; Mamba-1's floor(sqrt(10)) = 3), then 3 single-toke
 the previous step's present outputs: every logit and every carried state (a mamba layer's
 past_conv.{i} [batch, conv_dim, conv_kernel - 1] and past_ssm.{i} [batch, heads, head_dim,
 state_size], Mamba-1's [batch, intermediate, state_size], an attention layer's
-past_key_values.{i}.key|value; a Nemotron-H MLP layer carries none) within 1e-4 of Transformers with no mismatching element, through
+past_key_values.{i}.key|value; a Nemotron-H MLP or MoE layer carries none) within 1e-4 of Transformers with no mismatching element, through
 ONNX Runtime (both profiles) and the reference executor (fused and decomposed); then 64 greedy
 tokens identical to Transformers' generate() from `hfx generate`, a plain ONNX Runtime loop, the
 prefill + decode split, a static cache, and OpenVINO (stateful and stateless, with `hfx verify`).
@@ -38,7 +38,7 @@ MAX_CACHE_LEN = 80
 
 
 def is_mamba(config, i):
-    return config.layer_types[i] not in ("full_attention", "mlp")
+    return config.layer_types[i] not in ("full_attention", "mlp", "moe")
 
 
 def is_attention(config, i):
@@ -327,9 +327,8 @@ def test_granite_legacy_layer_type_names_build_the_same_graph(tiny_checkpoint, t
 
 
 @pytest.mark.parametrize("edit, message", [
-    (dict(layers_block_type=["linear_attention", "moe", "full_attention"]),
-     "layers_block_type[1] is a sparse mixture-of-experts layer"),
-    (dict(layers_block_type=None, hybrid_override_pattern="M*E-"), "hybrid_override_pattern[2] is a sparse mixture"),
+    (dict(layers_block_type=["linear_attention", "moe", "full_attention"], n_group=2), "n_group 2"),
+    (dict(layers_block_type=["moe"], n_routed_experts=2, num_experts_per_tok=3), "num_experts_per_tok (3) is more"),
     (dict(layers_block_type=None, hybrid_override_pattern="M*X"), "hybrid_override_pattern[2] = 'X'"),
     (dict(layers_block_type=["mamba", "sliding_attention"]), "layers_block_type[1] = \"sliding_attention\""),
     (dict(mamba_hidden_act="gelu"), "mamba_hidden_act"),
@@ -394,7 +393,8 @@ def test_program_formats_refuse_the_scan_in_one_line(fmt, case, tiny_checkpoint,
 @pytest.mark.parametrize("fmt", ["onnx", "openvino"])
 @pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
                                        ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
-@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "nemotron_h", "mamba", "falcon_mamba"])
+@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "nemotron_h", "nemotron_h-moe-latent", "mamba",
+                                  "falcon_mamba"])
 def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
     """Every precision hfx offers, on each family: the export's own check (the artifact's numbers and
     greedy tokens against the reference executor at the precision's stated gate, docs/verify.md, on
