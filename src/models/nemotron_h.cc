@@ -116,7 +116,10 @@ HybridConfig parse_nemotron_h(const io::Checkpoint& ckpt) {
   // NemotronHAttention: head_dim from the config (not hidden_size / heads), no rope, no biases
   // whatever attention_bias says (its projections are built with bias=False).
   c.num_heads = io::optional_int(f, j, "num_attention_heads", 1, 4096).value_or(32);
-  c.num_kv_heads = io::optional_int(f, j, "num_key_value_heads", 1, 4096).value_or(c.num_heads);
+  // NemotronHConfig: 8 kv heads when the key is absent (not the heads' count); null it refuses.
+  if (j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null())
+    bad_input("{}: num_key_value_heads is null (NemotronHConfig takes an integer)", file_name(f));
+  c.num_kv_heads = io::optional_int(f, j, "num_key_value_heads", 1, 4096).value_or(8);
   if (c.num_heads % c.num_kv_heads)
     bad_input("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", file_name(f), c.num_heads,
               c.num_kv_heads);
