@@ -49,6 +49,12 @@ def is_recurrent(model, layer):
     return layer < len(types) and types[layer] in ("conv", "linear_attention", "mamba")
 
 
+def is_stateless(model, layer):
+    """A layer that carries nothing from step to step: Nemotron-H's MLP (and MoE) layers."""
+    types = getattr(model.config, "layer_types", None) or []
+    return layer < len(types) and types[layer] in ("mlp", "moe")
+
+
 def is_hybrid(model):
     """A model with recurrent layers (LFM2, Mamba-2, Granite 4.0-H): its cache has a layer of each kind."""
     return any(is_recurrent(model, i) for i in range(len(getattr(model.config, "layer_types", None) or [])))
@@ -103,6 +109,8 @@ def cache_of(model, feeds, layers):
 def cache_tensors(model, cache, layers):
     out = {}
     for layer in range(layers):
+        if is_stateless(model, layer):
+            continue
         if is_recurrent(model, layer):
             out[f"present_conv.{layer}"] = cache.get_conv_state(layer)[:, :, 1:]
             ssm = cache.get_recurrent_state(layer)

@@ -18,6 +18,9 @@
 // attn_layer_indices), a Llama MLP (feed_forward.gate/up/down_proj) after pre_ff_layernorm, no
 // multipliers, scores scaled by head_dim^-0.5, partial rotary (rope_parameters' factor, 0.5 by
 // default), final_layernorm.
+//
+// This file reads their configs; the network itself is mamba2_hybrid_network.h's, which Nemotron-H
+// (nemotron_h.h) shares.
 #pragma once
 
 #include <memory>

@@ -87,14 +87,17 @@ Mamba2MixerSpec parse_mamba2_mixer(const io::JsonFile& f, int64_t hidden, const 
   s.heads = int_or(k.heads, d.heads, kMaxDim);
   s.state_size = int_or(k.state_size, d.state_size, 1 << 16);
   s.groups = int_or(k.groups, d.groups, kMaxDim);
-  const int64_t expand = int_or(k.expand, d.expand, 64);
-  const int64_t intermediate = expand * hidden;  // int(expand * hidden_size)
   const bool head_dim_auto = d.head_dim_auto && (!j.contains(k.head_dim) || j[k.head_dim].is_null() ||
                                                  (j[k.head_dim].is_string() && j[k.head_dim].get<std::string>() == "auto"));
-  s.head_dim = head_dim_auto ? intermediate / s.heads : int_or(k.head_dim, d.head_dim, kMaxDim);
-  if (intermediate != s.heads * s.head_dim)
-    bad_input("{}: hidden_size * {} ({}) must equal {} * {} ({} x {})", file_name(f), k.expand, intermediate, k.heads,
-              k.head_dim, s.heads, s.head_dim);
+  if (k.expand.empty()) {
+    s.head_dim = int_or(k.head_dim, d.head_dim, kMaxDim);
+  } else {
+    const int64_t intermediate = int_or(k.expand, d.expand, 64) * hidden;  // int(expand * hidden_size)
+    s.head_dim = head_dim_auto ? intermediate / s.heads : int_or(k.head_dim, d.head_dim, kMaxDim);
+    if (intermediate != s.heads * s.head_dim)
+      bad_input("{}: hidden_size * {} ({}) must equal {} * {} ({} x {})", file_name(f), k.expand, intermediate,
+                k.heads, k.head_dim, s.heads, s.head_dim);
+  }
   if (s.heads % s.groups)
     bad_input("{}: {} ({}) must be a multiple of {} ({})", file_name(f), k.heads, s.heads, k.groups, s.groups);
   s.conv_kernel = int_or(k.conv_kernel, d.conv_kernel, 4096);
@@ -105,10 +108,10 @@ Mamba2MixerSpec parse_mamba2_mixer(const io::JsonFile& f, int64_t hidden, const 
   s.eps = k.eps.empty() ? d.eps : norm_eps(f, j, k.eps, d.eps);
   s.proj_bias = bool_or(k.proj_bias, d.proj_bias);
   s.conv_bias = bool_or(k.conv_bias, d.conv_bias);
-  if (auto act = io::optional_string(f, j, "hidden_act"); act && *act != "silu" && *act != "swish")
-    unsupported("{}: hidden_act \"{}\" (the Mamba-2 mixer's conv activation; hfx supports silu)", file_name(f), *act);
-  if (j.contains("time_step_limit") && !j["time_step_limit"].is_null()) {
-    const auto& lim = j["time_step_limit"];
+  if (auto act = io::optional_string(f, j, k.act); act && *act != "silu" && *act != "swish")
+    unsupported("{}: {} \"{}\" (the Mamba-2 mixer's conv activation; hfx supports silu)", file_name(f), k.act, *act);
+  if (!k.time_step_limit.empty() && j.contains(k.time_step_limit) && !j[k.time_step_limit].is_null()) {
+    const auto& lim = j[k.time_step_limit];
     if (!lim.is_array() || lim.size() != 2) bad_input("{}: time_step_limit must be a pair [min, max]", file_name(f));
     s.dt_min = time_step_bound(f, lim[0], 0);
     s.dt_max = time_step_bound(f, lim[1], 1);

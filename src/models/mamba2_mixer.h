@@ -37,9 +37,14 @@ struct Mamba2MixerSpec {
 };
 
 // The config keys a family names the mixer's numbers by (mamba2: "num_heads"; granitemoehybrid:
-// "mamba_n_heads", ...). Empty: the family has no such key and `fallback` holds.
+// "mamba_n_heads", ...). Empty: the family has no such key and `fallback` holds; an empty `expand`
+// means the family sizes the mixer by heads * head_dim alone (NemotronH), with no expand to agree
+// with, and an empty `time_step_limit` that the family clamps dt otherwise (the caller sets dt_min /
+// dt_max).
 struct Mamba2MixerKeys {
   std::string heads, head_dim, state_size, groups, expand, conv_kernel, chunk, proj_bias, conv_bias, eps;
+  std::string act = "hidden_act";  // the conv's activation (silu is what hfx builds)
+  std::string time_step_limit = "time_step_limit";
 };
 struct Mamba2MixerDefaults {
   int64_t heads = 128, head_dim = 64, state_size = 128, groups = 8, expand = 2, conv_kernel = 4, chunk = 256;

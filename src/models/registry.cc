@@ -13,6 +13,7 @@
 #include "models/mamba.h"
 #include "models/mamba2.h"
 #include "models/mamba2_hybrid.h"
+#include "models/nemotron_h.h"
 #include "models/qwen3_5.h"
 #include "models/t5.h"
 
@@ -212,6 +213,12 @@ const std::vector<ModelEntry>& model_registry() {
                         "hybrid: Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention layers at "
                         "attn_layer_indices with partial rotary; a Llama MLP after pre_ff_layernorm",
                         make_bamba),
+      own_decoder_entry("nemotron_h", "NemotronHForCausalLM",
+                        "hybrid (Nemotron-H, dense): one block per layer after its norm, per layers_block_type or "
+                        "hybrid_override_pattern: Mamba-2 mixers (past_conv.{i}, past_ssm.{i}), GQA attention with no "
+                        "position embedding, a relu2 up/down MLP, or relu2 experts behind a sigmoid router (one expert group); "
+                        "lm_head never tied",
+                        make_nemotron_h),
       own_decoder_entry("jamba", "JambaForCausalLM",
                         "hybrid: Mamba-1 layers with RMS norms on dt, B and C (past_conv.{i}, past_ssm.{i}) and GQA "
                         "attention layers without position embedding (attn_layer_period/offset); a sparse MoE "

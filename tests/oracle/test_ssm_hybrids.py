@@ -1,13 +1,14 @@
 """Mamba mixers against Transformers eager, fp32, on tiny random checkpoints: mamba2 (a pure
-state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers), the
-Mamba-1 models mamba and falcon_mamba, and jamba (Mamba-1 and attention layers, sparse MoE).
+state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers),
+nemotron_h (Mamba-2, attention, MLP and MoE layers, one block each), the Mamba-1 models mamba and
+falcon_mamba, and jamba (Mamba-1 and attention layers, sparse MoE).
 
 Each case: a left-padded batch of 2 whose 10-token prompt spans several scan chunks (chunk sizes 3
 and 4, the last chunk padded; Mamba-1's floor(sqrt(10)) = 3), then 3 single-token steps, each fed
 the previous step's present outputs: every logit and every carried state (a mamba layer's
 past_conv.{i} [batch, conv_dim, conv_kernel - 1] and past_ssm.{i} [batch, heads, head_dim,
 state_size], Mamba-1's [batch, intermediate, state_size], an attention layer's
-past_key_values.{i}.key|value) within 1e-4 of Transformers with no mismatching element, through
+past_key_values.{i}.key|value; a Nemotron-H MLP or MoE layer carries none) within 1e-4 of Transformers with no mismatching element, through
 ONNX Runtime (both profiles) and the reference executor (fused and decomposed); then 64 greedy
 tokens identical to Transformers' generate() from `hfx generate`, a plain ONNX Runtime loop, the
 prefill + decode split, a static cache, and OpenVINO (stateful and stateless, with `hfx verify`).
@@ -33,13 +34,22 @@ from tiny_models import HYBRID_CASES, load_reference
 MAMBA1 = ("mamba", "falcon_mamba")
 # Mamba-1 mixers among attention layers (past_key_values cache, mamba_* config names).
 MAMBA1_HYBRIDS = ("jamba",)
-FAMILIES = ("mamba2", "granitemoehybrid", "bamba", *MAMBA1, *MAMBA1_HYBRIDS)
+FAMILIES = ("mamba2", "granitemoehybrid", "bamba", "nemotron_h", *MAMBA1, *MAMBA1_HYBRIDS)
 CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in FAMILIES)
 MAX_CACHE_LEN = 80
 
 
 def is_mamba(config, i):
-    return config.layer_types[i] != "full_attention"
+    return config.layer_types[i] not in ("full_attention", "mlp", "moe")
+
+
+def is_attention(config, i):
+    return config.layer_types[i] == "full_attention"
+
+
+def attention_head_dim(config):
+    """NemotronH's attention reads head_dim from its config; the others' heads are hidden / heads."""
+    return config.head_dim if config.model_type == "nemotron_h" else config.hidden_size // config.num_attention_heads
 
 
 def mixer_dims(config):
@@ -53,6 +63,10 @@ def mixer_dims(config):
     if c.model_type == "mamba2":
         heads, head_dim, state, groups, expand, kernel = (c.num_heads, c.head_dim, c.state_size, c.n_groups, c.expand,
                                                           c.conv_kernel)
+    elif c.model_type == "nemotron_h":  # its mixer is mamba_num_heads x mamba_head_dim wide, whatever expand says
+        heads, head_dim, state, groups, kernel = (c.mamba_num_heads, c.mamba_head_dim, c.ssm_state_size, c.n_groups,
+                                                  c.conv_kernel)
+        return heads, head_dim, state, heads * head_dim + 2 * groups * state, kernel
     else:
         heads, head_dim, state, groups, expand, kernel = (c.mamba_n_heads, c.mamba_d_head, c.mamba_d_state,
                                                           c.mamba_n_groups, c.mamba_expand, c.mamba_d_conv)
@@ -63,7 +77,7 @@ def chunk_size(config, prompt_length):
     """The scan's chunk over the prompt: the config's, or Mamba-1's floor(sqrt(length)) (models/ssd.h)."""
     if config.model_type in (*MAMBA1, *MAMBA1_HYBRIDS):
         return math.isqrt(prompt_length)
-    return config.chunk_size if config.model_type == "mamba2" else config.mamba_chunk_size
+    return config.chunk_size if config.model_type in ("mamba2", "nemotron_h") else config.mamba_chunk_size
 
 
 def transformers_steps(model, steps):
@@ -92,7 +106,7 @@ def transformers_steps(model, steps):
                 if is_mamba(c, i):
                     states[f"present_conv.{i}"] = cache.get_conv_state(i).numpy()[:, :, 1:].copy()
                     states[f"present_ssm.{i}"] = cache.get_recurrent_state(i).numpy().copy()
-                else:
+                elif is_attention(c, i):
                     states[f"present.{i}.key"] = cache.layers[i].keys.numpy().copy()
                     states[f"present.{i}.value"] = cache.layers[i].values.numpy().copy()
             out.append((r.logits.float().numpy(), states))
@@ -108,8 +122,8 @@ def initial_state(config, batch):
             past[f"past_conv.{i}"] = np.zeros((batch, conv_dim, kernel - 1), np.float32)
             ssm = (batch, heads, state) if head_dim is None else (batch, heads, head_dim, state)
             past[f"past_ssm.{i}"] = np.zeros(ssm, np.float32)
-        else:
-            kv_heads, attn_head_dim = c.num_key_value_heads, c.hidden_size // c.num_attention_heads
+        elif is_attention(c, i):
+            kv_heads, attn_head_dim = c.num_key_value_heads, attention_head_dim(c)
             for kv in ("key", "value"):
                 past[f"past_key_values.{i}.{kv}"] = np.zeros((batch, kv_heads, 0, attn_head_dim), np.float32)
     return past
@@ -317,6 +331,48 @@ def test_granite_legacy_layer_type_names_build_the_same_graph(tiny_checkpoint, t
     assert (tmp_path / "new" / "onnx" / "model.onnx").read_bytes() == (tmp_path / "old" / "onnx" / "model.onnx").read_bytes()
 
 
+@pytest.mark.parametrize("edit, message", [
+    (dict(layers_block_type=["linear_attention", "moe", "full_attention"], n_group=2), "n_group 2"),
+    (dict(layers_block_type=["moe"], n_routed_experts=2, num_experts_per_tok=3), "num_experts_per_tok (3) is more"),
+    (dict(layers_block_type=None, hybrid_override_pattern="M*X"), "hybrid_override_pattern[2] = 'X'"),
+    (dict(layers_block_type=["mamba", "sliding_attention"]), "layers_block_type[1] = \"sliding_attention\""),
+    (dict(mamba_hidden_act="gelu"), "mamba_hidden_act"),
+    (dict(mamba_num_heads=3), "must be a multiple of n_groups"),
+    (dict(num_key_value_heads=3), "must be a multiple of num_key_value_heads"),
+    (dict(attention_head_dim=32), "attention_head_dim is 32 but the attention's head_dim is 24"),
+])
+def test_nemotron_h_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tmp_path):
+    assert_refused("nemotron_h", edit, message, tiny_checkpoint, tmp_path)
+
+
+def test_nemotron_h_legacy_config_names_build_the_same_graph(tiny_checkpoint, tmp_path):
+    """Older Nemotron-H configs (NVIDIA's remote-code ones) give the layers as hybrid_override_pattern
+    ("M-*M-") and some mamba settings as mamba_n_groups, mamba_d_conv, mamba_chunk_size,
+    mamba_conv_bias and mamba_dt_min, which NemotronHConfig reads over the new names; a stale
+    num_hidden_layers is ignored. The export is byte-identical to the one from the saved config."""
+    import json
+    import shutil
+    folder = tmp_path / "legacy"
+    shutil.copytree(tiny_checkpoint("nemotron_h"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    symbols = {"linear_attention": "M", "full_attention": "*", "mlp": "-"}
+    config["hybrid_override_pattern"] = "".join(symbols[t] for t in config.pop("layers_block_type"))
+    for new, old in (("n_groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv"), ("chunk_size", "mamba_chunk_size"),
+                     ("use_conv_bias", "mamba_conv_bias"), ("time_step_min", "mamba_dt_min")):
+        config[old] = config[new]
+        config[new] = {"n_groups": 1, "conv_kernel": 2, "chunk_size": 64, "use_conv_bias": False,
+                       "time_step_min": 0.9}[new]  # overridden by the legacy name
+    config["num_hidden_layers"] = 2
+    (folder / "config.json").write_text(json.dumps(config))
+    from transformers import AutoConfig
+    legacy, saved = AutoConfig.from_pretrained(folder), AutoConfig.from_pretrained(tiny_checkpoint("nemotron_h"))
+    for key in ("layers_block_type", "n_groups", "conv_kernel", "chunk_size", "use_conv_bias", "time_step_min"):
+        assert getattr(legacy, key) == getattr(saved, key), key  # Transformers reads them so too
+    for src, out in ((tiny_checkpoint("nemotron_h"), tmp_path / "new"), (folder, tmp_path / "old")):
+        run_hfx("export", "--model", src, "--format", "onnx", "--onnx-profile", "portable", "--quiet", "--no-verify", out)
+    assert (tmp_path / "new" / "onnx" / "model.onnx").read_bytes() == (tmp_path / "old" / "onnx" / "model.onnx").read_bytes()
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_no_genai_config_for_a_model_genai_cannot_run(case, tiny_checkpoint, tmp_path):
     """onnxruntime-genai has no Mamba model: the default (ort-requested) export writes no
@@ -326,7 +382,7 @@ def test_no_genai_config_for_a_model_genai_cannot_run(case, tiny_checkpoint, tmp
     assert not (tmp_path / "out" / "onnx" / "genai_config.json").exists()
 
 
-@pytest.mark.parametrize("case", ["granitemoehybrid", "mamba", "falcon_mamba"])
+@pytest.mark.parametrize("case", ["granitemoehybrid", "nemotron_h", "mamba", "falcon_mamba"])
 @pytest.mark.parametrize("fmt", ["pt2", "executorch"])
 def test_program_formats_refuse_the_scan_in_one_line(fmt, case, tiny_checkpoint, tmp_path):
     """.pt2 and .pte cannot hold the scan's chunk count yet (Mamba-2's and Mamba-1's chunked scans
@@ -342,7 +398,8 @@ def test_program_formats_refuse_the_scan_in_one_line(fmt, case, tiny_checkpoint,
 @pytest.mark.parametrize("fmt", ["onnx", "openvino"])
 @pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
                                        ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
-@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "mamba", "falcon_mamba", "jamba"])
+@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "nemotron_h", "nemotron_h-moe-latent", "mamba",
+                                  "falcon_mamba", "jamba"])
 def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
     """Every precision hfx offers, on each family: the export's own check (the artifact's numbers and
     greedy tokens against the reference executor at the precision's stated gate, docs/verify.md, on

@@ -213,6 +213,37 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
                                         mamba_chunk_size=3, mlp_bias=True, attention_bias=True,
                                         tie_word_embeddings=True, rope_parameters=dict(rope_type="default",
                                         rope_theta=500.0, partial_rotary_factor=1.0), rms_norm_eps=1e-5)),
+    # Nemotron-H: one block per layer (mamba, mlp, attention, mamba, mlp: attention in the middle, an
+    # MLP layer between), attention head_dim 24 (not hidden / heads) with no rope, a relu2 up/down MLP,
+    # chunk 4, 2 groups, kernel 4
+    "nemotron_h": ("nemotron_h", dict(
+        layers_block_type=["linear_attention", "mlp", "full_attention", "linear_attention", "mlp"], head_dim=24,
+        mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=4,
+        layer_norm_epsilon=1e-5)),
+    # an MLP layer first, one kv head; biased mamba projections and MLP, no conv bias, one group, kernel 3,
+    # chunk 3, mamba wider than 2 * hidden (6 x 32: NemotronH reads no expand), a time_step_min that
+    # clamps; tie_word_embeddings and attention_bias, both of which NemotronH ignores (its lm_head and
+    # attention projections are its own, unbiased)
+    "nemotron_h-bias-tied": ("nemotron_h", dict(
+        layers_block_type=["mlp", "linear_attention", "full_attention", "linear_attention"], num_key_value_heads=1,
+        head_dim=16, mamba_num_heads=6, mamba_head_dim=32, ssm_state_size=8, n_groups=1, conv_kernel=3,
+        chunk_size=3, use_bias=True, use_conv_bias=False, mlp_bias=True, time_step_min=0.5,
+        tie_word_embeddings=True, attention_bias=True, layer_norm_epsilon=1e-5)),
+    # Nemotron 3 Nano's MoE layers (first and last) around a mamba and an attention layer: 3 of 6 un-gated
+    # relu2 experts behind the sigmoid router (its score-correction bias randomised in make()), a latent
+    # projection (32 of 64), routed_scaling_factor 2.5, biased shared expert and latent projections
+    "nemotron_h-moe-latent": ("nemotron_h", dict(
+        layers_block_type=["moe", "linear_attention", "full_attention", "moe"], head_dim=16, mamba_num_heads=8,
+        mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=4, n_routed_experts=6,
+        num_experts_per_tok=3, moe_intermediate_size=32, moe_shared_expert_intermediate_size=64,
+        moe_latent_size=32, routed_scaling_factor=2.5, mlp_bias=True, layer_norm_epsilon=1e-5)),
+    # 2 of 4 experts reading hidden directly (no latent), weights not normalized (norm_topk_prob false),
+    # beside an MLP layer
+    "nemotron_h-moe": ("nemotron_h", dict(
+        layers_block_type=["linear_attention", "moe", "mlp", "full_attention", "moe"], head_dim=16,
+        mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=4,
+        n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=40,
+        norm_topk_prob=False, layer_norm_epsilon=1e-5)),
     # Qwen3.5 text (test_gated_deltanet.py): delta-net layers first and last, gated attention in the
     # middle (partial rotary 0.25 of head_dim 16), 2 key heads over 4 value heads (key head dim 16, value
     # head dim 8), kernel 4 (longer than the 3 decode steps); positions for the 300-token prompt, which
@@ -408,6 +439,12 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
         for name, p in sorted(model.named_parameters()):
             centre = 1.0 if "norm" in name and bool((p == 1).all()) else 0.0
             p.copy_(torch.randn(p.shape, dtype=torch.float32).to(p.dtype) * (0.25 if p.dim() > 1 else 0.2) + centre)
+        # DeepseekV3TopkRouter's e_score_correction_bias (Nemotron-H's MoE router) is a buffer, zeros from
+        # from_config: randomised too, so that the experts chosen (by score + bias) are not simply those
+        # with the largest weights (the scores)
+        for name, buf in sorted(model.named_buffers()):
+            if name.endswith("e_score_correction_bias"):
+                buf.copy_(torch.randn(buf.shape, dtype=torch.float32).to(buf.dtype) * 0.2)
         if seq2seq:
             # T5 attention has no 1 / sqrt(d_kv) (its init folds it into q: std (d_model * d_kv)^-0.5 against
             # k's d_model^-0.5): without it the scores of these weights are ~16 wide and softmax so sharp

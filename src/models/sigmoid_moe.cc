@@ -1,0 +1,67 @@
+#include "models/sigmoid_moe.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "models/weights.h"
+
+namespace hfx::models {
+
+namespace {
+
+// down(act(up(x))): NemotronHMLP, each expert and the shared one.
+ir::ValueId up_down(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& p, int64_t in,
+                    int64_t inner, bool bias, Activation act, const std::string& why) {
+  ir::ValueId y = activation(b, linear(b, ckpt, x, p + "up_proj", in, inner, bias, why), act);
+  return linear(b, ckpt, y, p + "down_proj", inner, in, bias, why);
+}
+
+}  // namespace
+
+ir::ValueId sigmoid_moe(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                        const SigmoidMoeSpec& m) {
+  const int64_t E = m.num_experts, width = m.latent > 0 ? m.latent : m.hidden;
+  const std::string why = fmt::format("hidden_size={}, experts={}, expert intermediate size={}, latent={}", m.hidden, E,
+                                      m.intermediate, m.latent);
+  ir::ValueId scores, weights;
+  {
+    auto s = b.scope("gate");
+    scores = b.add1("Sigmoid", {linear(b, ckpt, x, prefix + "gate", m.hidden, E, false, why)});  // [b, s, E]
+    // torch.topk over the biased scores, as k rounds of "the largest remaining" (a picked one drops to
+    // -inf); the weights are the unbiased scores of the picked experts.
+    ir::ValueId remaining = b.plus(scores, bind_weight(b, ckpt, prefix + "gate.e_score_correction_bias", {E}, why));
+    ir::ValueId picked = ir::kNone;
+    for (int64_t i = 0; i < m.top_k; ++i) {
+      ir::ValueId largest = b.add1("ReduceMax", {remaining, b.i64s({-1})}, {{"keepdims", int64_t(1)}});
+      ir::ValueId hit = b.add1("Equal", {remaining, largest});
+      picked = picked == ir::kNone ? hit : b.add1("Or", {picked, hit});
+      remaining = b.add1("Where", {hit, b.f32(-std::numeric_limits<float>::infinity()), remaining});
+    }
+    weights = b.add1("Where", {picked, scores, b.f32(0.0f)});
+    if (m.normalize_top_k)  // DeepseekV3TopkRouter: / (sum + 1e-20)
+      weights = b.divide(weights, b.plus(b.add1("ReduceSum", {weights, b.i64s({-1})}, {{"keepdims", int64_t(1)}}),
+                                         b.f32(1e-20f)));
+    if (m.routed_scaling_factor != 1.0) weights = b.times(weights, b.f32(float(m.routed_scaling_factor)));
+  }
+  ir::ValueId in = x;
+  if (m.latent > 0) {
+    auto s = b.scope("fc1_latent_proj");
+    in = linear(b, ckpt, x, prefix + "fc1_latent_proj", m.hidden, m.latent, m.bias, why);
+  }
+  ir::ValueId out = ir::kNone;
+  for (int64_t e = 0; e < E; ++e) {
+    auto s = b.scope(fmt::format("experts.{}", e));
+    ir::ValueId y = up_down(b, ckpt, in, fmt::format("{}experts.{}.", prefix, e), width, m.intermediate, false, m.act, why);
+    y = b.times(y, b.slice(weights, e, e + 1, -1));
+    out = out == ir::kNone ? y : b.plus(out, y);
+  }
+  if (m.latent > 0) {
+    auto s = b.scope("fc2_latent_proj");
+    out = linear(b, ckpt, out, prefix + "fc2_latent_proj", m.latent, m.hidden, m.bias, why);
+  }
+  auto s = b.scope("shared_experts");
+  return b.plus(out, up_down(b, ckpt, x, prefix + "shared_experts.", m.hidden, m.shared_intermediate, m.bias, m.act, why));
+}
+
+}  // namespace hfx::models
