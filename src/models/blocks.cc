@@ -134,6 +134,27 @@ ir::ValueId StepTables::mask(int64_t window) {
   return masks_[window] = b_.add1("AttentionBias", args, {{"sliding_window", window}});
 }
 
+AttentionOut projected_attention(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                                 const CausalLmInputs& in, int64_t layer, StepTables& tables, const ProjectedAttention& sp) {
+  const std::string why = fmt::format("hidden_size={}, heads={}, kv_heads={}, head_dim={}", sp.hidden, sp.heads,
+                                      sp.kv_heads, sp.head_dim);
+  auto heads = [&](const std::string& proj, int64_t n_heads) {
+    auto ps = b.scope(proj);
+    return split_heads(b, linear(b, ckpt, x, prefix + proj, sp.hidden, n_heads * sp.head_dim, sp.bias, why), n_heads,
+                       sp.head_dim);
+  };
+  ir::ValueId q = heads("q_proj", sp.heads), k = heads("k_proj", sp.kv_heads), v = heads("v_proj", sp.kv_heads);
+  if (sp.rope) {
+    const auto& cos_sin = tables.rope(*sp.rope);
+    q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});
+    k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});
+  }
+  AttentionOut r = cached_attention(b, in, layer, q, k, v, tables.mask(0), sp.scale);
+  auto os = b.scope("o_proj");
+  r.out = linear(b, ckpt, r.out, prefix + "o_proj", sp.heads * sp.head_dim, sp.hidden, sp.bias, why);
+  return r;
+}
+
 AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t layer, ir::ValueId q, ir::ValueId k,
                               ir::ValueId v, ir::ValueId mask, double scale, double softcap) {
   // The cache: appended to (growing) or written in place (static); absent for a prefill graph.

@@ -81,6 +81,18 @@ struct AttentionOut {
 AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t layer, ir::ValueId q, ir::ValueId k,
                               ir::ValueId v, ir::ValueId mask, double scale, double softcap = 0);
 
+// A hybrid's GQA attention layer from its checkpoint: q_proj, k_proj, v_proj and o_proj under `prefix`
+// (with biases when `bias`), rope when given, the cache and the step's causal/padding mask
+// (cached_attention), scores scaled by `scale`. out is after o_proj: [b, s, hidden].
+struct ProjectedAttention {
+  int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  double scale = 1.0;
+  bool bias = false;
+  const RopeSpec* rope = nullptr;
+};
+AttentionOut projected_attention(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                                 const CausalLmInputs& in, int64_t layer, StepTables& tables, const ProjectedAttention& spec);
+
 // The output projection: lm_head.weight, or the embedding matrix when tied (a saved copy of the tie
 // is accounted for).
 ir::ValueId lm_head(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId h, ir::ValueId embed, bool tied,

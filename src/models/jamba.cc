@@ -171,18 +171,9 @@ class Jamba final : public CausalLm {
   AttentionOut attention(ir::Builder& b, ir::ValueId x, const std::string& a, const CausalLmInputs& in, int64_t layer,
                          StepTables& tables) const {
     auto s = b.scope("self_attn");
-    const std::string why = fmt::format("hidden_size={}, heads={}, kv_heads={}, head_dim={}", c_.hidden_size,
-                                        c_.num_heads, c_.num_kv_heads, c_.head_dim);
-    auto heads = [&](const std::string& proj, int64_t n_heads) {
-      auto ps = b.scope(proj);
-      return split_heads(b, linear(b, ckpt_, x, a + proj, c_.hidden_size, n_heads * c_.head_dim, false, why), n_heads,
-                         c_.head_dim);
-    };
-    ir::ValueId q = heads("q_proj", c_.num_heads), k = heads("k_proj", c_.num_kv_heads), v = heads("v_proj", c_.num_kv_heads);
-    AttentionOut r = cached_attention(b, in, layer, q, k, v, tables.mask(0), 1.0 / std::sqrt(double(c_.head_dim)));
-    auto os = b.scope("o_proj");
-    r.out = linear(b, ckpt_, r.out, a + "o_proj", c_.num_heads * c_.head_dim, c_.hidden_size, false, why);
-    return r;
+    return projected_attention(b, ckpt_, x, a, in, layer, tables,
+                               {c_.hidden_size, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+                                1.0 / std::sqrt(double(c_.head_dim)), false, nullptr});
   }
 
   const io::Checkpoint& ckpt_;

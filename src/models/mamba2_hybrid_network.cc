@@ -136,24 +136,9 @@ class Mamba2Hybrid final : public CausalLm {
   AttentionOut attention(ir::Builder& b, ir::ValueId x, const std::string& p, const CausalLmInputs& in, int64_t layer,
                          StepTables& tables) const {
     auto s = b.scope(c_.traits.attention);
-    const std::string a = p + c_.traits.attention + ".";
-    const std::string why = fmt::format("hidden_size={}, heads={}, kv_heads={}, head_dim={}", c_.hidden_size,
-                                        c_.num_heads, c_.num_kv_heads, c_.head_dim);
-    auto heads = [&](const std::string& proj, int64_t n_heads) {
-      auto ps = b.scope(proj);
-      return split_heads(b, linear(b, ckpt_, x, a + proj, c_.hidden_size, n_heads * c_.head_dim, c_.attention_bias, why),
-                         n_heads, c_.head_dim);
-    };
-    ir::ValueId q = heads("q_proj", c_.num_heads), k = heads("k_proj", c_.num_kv_heads), v = heads("v_proj", c_.num_kv_heads);
-    if (c_.rope) {
-      const auto& cos_sin = tables.rope(*c_.rope);
-      q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});
-      k = b.add1("RotaryEmbedding", {k, cos_sin[0], cos_sin[1]});
-    }
-    AttentionOut r = cached_attention(b, in, layer, q, k, v, tables.mask(0), c_.attention_scale);
-    auto os = b.scope("o_proj");
-    r.out = linear(b, ckpt_, r.out, a + "o_proj", c_.num_heads * c_.head_dim, c_.hidden_size, c_.attention_bias, why);
-    return r;
+    return projected_attention(b, ckpt_, x, p + c_.traits.attention + ".", in, layer, tables,
+                               {c_.hidden_size, c_.num_heads, c_.num_kv_heads, c_.head_dim, c_.attention_scale,
+                                c_.attention_bias, c_.rope ? &*c_.rope : nullptr});
   }
 
   // The family's feed-forward network over `prefix` (the module, no trailing dot), in scope `scope`.
