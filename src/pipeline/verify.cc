@@ -173,21 +173,10 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
   }
   const int64_t total = ctx.tokens * int64_t(ctx.prompts.size());
   if (ctx.seq2seq) {  // decoded step by step: a few graphs of an encoder-decoder's size
-    auto find = [&](const std::string& role) -> const tasks::Component* {
-      for (const auto& c : ref.components)
-        if (c.role == role) return &c;
-      return nullptr;
-    };
-    auto runner = [&](const std::string& role) {
-      if (const tasks::Component* c = find(role)) return runtime::make_executor_runner(c->graph, executor_options(c->graph, opt));
-      bad_input("the reference has no {} component", role);
-    };
-    // onnxruntime-genai's layout has no first-step decoder: its encoder returns the cross state.
-    auto encoder = runner("encoder"), next = runner("decoder_with_past");
-    auto first = find("decoder") ? runner("decoder") : nullptr;
+    const ReferenceSeq2SeqRunners r = reference_seq2seq_runners(ref.components, opt);
     Progress progress = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
     ctx.expected_tokens = runtime::generate_seq2seq(
-        {*encoder, first.get(), *next, runtime::input_ids_dtype(find("decoder_with_past")->graph)}, ctx.art.cache, runtime::prompt_sources(ctx.prompts, so.pad_token_id, ctx.art.speech),
+        {*r.encoder, r.first.get(), *r.next, r.ids}, ctx.art.cache, runtime::prompt_sources(ctx.prompts, so.pad_token_id, ctx.art.speech),
         {*ctx.art.decoder_start_token_id}, so, [&](size_t, int64_t) { progress.advance(1, 0); });
     progress.finish();
     return;

@@ -154,32 +154,22 @@ std::vector<Parting> near_tie_partings(const ir::Graph& first, const runtime::Ca
 // decoder step reads the decoder prompt plus the agreed tokens.
 std::vector<Parting> near_tie_partings_seq2seq(const VerifyContext& ctx, const std::vector<std::vector<int64_t>>& expected,
                                                const std::vector<std::vector<int64_t>>& actual) {
-  auto component = [&](const char* role) -> const tasks::Component* {
-    for (const auto& c : ctx.ref->components)
-      if (c.role == role) return &c;
-    return nullptr;
-  };
-  const tasks::Component* encoder = component("encoder");
-  const tasks::Component* first = component("decoder");
-  const tasks::Component* next = component("decoder_with_past");
+  std::optional<ReferenceSeq2SeqRunners> runners;  // built at the first parting that needs them
   std::vector<Parting> out;
   for (const auto& p : row_partings(expected, actual)) {
     const size_t b = p.row, i = p.step;
-    if (!p.expected || !p.actual || *p.actual < 0 || *p.actual >= ctx.vocab || !encoder || !next ||
-        !ctx.art.decoder_start_token_id) {
+    if (!p.expected || !p.actual || *p.actual < 0 || *p.actual >= ctx.vocab || !ctx.art.decoder_start_token_id) {
       out.push_back({b, i, INFINITY});
       continue;
     }
-    auto encode = runtime::make_executor_runner(encoder->graph, executor_options(encoder->graph, ctx.opt));
-    auto step = runtime::make_executor_runner(next->graph, executor_options(next->graph, ctx.opt));
-    auto start = first ? runtime::make_executor_runner(first->graph, executor_options(first->graph, ctx.opt)) : nullptr;
+    if (!runners) runners = reference_seq2seq_runners(ctx.ref->components, ctx.opt);
     std::vector<int64_t> prompt = {*ctx.art.decoder_start_token_id};
     prompt.insert(prompt.end(), expected[b].begin(), expected[b].begin() + long(i));
     runtime::SamplingOptions one;
     one.max_new_tokens = 1;
     one.pad_token_id = ctx.art.pad_token_id;
     double margin = INFINITY;
-    runtime::generate_seq2seq({*encode, start.get(), *step, runtime::input_ids_dtype(next->graph)}, ctx.art.cache,
+    runtime::generate_seq2seq({*runners->encoder, runners->first.get(), *runners->next, runners->ids}, ctx.art.cache,
                               runtime::prompt_sources({ctx.prompts[b]}, ctx.art.pad_token_id, ctx.art.speech), prompt, one, {},
                               [&](size_t, const float* scores, int64_t vocab) {
                                 margin = double(*std::max_element(scores, scores + vocab)) - double(scores[*p.actual]);

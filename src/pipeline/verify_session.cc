@@ -251,6 +251,25 @@ int64_t looked_up_weight_bytes(const ir::Graph& g) {
   return bytes;
 }
 
+ReferenceSeq2SeqRunners reference_seq2seq_runners(const std::vector<tasks::Component>& components,
+                                                  const VerifyOptions& opt) {
+  auto find = [&](const std::string& role) -> const tasks::Component* {
+    for (const auto& c : components)
+      if (c.role == role) return &c;
+    return nullptr;
+  };
+  auto runner = [&](const std::string& role) {
+    if (const tasks::Component* c = find(role)) return runtime::make_executor_runner(c->graph, executor_options(c->graph, opt));
+    bad_input("the reference has no {} component", role);
+  };
+  ReferenceSeq2SeqRunners r;
+  r.encoder = runner("encoder");
+  r.next = runner("decoder_with_past");
+  if (find("decoder")) r.first = runner("decoder");
+  r.ids = runtime::input_ids_dtype(find("decoder_with_past")->graph);
+  return r;
+}
+
 runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& opt, RunSizes sizes) {
   runtime::ExecOptions o;
   if (sizes.batch > 0) o.max_tensor_bytes = runtime::contract_tensor_budget(g, sizes.batch, sizes.length);

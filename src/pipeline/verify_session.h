@@ -21,6 +21,7 @@
 #include "pipeline/artifact.h"
 #include "runtime/executor.h"
 #include "runtime/generate.h"
+#include "tasks/component.h"
 
 namespace hfx::pipeline {
 
@@ -129,6 +130,16 @@ struct GreedySteps {
 };
 GreedySteps greedy_steps(const std::vector<std::pair<std::string, const ir::Graph*>>& by_role, const std::string& whose,
                          const std::filesystem::path& out);
+
+// An encoder-decoder's step runners on the reference executor, from its components by role: the
+// encoder, the first-step decoder (null in onnxruntime-genai's layout, whose encoder returns the cross
+// state) and the cached step. BadInput naming a missing role.
+struct ReferenceSeq2SeqRunners {
+  std::unique_ptr<runtime::StepRunner> encoder, first, next;
+  DType ids = DType::I64;  // the steps' input_ids
+};
+ReferenceSeq2SeqRunners reference_seq2seq_runners(const std::vector<tasks::Component>& components,
+                                                  const VerifyOptions& opt);
 
 // hfx's reference executor over the graphs read back (a format whose files hfx reads as graphs).
 std::unique_ptr<VerifySession> make_executor_session(const class Backend& backend, const SessionContext& ctx);

@@ -148,8 +148,8 @@ ProfileChoice choose_profile(const LoadedModel& m, const tasks::Component& c, co
 // unless it carries a recurrent state of a model genai does not run: it drives Qwen3.5's gated
 // delta-net (its RecurrentState) but has no Mamba model (docs/ssm.md).
 bool writes_genai_config(const LoadedModel& m, const tasks::Component& c, const std::string& requested) {
-  const bool genai_runs_its_state =
-      !tasks::first_of_kind(c.state, tasks::StateKind::Recurrent) || m.summary().model_type == "qwen3_5_text";
+  const bool genai_runs_its_state = !tasks::first_of_kind(c.state, tasks::StateKind::Recurrent) ||
+                                    onnx_backend::genai_runs_recurrent_state(m.summary().model_type);
   return requested == "ort" && c.role == "decoder" && m.task->generative() && genai_runs_its_state;
 }
 

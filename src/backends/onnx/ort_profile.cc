@@ -40,6 +40,8 @@ bool genai_knows(const std::string& type) {
 
 }  // namespace
 
+bool genai_runs_recurrent_state(const std::string& model_type) { return model_type == "qwen3_5_text"; }
+
 nlohmann::ordered_json genai_greedy_search(int64_t max_length, bool past_present_share_buffer) {
   return {{"diversity_penalty", 0.0},
           {"do_sample", false},

@@ -37,6 +37,10 @@ struct GenaiConfigInput {
   const tasks::StateNameSet* names = &tasks::state_names(tasks::StateNames::Decoder);
 };
 
+// Whether onnxruntime-genai has a model for `model_type` that carries a recurrent (linear-attention)
+// state: its RecurrentState drives Qwen3.5's gated delta-net; it has no Mamba or Qwen3-Next model.
+bool genai_runs_recurrent_state(const std::string& model_type);
+
 // genai_config.json for a decoder written with the ort profile (onnxruntime-genai's
 // model.decoder / search schema), also where its attention fell back to the portable lowering.
 nlohmann::ordered_json genai_config(const GenaiConfigInput& in);
