@@ -113,6 +113,25 @@ def pytest_sessionfinish(session, exitstatus):
     out.write_text(json.dumps(old, indent=1, sort_keys=True))
 
 
+# Seconds spent per test file (setup + call + teardown, summed over workers), printed at the end so
+# the suite's time can be kept in bounds where it is spent. Under xdist the reports reach the
+# controller, which prints.
+_FILE_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FILE_SECONDS:
+        return
+    terminalreporter.section("seconds per test file (summed over workers)")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
+
+
 def hfx_has_openvino() -> bool:
     """Whether this hfx was built with the OpenVINO backend (`hfx formats` says "available")."""
     proc = run_hfx("formats", check=False)
