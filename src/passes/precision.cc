@@ -149,9 +149,18 @@ class Precision {
 
   // The block a layer of depth K is quantized in: never more than K rounded up to a block size
   // MatMulNBits runs (16 .. 256): int8's blocks of 128 over K = 64 would be half padding.
+  // OpenVINO's compressed weights take whole groups: a K that is not a multiple of the block gets the
+  // largest divisor of K below the block that is a multiple of 8, no less than 16 (Whisper's conv stem,
+  // K = 3 x 80 mel bins: groups of 24 for int4's 32), else one group over all of K, as optimum-intel's
+  // --group-size-fallback adjust does. Multiples of 8: the blocks the quantizer packs (quantize_blockwise).
   int64_t block_for(int64_t K) const {
     int64_t block = spec_.quant.block;
     while (block > 16 && block / 2 >= K) block /= 2;
+    if (target_ == PrecisionTarget::OpenVino && block && quant::k_blocks(K, block) > 1 && K % block != 0) {
+      int64_t group = block;
+      while (group >= 16 && (K % group != 0 || group % 8 != 0)) --group;
+      return group >= 16 ? group : K;
+    }
     return block;
   }
 

@@ -89,9 +89,9 @@ RESULTS: dict = {}
 
 
 def int4_block(case):
-    """GPT-2's tiny MLP has K = 80: OpenVINO takes whole groups only, so its int4 runs blocks of 16 (the
-    default 32 is refused, test_openvino_refuses_partial_groups); the portable export uses the same
-    blocks so both hold the same numbers."""
+    """GPT-2's tiny MLP has K = 80: OpenVINO takes whole groups only, so its int4 runs groups of 16 there
+    (test_openvino_adjusts_partial_groups); every layer takes blocks of 16 on both targets so both hold
+    the same numbers."""
     return 16 if case.startswith("gpt2") else 32
 
 
@@ -486,11 +486,12 @@ def test_genai_llmpipeline_runs_compressed(case, mode, ov_export, portable, refe
 
 
 @needs_openvino
-def test_openvino_refuses_partial_groups(tiny_checkpoint, tmp_path):
-    """OpenVINO's compressed weights take whole groups: int4 blocks of 32 over GPT-2's K = 80 fail in one
-    line naming the fix, before anything is written (ONNX DequantizeLinear takes the partial block)."""
-    proc = run_hfx("export", "--model", tiny_checkpoint("gpt2"), "--format", "openvino", "--quantize", "int4",
-                   tmp_path / "out", check=False)
-    assert proc.returncode == 1, proc.stderr
-    assert "K = 80 is not a multiple of the block size 32" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
-    assert not (tmp_path / "out").exists()
+def test_openvino_adjusts_partial_groups(tiny_checkpoint, tmp_path):
+    """OpenVINO's compressed weights take whole groups: over GPT-2's K = 80, int4's default block of 32
+    becomes groups of 16 (the largest multiple of 8 dividing K, as optimum-intel's --group-size-fallback
+    adjust), the other layers keep 32, and the export's check passes on OpenVINO."""
+    out = tmp_path / "out"
+    proc = run_hfx("export", "--model", tiny_checkpoint("gpt2"), "--format", "openvino", "--quantize", "int4", out)
+    assert "on OpenVINO" in proc.stdout, proc.stdout
+    shapes = re.findall(r'element_type="i4" shape="([0-9, ]+)"', (out / "openvino" / "openvino_model.xml").read_text())
+    assert {s.replace(" ", "") for s in shapes} == {"192,2,32", "64,2,32", "80,2,32", "64,5,16"}, shapes

@@ -212,20 +212,22 @@ TEST(ApplyPrecision, TargetsComputeTheSameNumbers) {
   EXPECT_TRUE(f16_weight);
 }
 
-TEST(ApplyPrecision, OpenVinoRefusesPartialGroups) {
-  ir::Graph g;
-  ir::Builder b(g);
-  auto x = g.add_input("x", DType::F32, fixed_shape({1, 96}));
-  auto w = b.weight("w", ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {96, 4}, random_matrix(96, 4, 9))).plus_scalar(0));
-  g.add_output(b.add1("MatMul", {x, w}, {}, "y"));
-  const quant::PrecisionSpec p{DType::F32, quant::QuantSpec::parse("int8:block=64"), false};
-  try {
-    passes::apply_precision(g, p, passes::PrecisionTarget::OpenVino);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("K = 96 is not a multiple of the block size 64"), std::string::npos) << e.what();
-  }
-  EXPECT_NO_THROW(passes::apply_precision(g, p, passes::PrecisionTarget::Portable));  // blocks may be partial in ONNX
+// OpenVINO takes whole groups: K = 96 at blocks of 64 becomes groups of 48 (the largest multiple of 8
+// dividing K below the block), where ONNX keeps 64 with a partial last block.
+TEST(ApplyPrecision, OpenVinoAdjustsPartialGroups) {
+  const auto block_of_dequantize = [](passes::PrecisionTarget target) {
+    ir::Graph g;
+    ir::Builder b(g);
+    auto x = g.add_input("x", DType::F32, fixed_shape({1, 96}));
+    auto w = b.weight("w", ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {96, 4}, random_matrix(96, 4, 9))).plus_scalar(0));
+    g.add_output(b.add1("MatMul", {x, w}, {}, "y"));
+    const ir::Graph out = passes::apply_precision(g, {DType::F32, quant::QuantSpec::parse("int8:block=64"), false}, target);
+    for (const auto& node : out.nodes())
+      if (node.op == "DequantizeLinear") return node.attr_int("block_size");
+    return int64_t(-1);
+  };
+  EXPECT_EQ(block_of_dequantize(passes::PrecisionTarget::OpenVino), 48);
+  EXPECT_EQ(block_of_dequantize(passes::PrecisionTarget::Portable), 64);
 }
 
 #ifdef HFX_HAVE_OPENVINO
