@@ -97,7 +97,8 @@ Checkpoint Checkpoint::open_folder(const fs::path& dir) {
   for (const char* name : {"config.json", "generation_config.json", "tokenizer.json",
                            "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
                            "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json",
-                           "chat_template.jinja", "preprocessor_config.json", "source.spm", "target.spm"})
+                           "chat_template.jinja", "preprocessor_config.json", "source.spm", "target.spm",
+                           "target_vocab.json"})
     if (fs::exists(dir / name)) ck.side_files_.push_back(checked_file(dir, name, "file"));
 
   // Weight files, and for a sharded checkpoint the tensor -> shard map that must match them exactly.

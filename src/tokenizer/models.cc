@@ -37,6 +37,14 @@ void Model::set_vocab(const Node& node) {
   }
 }
 
+void Model::set_decode_vocab(const Node& node) {
+  auto encoding = std::move(vocab_);
+  vocab_.clear();
+  vocab_r_.clear();
+  set_vocab(node);
+  vocab_ = std::move(encoding);
+}
+
 int64_t Model::require_token(const Node& where, const std::string& token) const {
   auto id = token_to_id(token);
   if (!id) bad_input("{}: field \"{}\": token {} is not in the vocabulary", where.file().path.string(), where.path(),
@@ -430,11 +438,13 @@ class Unigram : public Model {
 // hfx's own model type, for a tokenizer that numbers a SentencePiece model's pieces by a vocab.json
 // (Marian: sentencepiece_model.h's marian_tokenizer_json): the Unigram in "pieces" splits the text, and
 // each piece takes its id from "vocab", or unk_token's when vocab.json lacks it (as MarianTokenizer's
-// convert_tokens_to_ids does).
+// convert_tokens_to_ids does). A "target_vocab" (Marian's separate_vocabs) numbers the ids decode reads:
+// the decoder's outputs are in the target vocabulary.
 class PieceVocab : public Model {
  public:
   explicit PieceVocab(const Node& node) : pieces_(std::make_unique<Unigram>(node["pieces"])) {
     set_vocab(node["vocab"]);
+    if (node["target_vocab"].present()) set_decode_vocab(node["target_vocab"]);
     unk_ = require_token(node["unk_token"], node["unk_token"].str());
   }
   void tokenize(const std::string& piece, std::vector<int64_t>& out) const override {

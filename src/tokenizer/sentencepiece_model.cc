@@ -156,6 +156,14 @@ nlohmann::json marian_tokenizer_json(const fs::path& dir) {
   };
   const int64_t eos = id_of("</s>");
   id_of("<unk>");
+  // MarianTokenizer(separate_vocabs=True): the target's ids decode through target_vocab.json.
+  std::optional<io::JsonFile> target_vocab;
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    const io::JsonFile config = io::JsonFile::load(file_inside(dir, "tokenizer_config.json", "tokenizer"));
+    const auto it = config.json.find("separate_vocabs");
+    if (it != config.json.end() && it->is_boolean() && it->get<bool>())
+      target_vocab = io::JsonFile::load(file_inside(dir, "target_vocab.json", "tokenizer"));
+  }
   json pieces = json::array();
   for (const auto& p : spm.pieces) pieces.push_back(json::array({p.text, p.score}));
   json normalizers = json::array();
@@ -170,21 +178,23 @@ nlohmann::json marian_tokenizer_json(const fs::path& dir) {
     if (vocab.json.contains(special) && vocab.json[special].is_number_integer())
       added.push_back({{"id", vocab.json[special]}, {"content", special}, {"single_word", false}, {"lstrip", false},
                        {"rstrip", false}, {"normalized", false}, {"special", true}});
-  return {{"version", "1.0"},
-          {"added_tokens", added},
-          {"normalizer", {{"type", "Sequence"}, {"normalizers", normalizers}}},
-          {"pre_tokenizer", metaspace},
-          {"post_processor",
-           {{"type", "TemplateProcessing"},
-            {"single", json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}})},
-            {"pair", json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 0}}}},
-                                  {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}})},
-            {"special_tokens", {{"</s>", {{"id", "</s>"}, {"ids", json::array({eos})}, {"tokens", json::array({"</s>"})}}}}}}},
-          {"decoder", metaspace},
-          {"model", {{"type", "PieceVocab"},
-                     {"pieces", {{"type", "Unigram"}, {"unk_id", spm.unk_id}, {"vocab", pieces}, {"byte_fallback", false}}},
-                     {"vocab", vocab.json},
-                     {"unk_token", "<unk>"}}}};
+  json out = {{"version", "1.0"},
+              {"added_tokens", added},
+              {"normalizer", {{"type", "Sequence"}, {"normalizers", normalizers}}},
+              {"pre_tokenizer", metaspace},
+              {"post_processor",
+               {{"type", "TemplateProcessing"},
+                {"single", json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}})},
+                {"pair", json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 0}}}},
+                                      {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}})},
+                {"special_tokens", {{"</s>", {{"id", "</s>"}, {"ids", json::array({eos})}, {"tokens", json::array({"</s>"})}}}}}}},
+              {"decoder", metaspace},
+              {"model", {{"type", "PieceVocab"},
+                         {"pieces", {{"type", "Unigram"}, {"unk_id", spm.unk_id}, {"vocab", pieces}, {"byte_fallback", false}}},
+                         {"vocab", vocab.json},
+                         {"unk_token", "<unk>"}}}};
+  if (target_vocab) out["model"]["target_vocab"] = target_vocab->json;
+  return out;
 }
 
 }  // namespace hfx::tokenizer

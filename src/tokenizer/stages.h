@@ -71,6 +71,8 @@ class Model {
 
  protected:
   void set_vocab(const Node& vocab_node);  // {"token": id, ...}
+  // Ids decode through this vocabulary instead (Marian's separate target vocabulary).
+  void set_decode_vocab(const Node& vocab_node);
   int64_t require_token(const Node& where, const std::string& token) const;
 
   struct Hash {  // lets find() take a string_view without building a std::string

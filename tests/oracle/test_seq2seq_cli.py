@@ -211,6 +211,60 @@ def test_generate_prompt_text_through_marian_tokenizer(marian_with_tokenizer):
     record_coverage("marian", "tokenizer", "MarianTokenizer (source.spm + vocab.json)", "identical")
 
 
+@pytest.fixture(scope="module")
+def marian_with_separate_vocabs(tiny_checkpoint, tmp_path_factory):
+    """The tiny Marian with separate vocabularies (encoder 128 ids, decoder 100) and its tokenizer files as
+    MarianTokenizer(separate_vocabs=True) reads them: vocab.json numbers the source pieces, target_vocab.json
+    the target's in another order, tokenizer_config.json says separate_vocabs."""
+    import random
+    base = tmp_path_factory.mktemp("mariansep")
+    ckpt = base / "ckpt"
+    shutil.copytree(tiny_checkpoint("marian-vocabs"), ckpt)
+    model = make_tokenizers._train_spm(vocab_size=300, normalization_rule_name="nmt_nfkc", character_coverage=0.98,
+                                       unk_id=1, eos_id=0, bos_id=-1, pad_id=-1)
+    (ckpt / "source.spm").write_bytes(model)
+    (ckpt / "target.spm").write_bytes(model)
+    pieces = [p.piece for p in make_tokenizers._spm_proto(model).pieces if p.piece not in ("</s>", "<unk>")]
+    special = {"</s>": 0, "<unk>": 1, "<pad>": 99}
+    for name, size, seed in (("vocab.json", 128, 0), ("target_vocab.json", 100, 1)):
+        shuffled = list(pieces)
+        random.Random(seed).shuffle(shuffled)
+        free = [i for i in range(size) if i not in special.values()]
+        (ckpt / name).write_text(json.dumps({**special, **dict(zip(shuffled, free))}, ensure_ascii=False))
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MarianTokenizer", "separate_vocabs": True}))
+    out = base / "out"
+    hfx("export", "--model", ckpt, "--format", "onnx", "--quiet", out)
+    return ckpt, out
+
+
+def test_separate_target_vocabulary_decodes_generated_text(marian_with_separate_vocabs):
+    """A Marian with separate vocabularies: the prompt encodes through vocab.json, the decoder's tokens
+    decode through target_vocab.json (copied into the export), as MarianTokenizer(separate_vocabs=True):
+    `hfx generate --prompt` gives Transformers' greedy tokens and prints the text MarianTokenizer decodes
+    from them; `hfx tokenize --decode` decodes target ids the same way."""
+    from transformers import MarianTokenizer
+    ckpt, out = marian_with_separate_vocabs
+    assert (out / "target_vocab.json").exists()
+    tok = MarianTokenizer(source_spm=str(ckpt / "source.spm"), target_spm=str(ckpt / "target.spm"),
+                          vocab=str(ckpt / "vocab.json"), target_vocab_file=str(ckpt / "target_vocab.json"),
+                          separate_vocabs=True)
+    text = "The quick brown fox jumps over the lazy dog."
+    source = tok(text)["input_ids"]
+    want = transformers_tokens(ckpt, [source], 16)[0]
+    ids = hfx("generate", out, "--prompt", text, "--print-ids", "-n", "16")
+    assert [int(t) for t in ids.stdout.strip().split(",")] == want
+    printed = hfx("generate", out, "--prompt", text, "-n", "16")
+    expected = tok.decode(want, skip_special_tokens=True)
+    assert printed.stdout.strip() == expected.strip() and expected.strip(), (printed.stdout, expected)
+    # ids the two vocabularies number differently decode as the target's
+    target_ids = list(range(2, 60))
+    decoded = hfx("tokenize", "-t", out, "--decode", input_text=json.dumps(target_ids) + "\n")
+    assert json.loads(decoded.stdout.strip()) == tok.decode(target_ids, skip_special_tokens=True)
+    assert tok.decode(target_ids, skip_special_tokens=True) != tok.decode(target_ids, skip_special_tokens=True,
+                                                                           use_source_tokenizer=True)
+    record_coverage("marian-vocabs", "tokenizer", "MarianTokenizer separate_vocabs (target_vocab.json)", "identical")
+
+
 def test_generate_refuses_what_the_contract_cannot_take(tiny_checkpoint, tmp_path):
     out = tmp_path / "out"
     hfx("export", "--model", tiny_checkpoint("t5-gated-tied"), "--format", "onnx", "--quiet",
