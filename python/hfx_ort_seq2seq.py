@@ -134,12 +134,24 @@ def generate(export_dir, source: dict, max_new_tokens: int, decoder_start_token_
     rows = [np.full(batch, t, np.int64) for t in prompt]
     done = np.zeros(batch, bool)
     state: dict = {}  # present.* by name: the latest self-attention ones, the first step's cross ones
+    # A static cache (--static-cache): every step reads the self-attention buffers [batch, heads,
+    # max_cache_len, head_dim], zeros before the first, and cache_position, the slots its tokens fill.
+    first_inputs = {i.name: i for i in sessions["decoder"].get_inputs()}
+    static = "cache_position" in first_inputs
+    if static:
+        state.update({"present." + name[len("past_key_values."):]: np.zeros([batch, *i.shape[1:]], np.float32)
+                      for name, i in first_inputs.items() if name.startswith("past_key_values.")})
     for step in range(max_new_tokens):
         ids = np.stack(rows, axis=1) if step == 0 else rows[-1][:, None]
         feed = {"input_ids": ids, "encoder_hidden_states": hidden}
         if mask is not None:
             feed["encoder_attention_mask"] = mask
+        if static:
+            start = 0 if step == 0 else len(prompt) + step - 1
+            feed["cache_position"] = np.arange(start, start + ids.shape[1], dtype=np.int64)
         if step == 0:
+            feed.update({p: state["present." + p[len("past_key_values."):]] for p in first_inputs
+                         if p.startswith("past_key_values.")})
             out = run(sessions["decoder"], feed)
         else:
             past = {i.name for i in sessions["decoder_with_past"].get_inputs() if i.name.startswith("past_key_values.")}

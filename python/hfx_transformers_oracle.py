@@ -172,19 +172,21 @@ def seq2seq_step(model, feeds):
     if "attention_mask" in feeds:
         out = model.get_encoder()(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"])
         return {"last_hidden_state": out.last_hidden_state.detach().contiguous()}
-    # The first step reads encoder_hidden_states (the merged decoder's too, its past empty then).
-    first = "encoder_hidden_states" in feeds and feeds.get("past_key_values.0.decoder.key", torch.zeros(0)).numel() == 0
+    # The first step reads encoder_hidden_states (the merged decoder's too, its past empty then); a
+    # static cache's first step reads its self-attention buffers as well (seq2seq_static_step).
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-    if first:
-        hidden = feeds["encoder_hidden_states"]
-    else:
-        layer = 0
-        while f"past_key_values.{layer}.decoder.key" in feeds:
-            p = f"past_key_values.{layer}."
+    layer = 0
+    while f"past_key_values.{layer}.decoder.key" in feeds:
+        p = f"past_key_values.{layer}."
+        if feeds[p + "decoder.key"].numel() > 0:
             cache.self_attention_cache.update(feeds[p + "decoder.key"], feeds[p + "decoder.value"], layer)
+        if feeds.get(p + "encoder.key", torch.zeros(0)).numel() > 0:
             cache.cross_attention_cache.update(feeds[p + "encoder.key"], feeds[p + "encoder.value"], layer)
             cache.is_updated[layer] = True  # the cross keys/values are read, not computed
-            layer += 1
+        layer += 1
+    if "encoder_hidden_states" in feeds and not any(cache.is_updated.values()):
+        hidden = feeds["encoder_hidden_states"]
+    else:
         # Read only for its shape: every layer's cross-attention reuses the cached keys/values.
         length = feeds["past_key_values.0.encoder.key"].shape[2]
         hidden = torch.zeros(feeds["input_ids"].shape[0], length, model.config.d_model)
@@ -262,8 +264,32 @@ def genai_whisper_step(model, feeds):
     return result
 
 
+def seq2seq_static_step(model, feeds):
+    """An encoder-decoder's --static-cache decoder step (past_key_values.{i}.decoder.* buffers of
+    max_cache_len, cache_position the slots this step writes) run by Transformers on the cache it stands
+    for: the buffers' first cache_position[0] slots; the present buffers are the past ones with the step's
+    keys and values written at cache_position. The causal mask leaves the later slots out."""
+    position = feeds["cache_position"]
+    start, seq = int(position[0]), int(position.numel())
+    if not torch.equal(position, torch.arange(start, start + seq, dtype=position.dtype)):
+        raise ValueError(f"cache_position {position.tolist()} is not one run of slots")
+    grown = {k: v for k, v in feeds.items() if k != "cache_position"}
+    buffers = [k for k in feeds if k.startswith("past_key_values.") and ".decoder." in k]
+    for name in buffers:
+        grown[name] = feeds[name][:, :, :start].contiguous()
+    result = seq2seq_step(model, grown)
+    for name in buffers:
+        present = "present." + name[len("past_key_values."):]
+        buffer = feeds[name].to(torch.float32).clone()
+        buffer[:, :, start:start + seq] = result[present][:, :, start:start + seq]
+        result[present] = buffer.contiguous()
+    return result
+
+
 def run_step(model, feeds, layers):
     if getattr(model.config, "is_encoder_decoder", False):
+        if "cache_position" in feeds:
+            return seq2seq_static_step(model, feeds)
         genai = "audio_features" in feeds or "past_key_self_0" in feeds
         return genai_whisper_step(model, feeds) if genai else seq2seq_step(model, feeds)
     if "cache_position" in feeds:

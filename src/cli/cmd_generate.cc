@@ -12,6 +12,7 @@
 #include "cli/usage.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "io/json_fields.h"
 #include "pipeline/artifact.h"
 #include "pipeline/backend.h"
 #include "pipeline/verify_cases.h"
@@ -42,7 +43,13 @@ void check_sampling_flags(const runtime::SamplingOptions& o) {
 void check_prompts_fit(const pipeline::Artifact& art, const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens) {
   const auto& model = art.manifest["model"];
   if (model.contains("vocab_size") && model["vocab_size"].is_number_integer()) {
-    const auto vocab = model["vocab_size"].get<int64_t>();
+    auto vocab = model["vocab_size"].get<int64_t>();  // the logits'
+    // An encoder-decoder's prompt is its source, in the encoder's vocabulary: config.json's vocab_size
+    // (Marian's separate target vocabulary is decoder_vocab_size).
+    if (art.seq2seq() && fs::exists(art.dir / "config.json")) {
+      const io::JsonFile config = io::JsonFile::load(file_inside(art.dir, "config.json", "config"));
+      if (const auto source = io::optional_int(config, config.json, "vocab_size", 1, INT64_MAX)) vocab = *source;
+    }
     for (const auto& p : prompts)
       for (int64_t id : p)
         if (id >= vocab) bad_input("--prompt-ids: token {} \u2265 vocab {} (the export's vocab_size)", id, vocab);

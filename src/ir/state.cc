@@ -52,13 +52,15 @@ std::vector<int64_t> state_dims(const StateSpec& s, int64_t batch, int64_t lengt
 }
 
 std::vector<StateSpec> encoder_decoder_states(int64_t num_layers, int64_t heads, int64_t head_dim,
-                                              const std::string& self_length, const std::string& encoder_length) {
+                                              const std::string& self_length, const std::string& encoder_length,
+                                              std::optional<int64_t> static_length) {
+  const Dim self_len = static_length ? Dim::fixed(*static_length) : Dim::sym(self_length);
+  const StateUpdate self_update = static_length ? StateUpdate::WriteAtPosition : StateUpdate::Append;
   std::vector<StateSpec> states;
   for (int64_t i = 0; i < num_layers; ++i) {
     for (StateKind kind : {StateKind::SelfAttentionKey, StateKind::SelfAttentionValue})
-      states.push_back({i, kind, DType::F32,
-                        {Dim::sym("batch_size"), Dim::fixed(heads), Dim::sym(self_length), Dim::fixed(head_dim)},
-                        StateUpdate::Append, 2});
+      states.push_back({i, kind, DType::F32, {Dim::sym("batch_size"), Dim::fixed(heads), self_len, Dim::fixed(head_dim)},
+                        self_update, 2});
     for (StateKind kind : {StateKind::CrossAttentionKey, StateKind::CrossAttentionValue})
       states.push_back({i, kind, DType::F32,
                         {Dim::sym("batch_size"), Dim::fixed(heads), Dim::sym(encoder_length), Dim::fixed(head_dim)},

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,10 +62,12 @@ struct KvCacheGeometry {
 };
 std::vector<StateSpec> kv_cache_states(const KvCacheGeometry& g, const std::string& length = "past_sequence_length");
 // An encoder-decoder's decoder state: per layer its self-attention key and value [batch_size, heads,
-// `self_length`, head_dim], appended to, and its cross-attention key and value [batch_size, heads,
+// `self_length`, head_dim], appended to (or, given `static_length`, fixed buffers of that length
+// written at cache_position), and its cross-attention key and value [batch_size, heads,
 // `encoder_length`, head_dim], computed by the first step from the encoder's output and kept.
 std::vector<StateSpec> encoder_decoder_states(int64_t num_layers, int64_t heads, int64_t head_dim,
-                                              const std::string& self_length, const std::string& encoder_length);
+                                              const std::string& self_length, const std::string& encoder_length,
+                                              std::optional<int64_t> static_length = std::nullopt);
 
 // A short convolution's carried inputs (LFM2's Lfm2ShortConv): the last `width` = kernel - 1 columns
 // [batch_size, channels, width] it read, channels first as the depthwise conv reads them, replaced

@@ -357,8 +357,8 @@ class Bart final : public Seq2SeqLm {
         ir::ValueId q = project(b, x, l + "self_attn.q_proj", heads);
         ir::ValueId k = project(b, x, l + "self_attn.k_proj", heads, t_.key_bias);
         ir::ValueId v = project(b, x, l + "self_attn.v_proj", heads);
-        k = grow_self_cache(b, in.past_key, i, k);
-        v = grow_self_cache(b, in.past_value, i, v);
+        k = update_self_cache(b, in, in.past_key, i, k);
+        v = update_self_cache(b, in, in.past_value, i, v);
         out.present_key.push_back(k);
         out.present_value.push_back(v);
         return attend(b, q, k, v, self_bias, l + "self_attn.out_proj", heads);

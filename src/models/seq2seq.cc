@@ -16,6 +16,10 @@ ir::ValueId kept_or_computed(ir::Builder& b, ir::ValueId kept, ir::ValueId compu
 }
 
 StepPositions step_positions(ir::Builder& b, const Seq2SeqDecoderInputs& in) {
+  if (in.cache_position != ir::kNone) {
+    ir::ValueId slots = b.squeeze(b.shape_of(in.past_key.at(0), 2, 3), {0});
+    return {in.cache_position, b.add1("Range", {b.i64(0), slots, b.i64(1)})};
+  }
   ir::ValueId seq = b.squeeze(b.shape_of(in.input_ids, 1, 2), {0});
   ir::ValueId past = in.past_key.empty() ? b.i64(0) : b.squeeze(b.shape_of(in.past_key[0], 2, 3), {0});
   ir::ValueId total = b.plus(past, seq);
@@ -36,8 +40,11 @@ ir::ValueId causal_bias(ir::Builder& b, const StepPositions& p, ir::ValueId bias
   return b.unsqueeze(b.add1("Where", {later, lowest, b.f32(0.0f)}), {0, 1});
 }
 
-ir::ValueId grow_self_cache(ir::Builder& b, const std::vector<ir::ValueId>& past, int64_t layer, ir::ValueId now) {
-  return past.empty() ? now : b.concat({past[size_t(layer)], now}, 2);
+ir::ValueId update_self_cache(ir::Builder& b, const Seq2SeqDecoderInputs& in, const std::vector<ir::ValueId>& past,
+                              int64_t layer, ir::ValueId now) {
+  if (past.empty()) return now;
+  if (in.cache_position != ir::kNone) return b.add1("CacheUpdate", {past[size_t(layer)], now, in.cache_position});
+  return b.concat({past[size_t(layer)], now}, 2);
 }
 
 }  // namespace hfx::models

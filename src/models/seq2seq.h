@@ -30,8 +30,11 @@ struct Seq2SeqDecoderInputs {
   // f32 [batch, enc, hidden]: the encoder's output, read by a first step (cross keys/values computed
   // from it); kNone for a step that reads the cross keys/values carried from the first.
   ir::ValueId encoder_hidden_states = ir::kNone;
-  // Per layer [batch, heads, past, head_dim]; empty for a first step (no self-attention past).
+  // Per layer [batch, heads, past, head_dim]; empty for a first step (no self-attention past). With a
+  // static cache, buffers [batch, heads, max_cache_len, head_dim] that every step reads, the first too.
   std::vector<ir::ValueId> past_key, past_value;
+  // i64 [seq]: a static cache's slots for this step's tokens (their positions); kNone when growing.
+  ir::ValueId cache_position = ir::kNone;
   // Per layer [batch, heads, enc, head_dim]; empty when encoder_hidden_states is given. Given with
   // encoder_hidden_states too (the merged decoder), they are empty on the first step ([.., 0, ..]) and
   // used as they are after it: kept_or_computed.
@@ -51,7 +54,9 @@ struct Seq2SeqDecoderOutputs {
 ir::ValueId kept_or_computed(ir::Builder& b, ir::ValueId kept, ir::ValueId computed);
 
 // A decoder step's positions: its tokens' (past .. past + seq, the past length read from the first past
-// key's shape, 0 for a first step) and every key's (0 .. past + seq), i64 1-D.
+// key's shape, 0 for a first step) and every key's (0 .. past + seq), i64 1-D. With a static cache:
+// cache_position and every slot of the buffer (0 .. max_cache_len); the causal mask hides the slots
+// not yet written, which lie past every query.
 struct StepPositions {
   ir::ValueId queries = ir::kNone, keys = ir::kNone;
 };
@@ -62,8 +67,9 @@ ir::ValueId relative_positions(ir::Builder& b, const StepPositions& p);
 // eager mask adds it. Without a bias, the mask alone as [1, 1, queries, keys].
 ir::ValueId causal_bias(ir::Builder& b, const StepPositions& p, ir::ValueId bias = ir::kNone);
 // Layer `layer`'s self-attention keys or values after this step: the past ones (when the step has a
-// past) followed by this step's.
-ir::ValueId grow_self_cache(ir::Builder& b, const std::vector<ir::ValueId>& past, int64_t layer, ir::ValueId now);
+// past) followed by this step's, or a static buffer with this step's written at cache_position.
+ir::ValueId update_self_cache(ir::Builder& b, const Seq2SeqDecoderInputs& in, const std::vector<ir::ValueId>& past,
+                              int64_t layer, ir::ValueId now);
 
 // The longest source and decoded sequence a model's position tables index (none: unbounded, T5's
 // relative positions).

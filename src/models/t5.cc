@@ -182,8 +182,8 @@ class T5 final : public Seq2SeqLm {
         ir::ValueId q = project(b, x, p + "0.SelfAttention.q");
         ir::ValueId k = project(b, x, p + "0.SelfAttention.k");
         ir::ValueId v = project(b, x, p + "0.SelfAttention.v");
-        k = grow_self_cache(b, in.past_key, i, k);
-        v = grow_self_cache(b, in.past_value, i, v);
+        k = update_self_cache(b, in, in.past_key, i, k);
+        v = update_self_cache(b, in, in.past_value, i, v);
         out.present_key.push_back(k);
         out.present_value.push_back(v);
         h = b.plus(h, attend(b, q, k, v, self_bias, p + "0.SelfAttention.o"));

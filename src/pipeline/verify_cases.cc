@@ -143,10 +143,13 @@ std::vector<ShapeCase> shape_matrix(const ir::Graph& g, const std::string& role,
       {"prompt, batch min", "longest, batch min"},    {"chunk, cache partial", "half length"},
       {"decode, cache near full", "one token, batch max"}, {"sequence max, cache near full", "longest, batch min"}};
   // A step with no cache to read: a prefill, an encoder, an encoder-decoder's first decoder step (not
-  // its merged decoder, which takes a past as well).
-  bool reads_past = false;
-  for (auto id : g.inputs()) reads_past = reads_past || tasks::find_past(cache.states, g.value(id).name);
-  const bool uncached = role == "prefill" || role == "encoder" || (takes(g, "encoder_hidden_states") && !reads_past);
+  // its merged decoder, which takes the kept cross state as well). A static cache's first step reads its
+  // self-attention buffers, but always from slot 0.
+  bool reads_kept = false;
+  for (auto id : g.inputs())
+    if (const tasks::StatePort* p = tasks::find_past(cache.states, g.value(id).name))
+      reads_kept = reads_kept || p->spec.update == tasks::StateUpdate::Keep || !cache.static_cache;
+  const bool uncached = role == "prefill" || role == "encoder" || (takes(g, "encoder_hidden_states") && !reads_kept);
   auto add = [&](std::string name, int64_t b, int64_t s, int64_t p) {
     if (role == "encoder" && encoder_names.count(name)) name = encoder_names.at(name);
     if (uncached) p = 0;
@@ -212,13 +215,14 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
   std::mt19937_64 rng(seed);
   std::map<std::string, Tensor> in;
   const int64_t B = c.batch, S = c.seq, P = c.past, T = P + S;
-  const int64_t mask_len = cache.static_cache ? cache.max_cache_len : T;
   std::set<std::string> wanted;
   for (auto id : g.inputs()) wanted.insert(g.value(id).name);
   bool carries_state = false;
   for (const auto& p : cache.states) carries_state = carries_state || wanted.count(p.past);
   for (auto id : g.outputs()) carries_state = carries_state || tasks::find_present(cache.states, g.value(id).name);
   const bool decoder = wanted.count("position_ids") || carries_state;
+  // A static cache's decoder masks its whole buffer; an encoder (an encoder-decoder's) its tokens.
+  const int64_t mask_len = cache.static_cache && decoder ? cache.max_cache_len : T;
   // A decoder without position_ids (the onnx ort profile, its split prefill too) keeps each row's keys
   // from position 0 in its cache (GroupQueryAttention's own format), so the cases fed a cache the
   // reference made use unpadded rows; its padded rows are checked by the greedy generation.
@@ -306,7 +310,7 @@ std::map<std::string, Tensor> make_inputs(const ir::Graph& g, const ShapeCase& c
     }
     in[name] = std::move(t);
   }
-  if (cache.static_cache) {
+  if (cache.static_cache && decoder) {
     std::vector<int64_t> cp(static_cast<size_t>(S));
     for (int64_t i = 0; i < S; ++i) cp[size_t(i)] = P + i;
     in["cache_position"] = i64s({S}, cp);

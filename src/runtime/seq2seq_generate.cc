@@ -115,6 +115,18 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
       if (p.spec.update == tasks::StateUpdate::Keep) past[p.past] = take(encoded, p.present, "encoder");
       else past[p.past] = Tensor(p.spec.dtype, tasks::state_dims(p.spec, B, 0));  // the first step's empty past
   }
+  // A static cache's self-attention buffers start as zeros; every step reads them and writes its tokens
+  // at cache_position.
+  const int64_t positions = int64_t(prompt.size()) + o.max_new_tokens - 1;  // the last token is never fed
+  if (cache.static_cache && positions > cache.max_cache_len)
+    bad_input("generate: {} decoder prompt token(s) + {} new tokens need {} cache slots; the export's static cache has "
+              "{} (--max-cache-len); use -n {} at most",
+              prompt.size(), o.max_new_tokens, positions, cache.max_cache_len,
+              std::max<int64_t>(0, cache.max_cache_len - int64_t(prompt.size()) + 1));
+  if (cache.static_cache)
+    for (const auto& p : cache.states)
+      if (p.spec.update == tasks::StateUpdate::WriteAtPosition)
+        past[p.past] = Tensor(p.spec.dtype, tasks::state_dims(p.spec, B, cache.max_cache_len));
   StepRunner& first = r.first ? *r.first : r.next;
   const std::vector<std::string> step_inputs = first.input_names();
   const bool masked = std::find(step_inputs.begin(), step_inputs.end(), "encoder_attention_mask") != step_inputs.end();
@@ -141,8 +153,14 @@ std::vector<std::vector<int64_t>> generate_seq2seq(const Seq2SeqRunners& r, cons
     std::map<std::string, Tensor> feed = {{"input_ids", ids_tensor(r.ids, {B, seq}, step_ids)}};
     if (masked) feed["encoder_attention_mask"] = sources.mask;
     if ((step == 0 && r.first) || holds_state) feed["encoder_hidden_states"] = hidden;
-    else
+    if (!holds_state)  // a growing cache's first step has none yet
       for (const auto& [name, t] : past) feed[name] = t;
+    if (cache.static_cache) {
+      const int64_t at = step == 0 ? 0 : int64_t(prompt.size()) + step - 1;
+      std::vector<int64_t> slots(static_cast<size_t>(seq));
+      for (int64_t i = 0; i < seq; ++i) slots[size_t(i)] = at + i;
+      feed["cache_position"] = Tensor::from_vector<int64_t>(DType::I64, {seq}, slots);
+    }
     auto result = (step == 0 ? first : r.next).run(feed);
     // The self-attention cache grows every step; the cross-attention state comes from the first (or
     // from the encoder).

@@ -40,8 +40,11 @@ void declare_bounds(ir::Graph& g, const models::Seq2SeqLm& model, const CausalLm
   keep_used_symbols(g);
 }
 
-std::vector<StatePort> state_ports(const models::Seq2SeqLm& model) {
-  return name_states(ir::encoder_decoder_states(model.decoder_layers(), model.heads(), model.head_dim(), kPast, kEncoder),
+// A static cache (--static-cache) makes the self-attention state buffers of max_cache_len.
+std::vector<StatePort> state_ports(const models::Seq2SeqLm& model, const CausalLmOptions& o) {
+  const auto static_length = o.static_cache ? std::optional<int64_t>(o.max_cache_len) : std::nullopt;
+  return name_states(ir::encoder_decoder_states(model.decoder_layers(), model.heads(), model.head_dim(), kPast, kEncoder,
+                                                static_length),
                      state_names(StateNames::Seq2Seq));
 }
 
@@ -77,12 +80,16 @@ Component build_encoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
 // The decoder's graphs: the first step (reads encoder_hidden_states, returns every state), a later
 // step (reads the carried state, returns the self-attention cache), or both in one graph (Merged:
 // Optimum's and transformers.js's decoder_model_merged, with use_cache_branch; an empty past on the
-// first step, the cross state computed then and carried after, kept_or_computed).
+// first step, the cross state computed then and carried after, kept_or_computed). With a static cache
+// every step reads the self-attention buffers (zeros before the first) and cache_position, the slots
+// its tokens are written at; there is no merged graph then.
 enum class Step { First, WithPast, Merged };
 
 Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o, Step step) {
-  std::vector<StatePort> ports = state_ports(model);
+  std::vector<StatePort> ports = state_ports(model, o);
   const bool reads_past = step != Step::First, reads_hidden = step != Step::WithPast;
+  const bool reads_buffers = o.static_cache;
+  const auto reads = [&](const StatePort& p) { return reads_past || (reads_buffers && !is_cross(p)); };
   static const char* const kRoles[] = {"decoder", "decoder_with_past", "decoder_merged"};
   static const char* const kStems[] = {"decoder_model", "decoder_with_past_model", "decoder_model_merged"};
   Component c{kRoles[int(step)], kStems[int(step)], ir::Graph("main"), {}, {}, {}, {}};
@@ -94,18 +101,20 @@ Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
   if (masked_source) c.inputs.push_back({"encoder_attention_mask", DType::I64, {Dim::sym(kBatch), Dim::sym(kEncoder)}});
   if (reads_hidden)
     c.inputs.push_back({"encoder_hidden_states", DType::F32, {Dim::sym(kBatch), Dim::sym(kEncoder), Dim::fixed(hidden)}});
-  if (reads_past)
-    for (const auto& p : ports) {
-      Shape shape = state_shape(p.spec, Dim::sym(kPast));
-      if (step == Step::Merged && is_cross(p)) shape[size_t(p.spec.axis)] = Dim::sym(kPastEncoder);
-      c.inputs.push_back({p.past, p.spec.dtype, shape});
-    }
+  for (const auto& p : ports) {
+    if (!reads(p)) continue;
+    Shape shape = state_shape(p.spec, o.static_cache ? Dim::fixed(o.max_cache_len) : Dim::sym(kPast));
+    if (step == Step::Merged && is_cross(p)) shape[size_t(p.spec.axis)] = Dim::sym(kPastEncoder);
+    c.inputs.push_back({p.past, p.spec.dtype, shape});
+  }
+  if (o.static_cache) c.inputs.push_back({"cache_position", DType::I64, {Dim::sym(kSeq)}});
   // Read by no node: clients that see it feed a merged decoder (Optimum tells one by this input).
   if (step == Step::Merged) c.inputs.push_back({"use_cache_branch", DType::Bool, {Dim::fixed(1)}});
   c.outputs = {{"logits", DType::F32, {Dim::sym(kBatch), Dim::sym(kSeq), Dim::fixed(model.summary().vocab_size)}}};
   for (const auto& p : ports)
     if (step != Step::WithPast || !is_cross(p))
-      c.outputs.push_back({p.present, p.spec.dtype, state_shape(p.spec, Dim::sym(reads_past ? kTotal : kSeq))});
+      c.outputs.push_back({p.present, p.spec.dtype,
+                           state_shape(p.spec, o.static_cache ? Dim::fixed(o.max_cache_len) : Dim::sym(reads_past ? kTotal : kSeq))});
 
   std::map<std::string, ir::ValueId> ids;
   for (const auto& spec : c.inputs) ids[spec.name] = g.add_input(spec.name, spec.dtype, spec.shape);
@@ -113,14 +122,15 @@ Component build_decoder(const models::Seq2SeqLm& model, const CausalLmOptions& o
   in.input_ids = ids.at("input_ids");
   if (masked_source) in.encoder_attention_mask = ids.at("encoder_attention_mask");
   if (reads_hidden) in.encoder_hidden_states = ids.at("encoder_hidden_states");
-  if (reads_past)
-    for (const auto& p : ports) {
-      auto& slot = p.spec.kind == StateKind::SelfAttentionKey     ? in.past_key
-                   : p.spec.kind == StateKind::SelfAttentionValue ? in.past_value
-                   : p.spec.kind == StateKind::CrossAttentionKey  ? in.cross_key
-                                                                  : in.cross_value;
-      slot.push_back(ids.at(p.past));  // ports are in layer order
-    }
+  for (const auto& p : ports) {
+    if (!reads(p)) continue;
+    auto& slot = p.spec.kind == StateKind::SelfAttentionKey     ? in.past_key
+                 : p.spec.kind == StateKind::SelfAttentionValue ? in.past_value
+                 : p.spec.kind == StateKind::CrossAttentionKey  ? in.cross_key
+                                                                : in.cross_value;
+    slot.push_back(ids.at(p.past));  // ports are in layer order
+  }
+  if (o.static_cache) in.cache_position = ids.at("cache_position");
   ir::Builder b(g);
   const models::Seq2SeqDecoderOutputs out = model.decode(b, in);
   std::vector<ir::ValueId> values = {out.logits};
@@ -252,9 +262,18 @@ const std::vector<std::string>& seq2seq_dim_names() {
 }
 
 std::vector<Component> build_seq2seq(const models::Seq2SeqLm& model, const CausalLmOptions& o) {
-  if (o.split_prefill || o.static_cache)
-    bad_input("--split-prefill and --static-cache apply to decoder-only models: an encoder-decoder is exported as "
-              "encoder, decoder (first step) and decoder_with_past, with a growing self-attention cache");
+  if (o.split_prefill)
+    bad_input("--split-prefill applies to decoder-only models: an encoder-decoder is exported as encoder, decoder "
+              "(first step) and decoder_with_past already");
+  if (o.static_cache) {
+    if (o.max_cache_len <= 0) bad_input("--static-cache needs --max-cache-len N (N > 0)");
+    if (const auto target = model.position_limits().target; target && o.max_cache_len > *target)
+      bad_input("--max-cache-len {}: {}'s decoder positions go to {} (its position table)", o.max_cache_len,
+                model.summary().model_type, *target);
+    if (o.seq2seq_layout == "genai")
+      bad_input("--static-cache with --onnx-layout genai: onnxruntime-genai's Whisper decoder grows its cache; export "
+                "the static cache in the optimum layout (the default)");
+  }
   for (const auto& [name, b] : o.dims) {
     const auto& names = seq2seq_dim_names();
     if (std::find(names.begin(), names.end(), name) == names.end())
@@ -283,7 +302,8 @@ std::vector<Component> build_seq2seq(const models::Seq2SeqLm& model, const Causa
   out.push_back(build_encoder(model, o));
   out.push_back(build_decoder(model, o, Step::First));
   out.push_back(build_decoder(model, o, Step::WithPast));
-  out.push_back(build_decoder(model, o, Step::Merged));
+  // Optimum's and transformers.js's merged decoder carries a growing cache; a static one has none.
+  if (!o.static_cache) out.push_back(build_decoder(model, o, Step::Merged));
   // Optimum and transformers.js fetch each graph with its own `_data` file.
   for (auto& c : out) c.own_weight_files = true;
   return out;

@@ -35,10 +35,18 @@ bool has_cross_state(const tasks::Component& c) {
   return tasks::first_of_kind(c.state, tasks::StateKind::CrossAttentionKey) != nullptr;
 }
 
+// An encoder-decoder's stateful layout is its merged decoder, which a static cache has none of.
+void refuse_stateful_static_seq2seq(const Recipe& r, const tasks::Component& c) {
+  if (r.options.flag("openvino_stateful") && has_cross_state(c) && !tasks::shared_buffers_of(c.state).empty())
+    bad_input("openvino: an encoder-decoder's stateful layout is its merged decoder with a growing cache (optimum-intel's, "
+              "WhisperPipeline's); with --static-cache add --stateless");
+}
+
 // Whether a component is written in the stateful layout: its state's past inputs and present outputs
 // become variables, a `beam_idx` input reorders them. An encoder-decoder's stateful decoder is its
 // merged decoder (optimum-intel's openvino_decoder_model.xml, which WhisperPipeline runs).
 bool stateful(const Recipe& r, const tasks::Component& c) {
+  refuse_stateful_static_seq2seq(r, c);
   bool has_cache = false;
   for (const auto& in : c.inputs) has_cache = has_cache || tasks::find_past(c.state, in.name);
   if (!r.options.flag("openvino_stateful") || !has_cache) return false;
@@ -52,6 +60,7 @@ bool stateful(const Recipe& r, const tasks::Component& c) {
 // The stateful layout of an encoder-decoder holds one decoder: its first-step and with-past graphs are
 // not written (their steps are the stateful merged decoder's first and later calls).
 bool stands_aside(const Recipe& r, const tasks::Component& c) {
+  refuse_stateful_static_seq2seq(r, c);
   return r.options.flag("openvino_stateful") && has_cross_state(c) && c.role != "decoder_merged";
 }
 
