@@ -44,15 +44,22 @@ def load_model(job):
 
 def is_recurrent(model, layer):
     """A layer whose state is a convolution's (LFM2's "conv") or a Mamba mixer's ("linear_attention";
-    Mamba2Config names every layer so)."""
+    Mamba2Config names every layer so; Falcon-H1's "hybrid" layers carry a mixer's and attention's)."""
     types = getattr(model.config, "layer_types", None) or []
-    return layer < len(types) and types[layer] in ("conv", "linear_attention", "mamba")
+    return layer < len(types) and types[layer] in ("conv", "linear_attention", "mamba", "hybrid")
 
 
 def is_stateless(model, layer):
     """A layer that carries nothing from step to step: Nemotron-H's MLP (and MoE) layers."""
     types = getattr(model.config, "layer_types", None) or []
     return layer < len(types) and types[layer] in ("mlp", "moe")
+
+
+def has_attention(model, layer):
+    """A layer with keys and values: every layer but a recurrent or stateless one, and Falcon-H1's."""
+    types = getattr(model.config, "layer_types", None) or []
+    return not (is_recurrent(model, layer) or is_stateless(model, layer)) or (
+        layer < len(types) and types[layer] == "hybrid")
 
 
 def is_hybrid(model):
@@ -97,7 +104,7 @@ def cache_of(model, feeds, layers):
     for layer in range(layers):
         if f"past_key_values.{layer}.key" in feeds:
             cache.update(feeds[f"past_key_values.{layer}.key"], feeds[f"past_key_values.{layer}.value"], layer)
-        elif f"past_conv.{layer}" in feeds and started:
+        if f"past_conv.{layer}" in feeds and started:
             state = feeds[f"past_conv.{layer}"].to(torch.float32)
             cache.update_conv_state(torch.nn.functional.pad(state, (1, 0)), layer, conv_kernel_size=state.shape[-1] + 1)
             if recurrent_name(model, "past", layer) in feeds:
@@ -109,13 +116,12 @@ def cache_of(model, feeds, layers):
 def cache_tensors(model, cache, layers):
     out = {}
     for layer in range(layers):
-        if is_stateless(model, layer):
-            continue
         if is_recurrent(model, layer):
             out[f"present_conv.{layer}"] = cache.get_conv_state(layer)[:, :, 1:]
             ssm = cache.get_recurrent_state(layer)
             if ssm is not None:
                 out[recurrent_name(model, "present", layer)] = ssm
+        if not has_attention(model, layer):
             continue
         if hasattr(cache, "layers"):
             k, v = cache.layers[layer].keys, cache.layers[layer].values

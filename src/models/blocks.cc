@@ -144,6 +144,7 @@ AttentionOut projected_attention(ir::Builder& b, const io::Checkpoint& ckpt, ir:
                        sp.head_dim);
   };
   ir::ValueId q = heads("q_proj", sp.heads), k = heads("k_proj", sp.kv_heads), v = heads("v_proj", sp.kv_heads);
+  if (sp.key_multiplier != 1.0) k = b.times(k, b.f32(float(sp.key_multiplier)));
   if (sp.rope) {
     const auto& cos_sin = tables.rope(*sp.rope);
     q = b.add1("RotaryEmbedding", {q, cos_sin[0], cos_sin[1]});

@@ -89,6 +89,7 @@ struct ProjectedAttention {
   double scale = 1.0;
   bool bias = false;
   const RopeSpec* rope = nullptr;
+  double key_multiplier = 1.0;  // k_proj's output times this before rope (Falcon-H1's muP key_multiplier)
 };
 AttentionOut projected_attention(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
                                  const CausalLmInputs& in, int64_t layer, StepTables& tables, const ProjectedAttention& spec);

@@ -1,6 +1,7 @@
 #include "models/mamba2_mixer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 
@@ -66,10 +67,15 @@ std::vector<ir::StateSpec> Mamba2MixerSpec::states(int64_t layer) const {
 }
 
 std::string Mamba2MixerSpec::describe() const {
-  return fmt::format("{} heads x head_dim {}, state {}, {} groups, chunk {}; conv kernel {} over {} channels{}; "
-                     "time_step_limit [{}, {}]",
-                     heads, head_dim, state_size, groups, chunk, conv_kernel, conv_dim(), conv_bias ? " (biases)" : "",
-                     dt_min, dt_max);
+  std::string out = fmt::format("{} heads x head_dim {}, state {}, {} groups, chunk {}; conv kernel {} over {} channels{}; "
+                                "time_step_limit [{}, {}]",
+                                heads, head_dim, state_size, groups, chunk, conv_kernel, conv_dim(),
+                                conv_bias ? " (biases)" : "", dt_min, dt_max);
+  if (gated_norm == GatedNorm::BeforeGate) out += "; group norm before the gate";
+  if (gated_norm == GatedNorm::None) out += "; no norm (y * silu(gate))";
+  if (in_multiplier != 1.0 || zxbcdt_multipliers != std::array<double, 5>{1.0, 1.0, 1.0, 1.0, 1.0})
+    out += fmt::format("; input x {}, in_proj's z, x, B, C, dt x {}", in_multiplier, fmt::join(zxbcdt_multipliers, ", "));
+  return out;
 }
 
 Mamba2MixerSpec parse_mamba2_mixer(const io::JsonFile& f, int64_t hidden, const Mamba2MixerKeys& k,
@@ -107,6 +113,7 @@ Mamba2MixerSpec parse_mamba2_mixer(const io::JsonFile& f, int64_t hidden, const 
   s.chunk = int_or(k.chunk, d.chunk, 1 << 16);
   s.eps = k.eps.empty() ? d.eps : norm_eps(f, j, k.eps, d.eps);
   s.proj_bias = bool_or(k.proj_bias, d.proj_bias);
+  s.out_proj_bias = s.proj_bias;
   s.conv_bias = bool_or(k.conv_bias, d.conv_bias);
   if (auto act = io::optional_string(f, j, k.act); act && *act != "silu" && *act != "swish")
     unsupported("{}: {} \"{}\" (the Mamba-2 mixer's conv activation; hfx supports silu)", file_name(f), k.act, *act);
@@ -129,10 +136,20 @@ Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::Valu
   const std::string why = fmt::format("hidden_size={}, heads={}, head_dim={}, groups={}, state_size={}", sp.hidden, H,
                                       sp.head_dim, sp.groups, sp.state_size);
   if (pad_mask) x = b.times(x, *pad_mask);
+  if (sp.in_multiplier != 1.0) x = b.times(x, b.f32(float(sp.in_multiplier)));
   ir::ValueId proj;
   {
     auto s = b.scope("in_proj");
     proj = linear(b, ckpt, x, p + "in_proj", sp.hidden, I + CD + H, sp.proj_bias, why);
+    // Falcon-H1's mup_vector: [z: I | x: I | B: GN | C: GN | dt: H], one multiplier a part, as an f32
+    // vector (compute_mup_vector), times the projection's output (bias included).
+    if (sp.zxbcdt_multipliers != std::array<double, 5>{1.0, 1.0, 1.0, 1.0, 1.0}) {
+      std::vector<float> mup;
+      const int64_t parts[5] = {I, I, GN, GN, H};
+      for (size_t part = 0; part < 5; ++part)
+        mup.insert(mup.end(), size_t(parts[part]), float(sp.zxbcdt_multipliers[part]));
+      proj = b.times(proj, b.constant(Tensor::from_vector<float>(DType::F32, {I + CD + H}, mup), "mup_vector"));
+    }
   }
   ir::ValueId gate = b.slice(proj, 0, I, 2), xbc = b.slice(proj, I, I + CD, 2), dt = b.slice(proj, I + CD, I + CD + H, 2);
 
@@ -148,18 +165,25 @@ Mamba2MixerOut mamba2_mixer(ir::Builder& b, const io::Checkpoint& ckpt, ir::Valu
   SsdOut ssd = ssd_chunk_scan(b, xs, dt, A, Bs, Cs, D, past_ssm, {H, sp.head_dim, sp.state_size, sp.chunk});
   r.ssm_state = ssd.final_state;
 
-  // MambaRMSNormGated: y * silu(gate), RMS-normalized per group of intermediate / groups, times weight.
-  ir::ValueId y = b.times(b.reshape(ssd.out, {0, 0, I}), activation(b, gate, Activation::Silu));
-  {
+  // The gate (silu) and the group RMSNorm (per group of intermediate / groups, times weight), in the
+  // order sp.gated_norm says.
+  ir::ValueId y = b.reshape(ssd.out, {0, 0, I});
+  auto gated = [&](ir::ValueId v) { return b.times(v, activation(b, gate, Activation::Silu)); };
+  auto group_norm = [&](ir::ValueId v) {
     auto s = b.scope("norm");
     const int64_t group = I / sp.groups;
     const Tensor ones = Tensor::from_vector<float>(DType::F32, {group}, std::vector<float>(size_t(group), 1.0f));
-    y = b.add1("RMSNorm", {b.reshape(y, {0, 0, sp.groups, group}), b.constant(ones, "group_norm_ones")},
+    v = b.add1("RMSNorm", {b.reshape(v, {0, 0, sp.groups, group}), b.constant(ones, "group_norm_ones")},
                {{"epsilon", sp.eps}});
-    y = b.times(b.reshape(y, {0, 0, I}), bind_weight(b, ckpt, p + "norm.weight", {I}, why));
+    return b.times(b.reshape(v, {0, 0, I}), bind_weight(b, ckpt, p + "norm.weight", {I}, why));
+  };
+  switch (sp.gated_norm) {
+    case GatedNorm::AfterGate: y = group_norm(gated(y)); break;
+    case GatedNorm::BeforeGate: y = gated(group_norm(y)); break;
+    case GatedNorm::None: y = gated(y); break;
   }
   auto s = b.scope("out_proj");
-  r.out = linear(b, ckpt, y, p + "out_proj", I, sp.hidden, sp.proj_bias, why);
+  r.out = linear(b, ckpt, y, p + "out_proj", I, sp.hidden, sp.out_proj_bias, why);
   return r;
 }
 

@@ -1,15 +1,23 @@
 // The Mamba-2 mixer as one block, shared by the families that wire it: Mamba2Mixer (mamba2),
-// GraniteMoeHybridMambaLayer (granitemoehybrid) and the others built on Transformers' torch_forward:
+// GraniteMoeHybridMambaLayer (granitemoehybrid), FalconH1Mixer (falcon_h1) and the others built on
+// Transformers' torch_forward:
 //
-//   x ─ (padding zeroed) ─ in_proj ─┬─ gate ─────────────────────────────────────────────┐
-//                                   ├─ xBC ─ causal depthwise conv ─ silu ─ (zeroed) ─┐  │
-//                                   └─ dt ─ + dt_bias ─ softplus ─ limits ───────────┴─ SSD scan ─ * silu(gate)
-//   ─ group RMSNorm ─ out_proj
+//   x ─ (padding zeroed) ─ [* in] ─ in_proj ─ [* zxbcdt] ─┬─ gate ──────────────────────────────────────────┐
+//                                                        ├─ xBC ─ causal depthwise conv ─ silu ─ (zeroed) ─┐ │
+//                                                        └─ dt ─ + dt_bias ─ softplus ─ limits ────────────┴─ SSD scan ─
+//   ─ gated norm ─ out_proj
+//
+// where the gated norm is, per GatedNorm, group RMSNorm(y * silu(gate)) (Mamba2's MambaRMSNormGated),
+// group RMSNorm(y) * silu(gate) (FalconH1RMSNormGated's norm_before_gate) or y * silu(gate) alone
+// (Falcon-H1 without mamba_rms_norm); the bracketed multiplications are Falcon-H1's muP multipliers
+// (ssm_in_multiplier; ssm_multipliers over the z, x, B, C and dt parts of in_proj's output), left out
+// of the graph when they are 1.
 //
 // Its state: the conv's last kernel - 1 inputs [batch, conv_dim, kernel - 1] (a Convolution state)
 // and the scan's [batch, heads, head_dim, state_size] (a Recurrent state), both replaced each step.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -24,10 +32,23 @@
 
 namespace hfx::models {
 
+// How the scan's output meets the gate before out_proj.
+enum class GatedNorm {
+  AfterGate,   // MambaRMSNormGated: group RMSNorm(y * silu(gate)) * weight
+  BeforeGate,  // FalconH1RMSNormGated(norm_before_gate=True): group RMSNorm(y) * weight * silu(gate)
+  None,        // no norm (Falcon-H1's mamba_rms_norm false): y * silu(gate), no norm.weight
+};
+
 struct Mamba2MixerSpec {
   int64_t hidden = 0, heads = 0, head_dim = 0, state_size = 0, groups = 1, conv_kernel = 4, chunk = 256;
   double eps = 1e-5;  // the gated group norm's
   bool proj_bias = false, conv_bias = true;
+  bool out_proj_bias = false;  // parse_mamba2_mixer: proj_bias (Falcon-H1 biases out_proj by projectors_bias)
+  GatedNorm gated_norm = GatedNorm::AfterGate;
+  // muP multipliers (Falcon-H1): the input times in_multiplier before in_proj; in_proj's output (bias
+  // included) times one multiplier per part, in order gate (z), x, B, C, dt.
+  double in_multiplier = 1.0;
+  std::array<double, 5> zxbcdt_multipliers = {1.0, 1.0, 1.0, 1.0, 1.0};
   double dt_min = 0.0, dt_max = std::numeric_limits<double>::infinity();  // time_step_limit
 
   int64_t intermediate() const { return heads * head_dim; }

@@ -6,6 +6,7 @@
 #include "models/bart.h"
 #include "models/bert.h"
 #include "models/decoder.h"
+#include "models/falcon_h1.h"
 #include "models/gpt2.h"
 #include "models/gpt_neox.h"
 #include "models/jamba.h"
@@ -219,6 +220,12 @@ const std::vector<ModelEntry>& model_registry() {
                         "position embedding, a relu2 up/down MLP, or relu2 experts behind a sigmoid router (one expert group); "
                         "lm_head never tied",
                         make_nemotron_h),
+      own_decoder_entry("falcon_h1", "FalconH1ForCausalLM",
+                        "hybrid (Falcon-H1): every layer a Mamba-2 mixer (past_conv.{i}, past_ssm.{i}; gated RMSNorm "
+                        "before or after the gate, or none) and GQA attention with rope (past_key_values.{i}.key|value) "
+                        "in parallel on the same normed input, then a SwiGLU MLP; muP multipliers on the embeddings, "
+                        "lm_head, both branches' inputs and outputs, the keys, in_proj's z/x/B/C/dt parts and the MLP",
+                        make_falcon_h1),
       own_decoder_entry("jamba", "JambaForCausalLM",
                         "hybrid: Mamba-1 layers with RMS norms on dt, B and C (past_conv.{i}, past_ssm.{i}) and GQA "
                         "attention layers without position embedding (attn_layer_period/offset); a sparse MoE "

@@ -1,14 +1,15 @@
 """Mamba mixers against Transformers eager, fp32, on tiny random checkpoints: mamba2 (a pure
 state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers),
-nemotron_h (Mamba-2, attention, MLP and MoE layers, one block each), the Mamba-1 models mamba and
-falcon_mamba, and jamba (Mamba-1 and attention layers, sparse MoE).
+nemotron_h (Mamba-2, attention, MLP and MoE layers, one block each), falcon_h1 (a Mamba-2 mixer and
+attention side by side in every layer, muP multipliers), the Mamba-1 models mamba and falcon_mamba,
+and jamba (Mamba-1 and attention layers, sparse MoE).
 
 Each case: a left-padded batch of 2 whose 10-token prompt spans several scan chunks (chunk sizes 3
 and 4, the last chunk padded; Mamba-1's floor(sqrt(10)) = 3), then 3 single-token steps, each fed
 the previous step's present outputs: every logit and every carried state (a mamba layer's
 past_conv.{i} [batch, conv_dim, conv_kernel - 1] and past_ssm.{i} [batch, heads, head_dim,
 state_size], Mamba-1's [batch, intermediate, state_size], an attention layer's
-past_key_values.{i}.key|value; a Nemotron-H MLP or MoE layer carries none) within 1e-4 of Transformers with no mismatching element, through
+past_key_values.{i}.key|value; a Falcon-H1 layer carries all four, a Nemotron-H MLP or MoE layer none) within 1e-4 of Transformers with no mismatching element, through
 ONNX Runtime (both profiles) and the reference executor (fused and decomposed); then 64 greedy
 tokens identical to Transformers' generate() from `hfx generate`, a plain ONNX Runtime loop, the
 prefill + decode split, a static cache, and OpenVINO (stateful and stateless, with `hfx verify`).
@@ -34,7 +35,7 @@ from tiny_models import HYBRID_CASES, load_reference
 MAMBA1 = ("mamba", "falcon_mamba")
 # Mamba-1 mixers among attention layers (past_key_values cache, mamba_* config names).
 MAMBA1_HYBRIDS = ("jamba",)
-FAMILIES = ("mamba2", "granitemoehybrid", "bamba", "nemotron_h", *MAMBA1, *MAMBA1_HYBRIDS)
+FAMILIES = ("mamba2", "granitemoehybrid", "bamba", "nemotron_h", "falcon_h1", *MAMBA1, *MAMBA1_HYBRIDS)
 CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in FAMILIES)
 # A family's first case runs every layout and lowering; its other cases vary the blocks' options
 # (biases, tied heads, MoE layers), which the layouts do not touch, so they run the parity and greedy
@@ -49,12 +50,18 @@ def is_mamba(config, i):
 
 
 def is_attention(config, i):
-    return config.layer_types[i] == "full_attention"
+    """An attention layer, or a Falcon-H1 layer ("hybrid": a mixer and attention side by side)."""
+    return config.layer_types[i] in ("full_attention", "hybrid")
 
 
 def attention_head_dim(config):
-    """NemotronH's attention reads head_dim from its config; the others' heads are hidden / heads."""
-    return config.head_dim if config.model_type == "nemotron_h" else config.hidden_size // config.num_attention_heads
+    """NemotronH's attention reads head_dim from its config, Falcon-H1's when it has one; the others' heads are
+    hidden / heads."""
+    if config.model_type == "nemotron_h":
+        return config.head_dim
+    if config.model_type == "falcon_h1":
+        return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return config.hidden_size // config.num_attention_heads
 
 
 def mixer_dims(config):
@@ -72,6 +79,10 @@ def mixer_dims(config):
         heads, head_dim, state, groups, kernel = (c.mamba_num_heads, c.mamba_head_dim, c.ssm_state_size, c.n_groups,
                                                   c.conv_kernel)
         return heads, head_dim, state, heads * head_dim + 2 * groups * state, kernel
+    elif c.model_type == "falcon_h1":  # mamba_d_ssm wide, or mamba_expand * hidden when it is null
+        inner = c.mamba_d_ssm if c.mamba_d_ssm is not None else c.mamba_expand * c.hidden_size
+        return c.mamba_n_heads, c.mamba_d_head, c.mamba_d_state, inner + 2 * c.mamba_n_groups * c.mamba_d_state, \
+            c.mamba_d_conv
     else:
         heads, head_dim, state, groups, expand, kernel = (c.mamba_n_heads, c.mamba_d_head, c.mamba_d_state,
                                                           c.mamba_n_groups, c.mamba_expand, c.mamba_d_conv)
@@ -111,7 +122,7 @@ def transformers_steps(model, steps):
                 if is_mamba(c, i):
                     states[f"present_conv.{i}"] = cache.get_conv_state(i).numpy()[:, :, 1:].copy()
                     states[f"present_ssm.{i}"] = cache.get_recurrent_state(i).numpy().copy()
-                elif is_attention(c, i):
+                if is_attention(c, i):
                     states[f"present.{i}.key"] = cache.layers[i].keys.numpy().copy()
                     states[f"present.{i}.value"] = cache.layers[i].values.numpy().copy()
             out.append((r.logits.float().numpy(), states))
@@ -127,7 +138,7 @@ def initial_state(config, batch):
             past[f"past_conv.{i}"] = np.zeros((batch, conv_dim, kernel - 1), np.float32)
             ssm = (batch, heads, state) if head_dim is None else (batch, heads, head_dim, state)
             past[f"past_ssm.{i}"] = np.zeros(ssm, np.float32)
-        elif is_attention(c, i):
+        if is_attention(c, i):
             kv_heads, attn_head_dim = c.num_key_value_heads, attention_head_dim(c)
             for kv in ("key", "value"):
                 past[f"past_key_values.{i}.{kv}"] = np.zeros((batch, kv_heads, 0, attn_head_dim), np.float32)
@@ -379,6 +390,48 @@ def test_nemotron_h_legacy_config_names_build_the_same_graph(tiny_checkpoint, tm
     assert (tmp_path / "new" / "onnx" / "model.onnx").read_bytes() == (tmp_path / "old" / "onnx" / "model.onnx").read_bytes()
 
 
+@pytest.mark.parametrize("edit, message", [
+    (dict(hidden_act="gelu"), "hidden_act"),
+    (dict(mamba_n_heads=5), "mamba_n_heads (5) must divide the mixer's width 96 (mamba_d_ssm)"),
+    (dict(mamba_d_head=8), "mamba_n_heads * mamba_d_head (6 x 8) must equal the mixer's width 96"),
+    (dict(mamba_n_groups=4), "must be a multiple of mamba_n_groups"),
+    (dict(ssm_multipliers=[1.0, 1.0, 1.0, 1.0]), "ssm_multipliers must be a list of 5 numbers"),
+    (dict(mlp_multipliers=[1.0, "x"]), "mlp_multipliers[1] is \"x\", not a finite number"),
+    (dict(rope_parameters=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=0.5)),
+     "partial_rotary_factor (rope over 8 of head_dim 16"),
+])
+def test_falcon_h1_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tmp_path):
+    assert_refused("falcon_h1", edit, message, tiny_checkpoint, tmp_path)
+
+
+def test_falcon_h1_norm_after_the_gate_matches_transformers(tiny_checkpoint, tmp_path):
+    """The third form of Falcon-H1's mixer norm (mamba_rms_norm with mamba_norm_before_gate false:
+    RMSNorm(y * silu(gate)), Mamba-2's), which neither case has: logits and states within 1e-4 of
+    Transformers through ONNX Runtime over the prompt and 3 cached steps."""
+    import json
+    import shutil
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint("falcon_h1"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["mamba_norm_before_gate"] = False
+    (folder / "config.json").write_text(json.dumps(config))
+    run_hfx("export", "--model", folder, "--format", "onnx", "--onnx-profile", "portable", "--quiet", "--no-verify",
+            tmp_path / "out")
+    model = load_reference(folder)
+    assert model.model.layers[0].mamba.norm.norm_before_gate is False
+    steps = decode_feeds(model.config.vocab_size)
+    ref = transformers_steps(model, steps)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(tmp_path / "out" / "onnx" / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    wanted = {i.name for i in sess.get_inputs()}
+    ours = run_steps(lambda feed: dict(zip(names, sess.run(None, {k: v for k, v in feed.items() if k in wanted}))),
+                     steps, model.config)
+    worst = compare("falcon_h1 norm after the gate", ours, ref)
+    record_coverage("falcon_h1", "onnxruntime-portable-norm-after-gate", "logits and states max abs diff", worst)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_no_genai_config_for_a_model_genai_cannot_run(case, tiny_checkpoint, tmp_path):
     """onnxruntime-genai has no Mamba model: the default (ort-requested) export writes no
@@ -404,8 +457,8 @@ def test_program_formats_refuse_the_scan_in_one_line(fmt, case, tiny_checkpoint,
 @pytest.mark.parametrize("fmt", ["onnx", "openvino"])
 @pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
                                        ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
-@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "nemotron_h", "nemotron_h-moe-latent", "mamba",
-                                  "falcon_mamba", "jamba"])
+@pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "nemotron_h", "nemotron_h-moe-latent", "falcon_h1",
+                                  "mamba", "falcon_mamba", "jamba"])
 def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
     """Every precision hfx offers, on each family: the export's own check (the artifact's numbers and
     greedy tokens against the reference executor at the precision's stated gate, docs/verify.md, on

@@ -244,6 +244,30 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
         mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=4,
         n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=40,
         norm_topk_prob=False, layer_norm_epsilon=1e-5)),
+    # Falcon-H1: a Mamba-2 mixer and rope attention in parallel in every layer, then a SwiGLU MLP. The
+    # mixer's gated RMSNorm before the gate (mamba_norm_before_gate, the default), mamba_d_ssm 96 (not
+    # mamba_expand * hidden = 128: 6 heads x 16), 2 groups, chunk 4; tied; muP multipliers far from 1 as
+    # in the released configs (Falcon-H1-0.5B's, its rope_theta 1e11 too; attention_in changed from its 1.0)
+    "falcon_h1": ("falcon_h1", dict(
+        mamba_rms_norm=True, mamba_d_ssm=96, mamba_n_heads=6, mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4,
+        mamba_chunk_size=4, tie_word_embeddings=True, rope_parameters=dict(rope_type="default", rope_theta=1e11),
+        embedding_multiplier=5.656854249492381, lm_head_multiplier=0.0390625, key_multiplier=0.390625,
+        attention_in_multiplier=0.75, attention_out_multiplier=0.9375, ssm_in_multiplier=1.25,
+        ssm_out_multiplier=0.23570226039551587, ssm_multipliers=[0.3535533905932738, 0.25, 0.3535533905932738, 0.5,
+                                                                 0.3535533905932738],
+        mlp_multipliers=[0.8838834764831844, 0.5859375], rms_norm_eps=1e-5)),
+    # no mixer norm (y * silu(gate)); mamba_d_ssm null (mamba_expand 2 * hidden: 4 heads x 32), mamba_d_head
+    # given, one group, kernel 3, chunk 3, a time_step_limit that clamps; every projection biased (mamba
+    # in_proj, out_proj by projectors_bias, attention, MLP), no conv bias; attention head_dim 24 (not
+    # hidden / heads), one kv head, 3 layers, untied; other multipliers
+    "falcon_h1-nonorm-bias": ("falcon_h1", dict(
+        num_hidden_layers=3, mamba_rms_norm=False, mamba_d_ssm=None, mamba_expand=2, mamba_n_heads=4, mamba_d_head=32,
+        mamba_d_state=8, mamba_n_groups=1, mamba_d_conv=3, mamba_chunk_size=3, time_step_limit=(0.05, 2.0),
+        mamba_proj_bias=True, projectors_bias=True, mamba_conv_bias=False, attention_bias=True, mlp_bias=True,
+        head_dim=24, num_key_value_heads=1, tie_word_embeddings=False, embedding_multiplier=3.0,
+        lm_head_multiplier=0.125, key_multiplier=0.5, attention_in_multiplier=1.5, attention_out_multiplier=0.625,
+        ssm_in_multiplier=0.8, ssm_out_multiplier=0.4, ssm_multipliers=[0.5, 1.5, 0.25, 2.0, 0.75],
+        mlp_multipliers=[1.25, 0.375], rms_norm_eps=1e-5)),
     # Qwen3.5 text (test_gated_deltanet.py): delta-net layers first and last, gated attention in the
     # middle (partial rotary 0.25 of head_dim 16), 2 key heads over 4 value heads (key head dim 16, value
     # head dim 8), kernel 4 (longer than the 3 decode steps); positions for the 300-token prompt, which
