@@ -44,9 +44,16 @@ def load_model(job):
 
 def is_recurrent(model, layer):
     """A layer whose state is a convolution's (LFM2's "conv") or a Mamba mixer's ("linear_attention";
-    Mamba2Config names every layer so)."""
+    Mamba2Config names every layer so; Zamba2's "hybrid" layers carry one too)."""
     types = getattr(model.config, "layer_types", None) or []
-    return layer < len(types) and types[layer] in ("conv", "linear_attention", "mamba")
+    return layer < len(types) and types[layer] in ("conv", "linear_attention", "mamba", "hybrid")
+
+
+def is_attention_too(model, layer):
+    """A recurrent layer that also keeps keys and values in the same cache layer: Zamba2's "hybrid"
+    layers (a shared transformer block before the mixer)."""
+    types = getattr(model.config, "layer_types", None) or []
+    return layer < len(types) and types[layer] == "hybrid"
 
 
 def is_stateless(model, layer):
@@ -97,7 +104,7 @@ def cache_of(model, feeds, layers):
     for layer in range(layers):
         if f"past_key_values.{layer}.key" in feeds:
             cache.update(feeds[f"past_key_values.{layer}.key"], feeds[f"past_key_values.{layer}.value"], layer)
-        elif f"past_conv.{layer}" in feeds and started:
+        if f"past_conv.{layer}" in feeds and started:
             state = feeds[f"past_conv.{layer}"].to(torch.float32)
             cache.update_conv_state(torch.nn.functional.pad(state, (1, 0)), layer, conv_kernel_size=state.shape[-1] + 1)
             if recurrent_name(model, "past", layer) in feeds:
@@ -116,7 +123,8 @@ def cache_tensors(model, cache, layers):
             ssm = cache.get_recurrent_state(layer)
             if ssm is not None:
                 out[recurrent_name(model, "present", layer)] = ssm
-            continue
+            if not is_attention_too(model, layer):
+                continue
         if hasattr(cache, "layers"):
             k, v = cache.layers[layer].keys, cache.layers[layer].values
         else:  # older Transformers
