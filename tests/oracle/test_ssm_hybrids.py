@@ -413,6 +413,30 @@ def test_zamba2_shared_block_is_written_once(tiny_checkpoint, tmp_path):
     assert len(readers) == 2, [node.name for node in readers]
 
 
+def test_zamba2_legacy_names_and_saved_tied_copies_build_the_same_graph(tiny_checkpoint, tmp_path):
+    """Zyphra's configs spell the mixer layers "mamba" (Transformers remaps them to linear_attention), and
+    a checkpoint may hold the tied block again under a later hybrid layer (layer 4's copy of layer 1's
+    block 0, which Transformers loads once): the export is byte-identical to the one from the saved
+    checkpoint, the copy accounted for, not written."""
+    import json
+    import shutil
+    from safetensors.torch import load_file, save_file
+    src = tiny_checkpoint("zamba2")
+    folder = tmp_path / "legacy"
+    shutil.copytree(src, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["layers_block_type"] = ["mamba" if t == "linear_attention" else t for t in config["layers_block_type"]]
+    (folder / "config.json").write_text(json.dumps(config))
+    tensors = load_file(str(folder / "model.safetensors"))
+    block = "model.layers.1.shared_transformer."
+    tensors.update({name.replace(block, "model.layers.4.shared_transformer."): t.clone()
+                    for name, t in tensors.items() if name.startswith(block)})
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    for ckpt, out in ((src, tmp_path / "new"), (folder, tmp_path / "old")):
+        run_hfx("export", "--model", ckpt, "--format", "onnx", "--onnx-profile", "portable", "--quiet", "--no-verify", out)
+    assert (tmp_path / "new" / "onnx" / "model.onnx").read_bytes() == (tmp_path / "old" / "onnx" / "model.onnx").read_bytes()
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_no_genai_config_for_a_model_genai_cannot_run(case, tiny_checkpoint, tmp_path):
     """onnxruntime-genai has no Mamba model: the default (ort-requested) export writes no
