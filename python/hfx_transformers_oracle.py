@@ -44,7 +44,8 @@ def load_model(job):
 
 def is_recurrent(model, layer):
     """A layer whose state is a convolution's (LFM2's "conv") or a Mamba mixer's ("linear_attention";
-    Mamba2Config names every layer so; Falcon-H1's "hybrid" layers carry a mixer's and attention's)."""
+    Mamba2Config names every layer so; Falcon-H1's and Zamba2's "hybrid" layers carry a mixer's and
+    attention's)."""
     types = getattr(model.config, "layer_types", None) or []
     return layer < len(types) and types[layer] in ("conv", "linear_attention", "mamba", "hybrid")
 

@@ -134,16 +134,26 @@ ir::ValueId StepTables::mask(int64_t window) {
   return masks_[window] = b_.add1("AttentionBias", args, {{"sliding_window", window}});
 }
 
+ir::ValueId low_rank_adapter(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                             int64_t in, int64_t rank, int64_t out, const std::string& why) {
+  auto s = b.scope("adapter");
+  return linear(b, ckpt, linear(b, ckpt, x, prefix + ".0", in, rank, false, why), prefix + ".1", rank, out, false, why);
+}
+
 AttentionOut projected_attention(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
                                  const CausalLmInputs& in, int64_t layer, StepTables& tables, const ProjectedAttention& sp) {
   const std::string why = fmt::format("hidden_size={}, heads={}, kv_heads={}, head_dim={}", sp.hidden, sp.heads,
                                       sp.kv_heads, sp.head_dim);
-  auto heads = [&](const std::string& proj, int64_t n_heads) {
+  const int64_t in_width = sp.input ? sp.input : sp.hidden;
+  auto heads = [&](const std::string& proj, int64_t n_heads, const std::string& adapter) {
     auto ps = b.scope(proj);
-    return split_heads(b, linear(b, ckpt, x, prefix + proj, sp.hidden, n_heads * sp.head_dim, sp.bias, why), n_heads,
-                       sp.head_dim);
+    ir::ValueId y = linear(b, ckpt, x, prefix + proj, in_width, n_heads * sp.head_dim, sp.bias, why);
+    if (!adapter.empty())
+      y = b.plus(y, low_rank_adapter(b, ckpt, x, adapter, in_width, sp.adapter_rank, n_heads * sp.head_dim, why));
+    return split_heads(b, y, n_heads, sp.head_dim);
   };
-  ir::ValueId q = heads("q_proj", sp.heads), k = heads("k_proj", sp.kv_heads), v = heads("v_proj", sp.kv_heads);
+  ir::ValueId q = heads("q_proj", sp.heads, sp.adapters[0]), k = heads("k_proj", sp.kv_heads, sp.adapters[1]),
+              v = heads("v_proj", sp.kv_heads, sp.adapters[2]);
   if (sp.key_multiplier != 1.0) k = b.times(k, b.f32(float(sp.key_multiplier)));
   if (sp.rope) {
     const auto& cos_sin = tables.rope(*sp.rope);

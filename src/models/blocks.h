@@ -81,6 +81,11 @@ struct AttentionOut {
 AttentionOut cached_attention(ir::Builder& b, const CausalLmInputs& in, int64_t layer, ir::ValueId q, ir::ValueId k,
                               ir::ValueId v, ir::ValueId mask, double scale, double softcap = 0);
 
+// A low-rank adapter (Zamba2's, formally LoRA): nn.Sequential(Linear(in, rank), Linear(rank, out)),
+// no biases, its weights `prefix`.0.weight [rank, in] and `prefix`.1.weight [out, rank].
+ir::ValueId low_rank_adapter(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
+                             int64_t in, int64_t rank, int64_t out, const std::string& why);
+
 // A hybrid's GQA attention layer from its checkpoint: q_proj, k_proj, v_proj and o_proj under `prefix`
 // (with biases when `bias`), rope when given, the cache and the step's causal/padding mask
 // (cached_attention), scores scaled by `scale`. out is after o_proj: [b, s, hidden].
@@ -90,6 +95,12 @@ struct ProjectedAttention {
   bool bias = false;
   const RopeSpec* rope = nullptr;
   double key_multiplier = 1.0;  // k_proj's output times this before rope (Falcon-H1's muP key_multiplier)
+  int64_t input = 0;  // the q/k/v projections' input width; 0: hidden (Zamba2's is 2 * hidden)
+  // Full names of low-rank adapters added to q, k and v before the heads split (Zamba2's
+  // per-invocation adapters on a shared block), empty for none; each is input -> rank -> its
+  // projection's width.
+  std::array<std::string, 3> adapters;
+  int64_t adapter_rank = 0;
 };
 AttentionOut projected_attention(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
                                  const CausalLmInputs& in, int64_t layer, StepTables& tables, const ProjectedAttention& spec);

@@ -17,6 +17,7 @@
 #include "models/nemotron_h.h"
 #include "models/qwen3_5.h"
 #include "models/t5.h"
+#include "models/zamba2.h"
 
 namespace hfx::models {
 
@@ -231,6 +232,11 @@ const std::vector<ModelEntry>& model_registry() {
                         "attention layers without position embedding (attn_layer_period/offset); a sparse MoE "
                         "(softmax router, top-k not renormalised) every expert_layer_period, a Llama MLP elsewhere",
                         make_jamba),
+      own_decoder_entry("zamba2", "Zamba2ForCausalLM",
+                        "hybrid: Mamba-2 layers (past_conv.{i}, past_ssm.{i}), the \"hybrid\" ones preceded by one of "
+                        "num_mem_blocks shared transformer blocks over [hidden, embeddings] (its keys and values "
+                        "past_key_values.{i}, LoRA adapters per invocation, optional rope) and a per-layer linear",
+                        make_zamba2),
       own_decoder_entry("qwen3_5_text", "Qwen3_5ForCausalLM",
                         "hybrid (Qwen3.5 text): gated delta-net layers (a causal depthwise conv carried as "
                         "past_conv.{i}, the gated delta rule carried as past_recurrent.{i} [batch, value_heads, "

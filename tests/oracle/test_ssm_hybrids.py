@@ -1,15 +1,16 @@
 """Mamba mixers against Transformers eager, fp32, on tiny random checkpoints: mamba2 (a pure
 state-space model), granitemoehybrid (Granite 4.0-H) and bamba (Mamba-2 and attention layers),
 nemotron_h (Mamba-2, attention, MLP and MoE layers, one block each), falcon_h1 (a Mamba-2 mixer and
-attention side by side in every layer, muP multipliers), the Mamba-1 models mamba and falcon_mamba,
-and jamba (Mamba-1 and attention layers, sparse MoE).
+attention side by side in every layer, muP multipliers), zamba2 (Mamba-2 layers, some after a shared
+transformer block), the Mamba-1 models mamba and falcon_mamba, and jamba (Mamba-1 and attention
+layers, sparse MoE).
 
 Each case: a left-padded batch of 2 whose 10-token prompt spans several scan chunks (chunk sizes 3
 and 4, the last chunk padded; Mamba-1's floor(sqrt(10)) = 3), then 3 single-token steps, each fed
 the previous step's present outputs: every logit and every carried state (a mamba layer's
 past_conv.{i} [batch, conv_dim, conv_kernel - 1] and past_ssm.{i} [batch, heads, head_dim,
 state_size], Mamba-1's [batch, intermediate, state_size], an attention layer's
-past_key_values.{i}.key|value; a Falcon-H1 layer carries all four, a Nemotron-H MLP or MoE layer none) within 1e-4 of Transformers with no mismatching element, through
+past_key_values.{i}.key|value; a Falcon-H1 layer carries all four, a Zamba2 hybrid layer both kinds, a Nemotron-H MLP or MoE layer none) within 1e-4 of Transformers with no mismatching element, through
 ONNX Runtime (both profiles) and the reference executor (fused and decomposed); then 64 greedy
 tokens identical to Transformers' generate() from `hfx generate`, a plain ONNX Runtime loop, the
 prefill + decode split, a static cache, and OpenVINO (stateful and stateless, with `hfx verify`).
@@ -35,7 +36,7 @@ from tiny_models import HYBRID_CASES, load_reference
 MAMBA1 = ("mamba", "falcon_mamba")
 # Mamba-1 mixers among attention layers (past_key_values cache, mamba_* config names).
 MAMBA1_HYBRIDS = ("jamba",)
-FAMILIES = ("mamba2", "granitemoehybrid", "bamba", "nemotron_h", "falcon_h1", *MAMBA1, *MAMBA1_HYBRIDS)
+FAMILIES = ("mamba2", "granitemoehybrid", "bamba", "nemotron_h", "falcon_h1", "zamba2", *MAMBA1, *MAMBA1_HYBRIDS)
 CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in FAMILIES)
 # A family's first case runs every layout and lowering; its other cases vary the blocks' options
 # (biases, tied heads, MoE layers), which the layouts do not touch, so they run the parity and greedy
@@ -50,17 +51,21 @@ def is_mamba(config, i):
 
 
 def is_attention(config, i):
-    """An attention layer, or a Falcon-H1 layer ("hybrid": a mixer and attention side by side)."""
+    """An attention layer, or a "hybrid" one: Falcon-H1's (a mixer and attention side by side) or
+    Zamba2's (a shared block's keys and values beside its mamba states, both in Transformers' cache
+    layer i)."""
     return config.layer_types[i] in ("full_attention", "hybrid")
 
 
 def attention_head_dim(config):
-    """NemotronH's attention reads head_dim from its config, Falcon-H1's when it has one; the others' heads are
-    hidden / heads."""
+    """NemotronH's attention reads head_dim from its config, Falcon-H1's when it has one, Zamba2's is
+    2 * hidden / heads (attention_head_dim); the others' heads are hidden / heads."""
     if config.model_type == "nemotron_h":
         return config.head_dim
     if config.model_type == "falcon_h1":
         return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if config.model_type == "zamba2":
+        return config.attention_head_dim
     return config.hidden_size // config.num_attention_heads
 
 
@@ -83,6 +88,9 @@ def mixer_dims(config):
         inner = c.mamba_d_ssm if c.mamba_d_ssm is not None else c.mamba_expand * c.hidden_size
         return c.mamba_n_heads, c.mamba_d_head, c.mamba_d_state, inner + 2 * c.mamba_n_groups * c.mamba_d_state, \
             c.mamba_d_conv
+    elif c.model_type == "zamba2":
+        heads, head_dim, state, groups, expand, kernel = (c.n_mamba_heads, c.mamba_headdim, c.mamba_d_state,
+                                                          c.mamba_ngroups, c.mamba_expand, c.mamba_d_conv)
     else:
         heads, head_dim, state, groups, expand, kernel = (c.mamba_n_heads, c.mamba_d_head, c.mamba_d_state,
                                                           c.mamba_n_groups, c.mamba_expand, c.mamba_d_conv)
@@ -93,7 +101,7 @@ def chunk_size(config, prompt_length):
     """The scan's chunk over the prompt: the config's, or Mamba-1's floor(sqrt(length)) (models/ssd.h)."""
     if config.model_type in (*MAMBA1, *MAMBA1_HYBRIDS):
         return math.isqrt(prompt_length)
-    return config.chunk_size if config.model_type in ("mamba2", "nemotron_h") else config.mamba_chunk_size
+    return config.chunk_size if config.model_type in ("mamba2", "nemotron_h", "zamba2") else config.mamba_chunk_size
 
 
 def transformers_steps(model, steps):
@@ -430,6 +438,57 @@ def test_falcon_h1_norm_after_the_gate_matches_transformers(tiny_checkpoint, tmp
                      steps, model.config)
     worst = compare("falcon_h1 norm after the gate", ours, ref)
     record_coverage("falcon_h1", "onnxruntime-portable-norm-after-gate", "logits and states max abs diff", worst)
+@pytest.mark.parametrize("case, edit, message", [
+    ("zamba2", dict(layers_block_type=["mamba", "hybrid", "sliding_attention"]),
+     "layers_block_type[2] = \"sliding_attention\""),
+    ("zamba2", dict(num_key_value_heads=2), "use_shared_attention_adapter with num_key_value_heads 2"),
+    ("zamba2", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "rope type linear"),
+    ("zamba2", dict(n_mamba_heads=3), "must be a multiple of n_mamba_heads (3)"),
+    ("zamba2", dict(mamba_ngroups=3), "must be a multiple of mamba_ngroups (3)"),
+    ("zamba2-untied", dict(num_attention_heads=6), "must be a multiple of num_attention_heads (6)"),
+    ("zamba2-untied", dict(hidden_act="relu6"), "hidden_act"),
+])
+def test_zamba2_configs_hfx_cannot_build_are_refused(case, edit, message, tiny_checkpoint, tmp_path):
+    assert_refused(case, edit, message, tiny_checkpoint, tmp_path)
+
+
+def test_zamba2_shared_block_is_written_once(tiny_checkpoint, tmp_path):
+    """Hybrid layers 1 and 4 of the tied zamba2 case run block 0: its weights are one initializer each
+    in the artifact, read by both invocations; only the adapters (slot 0 and slot 2) are their own."""
+    out = tmp_path / "out"
+    run_hfx("export", "--model", tiny_checkpoint("zamba2"), "--format", "onnx", "--onnx-profile", "portable", "--quiet",
+            "--no-verify", out)
+    graph = onnx.load(str(out / "onnx" / "model.onnx"), load_external_data=False).graph
+    names = [init.name for init in graph.initializer]
+    assert len(names) == len(set(names))
+    q = "model.layers.1.shared_transformer.self_attn.q_proj.weight"
+    assert q in names and not any("layers.4.shared_transformer" in n for n in names), names
+    readers = [node for node in graph.node if q in node.input]
+    assert len(readers) == 2, [node.name for node in readers]
+
+
+def test_zamba2_legacy_names_and_saved_tied_copies_build_the_same_graph(tiny_checkpoint, tmp_path):
+    """Zyphra's configs spell the mixer layers "mamba" (Transformers remaps them to linear_attention), and
+    a checkpoint may hold the tied block again under a later hybrid layer (layer 4's copy of layer 1's
+    block 0, which Transformers loads once): the export is byte-identical to the one from the saved
+    checkpoint, the copy accounted for, not written."""
+    import json
+    import shutil
+    from safetensors.torch import load_file, save_file
+    src = tiny_checkpoint("zamba2")
+    folder = tmp_path / "legacy"
+    shutil.copytree(src, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["layers_block_type"] = ["mamba" if t == "linear_attention" else t for t in config["layers_block_type"]]
+    (folder / "config.json").write_text(json.dumps(config))
+    tensors = load_file(str(folder / "model.safetensors"))
+    block = "model.layers.1.shared_transformer."
+    tensors.update({name.replace(block, "model.layers.4.shared_transformer."): t.clone()
+                    for name, t in tensors.items() if name.startswith(block)})
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    for ckpt, out in ((src, tmp_path / "new"), (folder, tmp_path / "old")):
+        run_hfx("export", "--model", ckpt, "--format", "onnx", "--onnx-profile", "portable", "--quiet", "--no-verify", out)
+    assert (tmp_path / "new" / "onnx" / "model.onnx").read_bytes() == (tmp_path / "old" / "onnx" / "model.onnx").read_bytes()
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -458,7 +517,7 @@ def test_program_formats_refuse_the_scan_in_one_line(fmt, case, tiny_checkpoint,
 @pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
                                        ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
 @pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "bamba", "nemotron_h", "nemotron_h-moe-latent", "falcon_h1",
-                                  "mamba", "falcon_mamba", "jamba"])
+                                  "mamba", "falcon_mamba", "jamba", "zamba2"])
 def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
     """Every precision hfx offers, on each family: the export's own check (the artifact's numbers and
     greedy tokens against the reference executor at the precision's stated gate, docs/verify.md, on

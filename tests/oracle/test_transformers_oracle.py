@@ -79,15 +79,16 @@ def test_oracle_passes_on_every_decoder_family(case, family_export):
 
 @pytest.mark.parametrize("case", ["llama", "gemma2", "lfm2", "lfm2-bias-k4", "mamba2-g1-tied", "granitemoehybrid", "bamba",
                                   "nemotron_h", "nemotron_h-bias-tied", "nemotron_h-moe-latent", "falcon_h1",
-                                  "falcon_h1-nonorm-bias", "mamba-bias-tied", "falcon_mamba"])
+                                  "falcon_h1-nonorm-bias", "mamba-bias-tied", "falcon_mamba", "zamba2", "zamba2-untied"])
 @pytest.mark.parametrize("layout", ["growing", "static", "split"])
 def test_oracle_on_every_layout_and_a_hybrid(case, layout, tiny_checkpoint, tmp_path):
     """The oracle on a static cache with left-padded rows (its padding in the step's past: a padded
     query attends over every empty slot of the buffer, where Transformers' growing cache has the
     prompt's few) and on split graphs; and on LFM2, whose conv states (hfx's last conv_L_cache - 1
     columns) enter Transformers' cache with a zero column before them and are compared as presents;
-    and on Mamba-2 mixers (mamba2, Granite 4.0-H, Bamba, Nemotron-H, whose MLP and MoE layers carry no state, and
-    Falcon-H1, whose every layer carries a mixer's states and attention's keys and values), whose
+    and on Mamba-2 mixers (mamba2, Granite 4.0-H, Bamba, Nemotron-H, whose MLP and MoE layers carry no state,
+    Falcon-H1, whose every layer carries a mixer's states and attention's keys and values, and Zamba2,
+    whose hybrid layers carry keys and values beside them in one cache layer), whose
     scan states enter as recurrent states; and on
     Mamba-1's (mamba, falcon_mamba), which Transformers runs a token at a time after a cache (the oracle's
     run_token_by_token)."""
@@ -101,12 +102,14 @@ def test_oracle_on_every_layout_and_a_hybrid(case, layout, tiny_checkpoint, tmp_
     numbers = [c for c in report["checks"] if c["name"].startswith("numbers:")]
     assert numbers and all("against Transformers" in c["tolerance"] for c in numbers)
     compared = {name for c in numbers for name in c["measured"]["outputs"]}
-    if case.startswith(("lfm2", "mamba", "falcon_mamba", "granitemoehybrid", "bamba", "nemotron_h", "falcon_h1")):
+    if case.startswith(("lfm2", "mamba", "falcon_mamba", "granitemoehybrid", "bamba", "nemotron_h", "falcon_h1", "zamba2")):
         assert any(n.startswith("present_conv.") for n in compared), compared
-    if case.startswith(("mamba", "falcon_mamba", "granitemoehybrid", "bamba", "nemotron_h", "falcon_h1")):
+    if case.startswith(("mamba", "falcon_mamba", "granitemoehybrid", "bamba", "nemotron_h", "falcon_h1", "zamba2")):
         assert any(n.startswith("present_ssm.") for n in compared), compared
     if case.startswith("falcon_h1"):  # one layer, all four states
         assert {"present_conv.0", "present_ssm.0", "present.0.key", "present.0.value"} <= compared, compared
+    if case.startswith("zamba2"):  # a hybrid layer's keys and values beside its mixer's states
+        assert any(n.startswith("present.") and n.endswith(".key") for n in compared), compared
     (greedy,) = checks_of(report, "greedy generation")
     assert greedy["measured"]["expected"] == greedy["measured"]["actual"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 # Base sizes: small enough for CI, large enough that GQA ratios, head_dim != hidden/heads and
@@ -308,6 +309,25 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
                                           num_experts_per_tok=1, mamba_d_state=8, mamba_d_conv=3, mamba_expand=2,
                                           mamba_dt_rank=6, mamba_conv_bias=False, mamba_proj_bias=True,
                                           tie_word_embeddings=True, use_mamba_kernels=False, rms_norm_eps=1e-5)),
+    # Zamba2 (test_ssm_hybrids.py): Mamba-2 layers, three of five preceded by a shared transformer
+    # block over [hidden, embeddings]; two blocks alternating (layers 1 and 4 run block 0, bound once,
+    # layer 3 block 1), each invocation with its own q/k/v and MLP LoRA adapters (rank 8), rope, biased
+    # mamba projections and MLP, 2 groups, chunk 4, tied head (Transformers ties the blocks only then)
+    "zamba2": ("zamba2", dict(num_hidden_layers=5, layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
+                              num_mem_blocks=2, use_shared_attention_adapter=True, adapter_rank=8, use_mem_rope=True,
+                              num_key_value_heads=4, n_mamba_heads=8, mamba_d_state=16, mamba_ngroups=2,
+                              mamba_d_conv=4, mamba_expand=2, chunk_size=4, add_bias_linear=True,
+                              tie_word_embeddings=True, rms_norm_eps=1e-5)),
+    # one block id for every hybrid layer, but an untied head, so Transformers 5.23 ties nothing: each
+    # hybrid layer (0 and 2) runs its own saved copy; no q/k/v adapters (the MLP's stay), no rope, GQA
+    # (4 heads, 2 kv heads), 1 group, kernel 3, chunk 3, use_conv_bias false (Zamba2's conv is biased
+    # whatever it says), time_step_min 0.5 clamping dt, silu MLP
+    "zamba2-untied": ("zamba2", dict(num_hidden_layers=3, layers_block_type=["hybrid", "mamba", "hybrid"],
+                                     num_mem_blocks=1, use_shared_attention_adapter=False, adapter_rank=4,
+                                     use_mem_rope=False, num_key_value_heads=2, n_mamba_heads=4, mamba_d_state=8,
+                                     mamba_ngroups=1, mamba_d_conv=3, mamba_expand=2, chunk_size=3,
+                                     use_conv_bias=False, time_step_min=0.5, hidden_act="silu",
+                                     tie_word_embeddings=False, rms_norm_eps=1e-5)),
     # FalconMamba: weightless RMS norms on dt, B and C (mixer_rms_eps), untied head, conv biases
     "falcon_mamba": ("falcon_mamba", dict(state_size=16, expand=2, conv_kernel=4, time_step_rank="auto",
                                           tie_word_embeddings=False, mixer_rms_eps=1e-6, layer_norm_epsilon=1e-5)),
@@ -334,6 +354,14 @@ WEIGHT_SCALES: dict[str, dict[str, float]] = {
     "qwen3_next": {"lm_head.weight": 0.25, "model.layers.1.self_attn.v_proj.weight": 0.5,
                    **{f"model.layers.{i}.linear_attn.in_proj_ba.weight": 0.25 for i in (0, 2)}},
 }
+# Weights scaled by name pattern (each distinct parameter once: a tied shared block is scaled once), per case.
+# Zamba2: the shared block reads a 128-wide [hidden, embeddings], so with every weight ~N(0, 0.25) its q and k
+# (plus their adapters) make scores so sharp and its gate_up_proj and the mixers' in_proj values so large that
+# Transformers' own fp32 logits were 4.6e-3 from its fp64 ones; scaled, 1.7e-5 (zamba2-untied: 2.5e-5).
+ZAMBA2_SCALES = [(r"self_attn\.q_proj\.weight$", 0.25), (r"self_attn\.k_proj\.weight$", 0.5),
+                 (r"feed_forward\.gate_up_proj\.(weight|bias)$", 0.25), (r"adapter_list\.\d+\.1\.weight$", 0.25),
+                 (r"mamba\.in_proj\.weight$", 0.5)]
+WEIGHT_SCALE_PATTERNS: dict[str, list[tuple[str, float]]] = {"zamba2": ZAMBA2_SCALES, "zamba2-untied": ZAMBA2_SCALES}
 # Weights shifted after the scaling, per case. qwen3_5_text: the delta-net's decay exp(g) per position,
 # g = -exp(A_log) * softplus(a + dt_bias), is ~0.5 with A_log and dt_bias near 0, which forgets a
 # chunk of 64 positions entirely (exp(-32)), so no state would cross more than one chunk boundary and
@@ -483,6 +511,10 @@ def make(case: str, folder: str | os.PathLike, dtype: str = "float32", seed: int
                 model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape) * 0.2)
         for name, factor in WEIGHT_SCALES.get(case, {}).items():
             model.get_parameter(name).mul_(factor)
+        for pattern, factor in WEIGHT_SCALE_PATTERNS.get(case, []):
+            for name, p in model.named_parameters():
+                if re.search(pattern, name):
+                    p.mul_(factor)
         for name, shift in WEIGHT_SHIFTS.get(case, {}).items():
             model.get_parameter(name).add_(shift)
     out = Path(folder)
