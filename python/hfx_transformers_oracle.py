@@ -85,7 +85,7 @@ def empty_cache(model):
 # A recurrent layer's scan state is past_ssm.{i} / present_ssm.{i} in the js-hybrid name set and
 # past_recurrent.{i} / present_recurrent.{i} in js-linear-attention, the gated delta-net families'
 # (src/tasks/state_names.cc); the families named by the latter:
-LINEAR_ATTENTION_NAMES = ("qwen3_5_text", "qwen3_next")
+LINEAR_ATTENTION_NAMES = ("qwen3_5_text", "qwen3_next", "qwen3_5_moe_text")
 
 
 def recurrent_name(model, side, layer):

@@ -45,6 +45,27 @@ std::vector<HybridBlock> hybrid_layers(const io::JsonFile& f, const nlohmann::js
   return out;
 }
 
+// GraniteMoeHybridMoE (num_local_experts > 0; 0 is the dense models): the router's top
+// num_experts_per_tok logits, softmax over those, each expert a gated MLP of intermediate_size stacked
+// in input_linear [E, 2 I, hidden] (gate rows, then up rows) and output_linear [E, hidden, I].
+std::optional<MoeSpec> granite_experts(const io::JsonFile& f, const HybridConfig& c) {
+  const auto& j = f.json;
+  const int64_t experts = io::optional_int(f, j, "num_local_experts", 0, 1 << 16).value_or(8);
+  if (experts == 0) return std::nullopt;
+  MoeSpec m;
+  m.num_experts = experts;
+  m.top_k = io::optional_int(f, j, "num_experts_per_tok", 1, experts).value_or(2);
+  m.hidden = c.hidden_size;
+  m.intermediate = io::optional_int(f, j, "intermediate_size", 1, int64_t(1) << 24).value_or(11008);
+  m.scores = RouterScores::TopKThenSoftmax;
+  m.act = c.act;
+  m.router = "router.layer";
+  m.layout = ExpertLayout::Stacked;
+  m.stacked_gate_up = "input_linear.weight";
+  m.stacked_down = "output_linear.weight";
+  return m;
+}
+
 HybridConfig parse_config(const io::Checkpoint& ckpt, HybridTraits traits, bool granite) {
   const io::JsonFile& f = ckpt.config();
   const auto& j = f.json;
@@ -59,10 +80,6 @@ HybridConfig parse_config(const io::Checkpoint& ckpt, HybridTraits traits, bool 
   c.num_kv_heads = heads.kv_heads;
   c.head_dim = c.hidden_size / c.num_heads;  // the attention reads no head_dim from the config
   if (granite) {
-    if (const auto experts = io::optional_int(f, j, "num_local_experts", 0, 1 << 16).value_or(8); experts > 0)
-      unsupported("{}: num_local_experts {} (a sparse mixture of experts; hfx supports the dense Granite 4.0-H "
-                  "models, num_local_experts 0)",
-                  file_name(f), experts);
     c.intermediate_size = io::optional_int(f, j, "shared_intermediate_size", 1, kMaxDim).value_or(1024);
   } else {
     c.intermediate_size = io::optional_int(f, j, "intermediate_size", 1, kMaxDim).value_or(14336);
@@ -81,6 +98,7 @@ HybridConfig parse_config(const io::Checkpoint& ckpt, HybridTraits traits, bool 
   c.tie_word_embeddings = io::optional_bool(f, j, "tie_word_embeddings").value_or(false);
   c.attention_bias = io::optional_bool(f, j, "attention_bias").value_or(false);
   c.act = parse_activation(f, "hidden_act", io::optional_string(f, j, "hidden_act").value_or("silu"));
+  if (granite) c.ffn_experts = granite_experts(f, c);
   const int64_t max_pos = io::optional_int(f, j, "max_position_embeddings", 1).value_or(granite ? 2048 : 262144);
   if (!granite) {
     c.rope = parse_rope(f, c.head_dim, max_pos, {.partial_rotary_factor = 0.5});  // BambaConfig's default

@@ -40,6 +40,10 @@ class Mamba2Hybrid final : public CausalLm {
                             c_.mlp_bias ? ", biases" : "")},
         {"tie_word_embeddings", c_.tie_word_embeddings ? "yes" : "no"},
     };
+    if (const auto& m = c_.ffn_experts)
+      s_.features.push_back({"moe", fmt::format("{} of {} experts of {} on every layer (softmax over the top {} "
+                                                "router logits), added to the {}",
+                                                m->top_k, m->num_experts, m->intermediate, m->top_k, c_.traits.ffn)});
     if (moes)
       s_.features.push_back(
           {"moe", fmt::format("{} experts of {} (top {}, sigmoid router{}, scaled by {}), latent {}, shared expert {}",
@@ -117,7 +121,12 @@ class Mamba2Hybrid final : public CausalLm {
       h = b.plus(h, scaled(mixed));
       if (!t.ffn_norm.empty()) {
         ir::ValueId x2 = rms(b, h, p + t.ffn_norm, t.ffn_norm);
-        h = b.plus(h, scaled(ffn(b, x2, p + t.ffn, t.ffn)));
+        ir::ValueId y = ffn(b, x2, p + t.ffn, t.ffn);
+        if (c_.ffn_experts) {
+          auto s = b.scope(t.ffn_experts);
+          y = b.plus(sparse_moe(b, ckpt_, x2, p + t.ffn_experts + ".", *c_.ffn_experts), y);
+        }
+        h = b.plus(h, scaled(y));
       }
       b.graph().rename(h, fmt::format("/model/layers.{}/output", i));
     }

@@ -6,9 +6,10 @@
 // residual; Granite and Bamba follow every mixer or attention block with a second pre-norm, their
 // feed-forward block and a residual in the same layer:
 //
-//   h ─ mixer_norm ─ block ─ * r ─ + ─┬─ [ffn_norm ─ ffn ─ * r ─ + ─] ─ next layer
+//   h ─ mixer_norm ─ block ─ * r ─ + ─┬─ [ffn_norm ─ ffn (+ experts) ─ * r ─ + ─] ─ next layer
 //
-// where r is Granite's residual_multiplier (1 for the others).
+// where r is Granite's residual_multiplier (1 for the others), and Granite's sparse MoE models add a
+// mixture of experts (block_sparse_moe) to the shared_mlp's output on every layer.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include "models/blocks.h"
 #include "models/mamba2_mixer.h"
 #include "models/model.h"
+#include "models/moe.h"
 #include "models/rope.h"
 #include "models/sigmoid_moe.h"
 
@@ -48,6 +50,7 @@ struct HybridTraits {
   // the layer. An empty ffn_norm: no such block (Nemotron-H's MLPs are layers of their own, HybridBlock::Mlp).
   std::string ffn_norm, ffn;
   HybridFfn ffn_kind = HybridFfn::GatedMlp;  // the form of every feed-forward network, either placement
+  std::string ffn_experts = "block_sparse_moe";  // under a layer: HybridConfig::ffn_experts' module
 };
 
 struct HybridConfig {
@@ -66,6 +69,9 @@ struct HybridConfig {
   Activation act = Activation::Silu;
   Mamba2MixerSpec mixer;
   SigmoidMoeSpec moe;  // the HybridBlock::Moe layers' (Nemotron-H's)
+  // Granite's sparse MoE (GraniteMoeHybridMoE) under traits.ffn_experts, added to every feed-forward
+  // network's output (moe(x) + shared_mlp(x)); none for the dense models.
+  std::optional<MoeSpec> ffn_experts;
   // Granite's multipliers (1 elsewhere; a multiplication by 1 is left out of the graph).
   double embedding_multiplier = 1.0, residual_multiplier = 1.0, logits_scaling = 1.0;
   bool tie_word_embeddings = false;

@@ -1,6 +1,7 @@
-// Sparse mixture-of-experts MLP (Transformers' MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock): a router
-// picks top_k of num_experts per token, and the block is the routing-weighted sum of those experts'
-// gated MLPs. Built from primitives, so every backend and the reference executor run it as they are.
+// Sparse mixture-of-experts MLP (Transformers' MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock,
+// Qwen3_5MoeSparseMoeBlock, GraniteMoeHybridMoE): a router picks top_k of num_experts per token, and the
+// block is the routing-weighted sum of those experts' gated MLPs. Built from primitives, so every
+// backend and the reference executor run it as they are.
 #pragma once
 
 #include <string>
@@ -13,15 +14,33 @@
 
 namespace hfx::models {
 
+// How a checkpoint stores the experts' weights.
+enum class ExpertLayout {
+  PerExpert,  // experts.<e>.<gate | up | down>.weight, one [out, in] matrix each (as Transformers saves Qwen's)
+  Stacked,    // one [E, 2 intermediate, hidden] tensor (each expert's gate rows, then its up rows) and one
+              // [E, hidden, intermediate]: Transformers 5's experts.gate_up_proj / down_proj, Granite's
+              // input_linear / output_linear
+};
+
+// Which probabilities weight the picked experts.
+enum class RouterScores {
+  SoftmaxThenTopK,  // softmax over all experts, the top_k of those (Mixtral, Qwen; normalize_top_k may follow)
+  TopKThenSoftmax,  // the top_k logits, softmax over those k (GraniteMoeHybridTopKRouter)
+};
+
 struct MoeSpec {
   int64_t num_experts = 0;
   int64_t top_k = 0;
   int64_t hidden = 0, intermediate = 0;  // each expert's MLP: [hidden] -> [intermediate] -> [hidden]
   bool normalize_top_k = false;          // top-k weights divided by their sum (Mixtral always; Qwen's norm_topk_prob)
   Activation act = Activation::Silu;
-  // Checkpoint names under the block: "<router>.weight" [E, hidden]; "experts.<e>.<expert names>.weight".
+  RouterScores scores = RouterScores::SoftmaxThenTopK;
+  // Checkpoint names under the block: "<router>.weight" [E, hidden]; PerExpert:
+  // "experts.<e>.<expert names>.weight"; Stacked: the two tensors' full names.
   std::string router = "gate";
+  ExpertLayout layout = ExpertLayout::PerExpert;
   GatedMlpNames expert;
+  std::string stacked_gate_up = "experts.gate_up_proj", stacked_down = "experts.down_proj";
   // Qwen2-MoE's shared expert, added to every token as sigmoid(shared_expert_gate(x)) * shared_expert(x)
   // (a gated MLP of this size; 0: none).
   int64_t shared_intermediate = 0;

@@ -23,17 +23,33 @@ namespace {
 // costing nothing on a step too short to reach it).
 constexpr int64_t kMinScanPositions = int64_t(1) << 22;
 
-// What sets Qwen3-Next apart from Qwen3.5's text model; the rest is one network (modeling_qwen3_5.py
-// is generated from modeling_qwen3_next.py: the same norms, attention, delta rule and decoder layer).
+// Which layers' MLP is a sparse mixture of experts.
+enum class SparseLayers {
+  None,         // Qwen3.5: every MLP dense
+  QwenSteps,    // Qwen3-Next: qwen_sparse_moe_layers (decoder_sparse_step, mlp_only_layers; num_experts 0: none)
+  Every,        // Qwen3.5-MoE: every layer (Qwen3_5MoeDecoderLayer has no dense MLP)
+};
+
+// What sets Qwen3-Next and Qwen3.5-MoE apart from Qwen3.5's text model; the rest is one network
+// (modeling_qwen3_5.py is generated from modeling_qwen3_next.py, modeling_qwen3_5_moe.py from both:
+// the same norms, attention, delta rule and decoder layer).
 struct Family {
   const char* model_type;
   const char* hf_class;
   DeltaNetProjections projections;
   int64_t default_intermediate_size, default_kv_heads;  // the config class's defaults
-  bool sparse_moe;  // Qwen3NextSparseMoeBlock on the layers qwen_sparse_moe_layers picks
+  SparseLayers sparse_layers;
+  int64_t default_experts, default_top_k;  // the config class's num_experts / num_experts_per_tok
+  // norm_topk_prob read from the config (Qwen3-Next, true by default); false: the top-k weights are
+  // always renormalised (Qwen3_5MoeTopKRouter reads no such key).
+  bool reads_norm_topk_prob;
 };
-constexpr Family kQwen35Text{"qwen3_5_text", "Qwen3_5ForCausalLM", DeltaNetProjections::Split, 12288, 4, false};
-constexpr Family kQwen3Next{"qwen3_next", "Qwen3NextForCausalLM", DeltaNetProjections::Fused, 5632, 2, true};
+constexpr Family kQwen35Text{"qwen3_5_text", "Qwen3_5ForCausalLM", DeltaNetProjections::Split, 12288, 4,
+                             SparseLayers::None, 0, 0, false};
+constexpr Family kQwen3Next{"qwen3_next", "Qwen3NextForCausalLM", DeltaNetProjections::Fused, 5632, 2,
+                            SparseLayers::QwenSteps, 512, 10, true};
+constexpr Family kQwen35Moe{"qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", DeltaNetProjections::Split, 0, 2,
+                            SparseLayers::Every, 256, 8, false};
 
 struct HybridConfig {
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0,
@@ -74,21 +90,30 @@ std::vector<bool> attention_layers(const io::JsonFile& f, const nlohmann::json& 
   return out;
 }
 
-// Qwen3NextSparseMoeBlock: top num_experts_per_tok of num_experts (norm_topk_prob, true by default),
-// each a gated MLP of moe_intermediate_size, plus the sigmoid-gated shared expert. num_experts 0
-// makes every layer's MLP dense, as Qwen3NextDecoderLayer does.
-void parse_sparse_moe(const io::JsonFile& f, HybridConfig& c) {
+// Qwen3NextSparseMoeBlock / Qwen3_5MoeSparseMoeBlock: top num_experts_per_tok of num_experts, each a
+// gated MLP of moe_intermediate_size, plus the sigmoid-gated shared expert. Qwen3-Next's num_experts 0
+// makes every layer's MLP dense, as Qwen3NextDecoderLayer does; Qwen3.5-MoE has no dense MLP to fall
+// back to, so it needs one expert at least. The experts are stored per expert (as Transformers saves
+// them) or stacked (experts.gate_up_proj / down_proj, Transformers 5's own layout), as the first sparse
+// layer has them.
+void parse_sparse_moe(const io::Checkpoint& ckpt, const Family& family, HybridConfig& c) {
+  const io::JsonFile& f = ckpt.config();
   const auto& j = f.json;
   constexpr int64_t kMaxDim = int64_t(1) << 24;
-  c.moe.num_experts = io::optional_int(f, j, "num_experts", 0, 1 << 16).value_or(512);
+  const int64_t min_experts = family.sparse_layers == SparseLayers::Every ? 1 : 0;
+  c.moe.num_experts = io::optional_int(f, j, "num_experts", min_experts, 1 << 16).value_or(family.default_experts);
   if (c.moe.num_experts == 0) return;
-  c.moe.top_k = io::optional_int(f, j, "num_experts_per_tok", 1, c.moe.num_experts).value_or(10);
+  c.moe.top_k = io::optional_int(f, j, "num_experts_per_tok", 1, c.moe.num_experts).value_or(family.default_top_k);
   c.moe.hidden = c.hidden_size;
   c.moe.intermediate = io::optional_int(f, j, "moe_intermediate_size", 1, kMaxDim).value_or(512);
   c.moe.shared_intermediate = io::optional_int(f, j, "shared_expert_intermediate_size", 1, kMaxDim).value_or(512);
-  c.moe.normalize_top_k = io::optional_bool(f, j, "norm_topk_prob").value_or(true);
+  c.moe.normalize_top_k = !family.reads_norm_topk_prob || io::optional_bool(f, j, "norm_topk_prob").value_or(true);
   c.moe.act = c.act;
-  c.layer_is_moe = qwen_sparse_moe_layers(f, c.num_layers);
+  c.layer_is_moe = family.sparse_layers == SparseLayers::Every ? std::vector<bool>(size_t(c.num_layers), true)
+                                                                : qwen_sparse_moe_layers(f, c.num_layers);
+  const auto first = std::find(c.layer_is_moe.begin(), c.layer_is_moe.end(), true) - c.layer_is_moe.begin();
+  if (first < c.num_layers && ckpt.find(fmt::format("model.layers.{}.mlp.{}", first, c.moe.stacked_gate_up)))
+    c.moe.layout = ExpertLayout::Stacked;
 }
 
 HybridConfig parse_config(const io::Checkpoint& ckpt, const Family& family) {
@@ -119,7 +144,7 @@ HybridConfig parse_config(const io::Checkpoint& ckpt, const Family& family) {
   c.mixer = parse_gated_deltanet(f, c.hidden_size, std::max(max_pos, kMinScanPositions), c.eps,
                                  family.projections);
   c.layer_is_moe.assign(size_t(c.num_layers), false);
-  if (family.sparse_moe) parse_sparse_moe(f, c);
+  if (family.sparse_layers != SparseLayers::None) parse_sparse_moe(ckpt, family, c);
   read_generation_ids(ckpt, c.vocab_size, c.eos_token_ids, c.bos_token_id, c.pad_token_id);
   return c;
 }
@@ -207,11 +232,12 @@ class QwenDeltaNetHybrid final : public CausalLm {
     const std::string dense = fmt::format("gated {} ({})", c_.intermediate_size, activation_name(c_.act));
     const auto sparse = std::count(c_.layer_is_moe.begin(), c_.layer_is_moe.end(), true);
     if (!sparse) return dense;
-    return fmt::format("sparse MoE on {} of {} layers: top {} of {} experts{}, expert {}, shared expert {} (sigmoid "
-                       "gate); dense {} elsewhere",
-                       sparse, c_.num_layers, c_.moe.top_k, c_.moe.num_experts,
-                       c_.moe.normalize_top_k ? " (renormalised)" : "", c_.moe.intermediate,
-                       c_.moe.shared_intermediate, dense);
+    const std::string moe = fmt::format(
+        "sparse MoE on {} of {} layers: top {} of {} experts{}, expert {} ({}), shared expert {} (sigmoid gate)",
+        sparse, c_.num_layers, c_.moe.top_k, c_.moe.num_experts, c_.moe.normalize_top_k ? " (renormalised)" : "",
+        c_.moe.intermediate, c_.moe.layout == ExpertLayout::Stacked ? "stacked" : "per expert",
+        c_.moe.shared_intermediate);
+    return sparse == c_.num_layers ? moe : fmt::format("{}; dense {} elsewhere", moe, dense);
   }
 
   // Qwen3_5RMSNorm / Qwen3NextRMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + weight).
@@ -269,6 +295,10 @@ std::unique_ptr<CausalLm> make_qwen3_5_text(const io::Checkpoint& ckpt) {
 
 std::unique_ptr<CausalLm> make_qwen3_next(const io::Checkpoint& ckpt) {
   return std::make_unique<QwenDeltaNetHybrid>(ckpt, kQwen3Next, parse_config(ckpt, kQwen3Next));
+}
+
+std::unique_ptr<CausalLm> make_qwen3_5_moe_text(const io::Checkpoint& ckpt) {
+  return std::make_unique<QwenDeltaNetHybrid>(ckpt, kQwen35Moe, parse_config(ckpt, kQwen35Moe));
 }
 
 }  // namespace hfx::models

@@ -20,6 +20,11 @@
 // in_proj_ba), and its MLPs are sparse mixtures of experts (Qwen3NextSparseMoeBlock: top-k of
 // num_experts, norm_topk_prob, plus sigmoid(shared_expert_gate(x)) * shared_expert(x); models/moe.h)
 // on every decoder_sparse_step-th layer but those mlp_only_layers lists, a dense MLP on the others.
+//
+// Qwen3.5-MoE's text model (Qwen3_5MoeForCausalLM, model_type qwen3_5_moe_text) is Qwen3.5's network
+// (split projections) with Qwen3_5MoeSparseMoeBlock as every layer's MLP: the same top-k of num_experts
+// and sigmoid-gated shared expert, the top-k weights always renormalised (no norm_topk_prob), the
+// experts per expert as Transformers saves them or stacked (experts.gate_up_proj / down_proj).
 #pragma once
 
 #include <memory>
@@ -30,5 +35,6 @@ namespace hfx::models {
 
 std::unique_ptr<CausalLm> make_qwen3_5_text(const io::Checkpoint& ckpt);
 std::unique_ptr<CausalLm> make_qwen3_next(const io::Checkpoint& ckpt);
+std::unique_ptr<CausalLm> make_qwen3_5_moe_text(const io::Checkpoint& ckpt);
 
 }  // namespace hfx::models

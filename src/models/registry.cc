@@ -207,9 +207,10 @@ const std::vector<ModelEntry>& model_registry() {
                         "Mamba-1 with weightless RMS norms on the mixer's dt, B and C (mixer_rms_eps)",
                         make_falcon_mamba),
       own_decoder_entry("granitemoehybrid", "GraniteMoeHybridForCausalLM",
-                        "hybrid (Granite 4.0-H, dense): Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention "
-                        "layers scaled by attention_multiplier, rope or none, per layer_types; a shared gated MLP; "
-                        "embedding/residual multipliers and logits_scaling (num_local_experts > 0 refused)",
+                        "hybrid (Granite 4.0-H): Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention "
+                        "layers scaled by attention_multiplier, rope or none, per layer_types; a shared gated MLP, "
+                        "plus a sparse mixture of experts (softmax over the top-k router logits) when "
+                        "num_local_experts > 0; embedding/residual multipliers and logits_scaling",
                         make_granitemoehybrid),
       own_decoder_entry("bamba", "BambaForCausalLM",
                         "hybrid: Mamba-2 layers (past_conv.{i}, past_ssm.{i}) and GQA attention layers at "
@@ -249,6 +250,12 @@ const std::vector<ModelEntry>& model_registry() {
                         "sparse mixture-of-experts MLPs (top-k, norm_topk_prob, a sigmoid-gated shared expert) on the "
                         "decoder_sparse_step layers not in mlp_only_layers, dense MLPs on those; (1 + w) RMSNorms",
                         make_qwen3_next),
+      own_decoder_entry("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM",
+                        "hybrid (Qwen3.5-MoE text): Qwen3.5's gated delta-net layers (past_conv.{i}, "
+                        "past_recurrent.{i}) and gated attention layers per layer_types, every MLP a sparse mixture "
+                        "of experts (top-k renormalised, a sigmoid-gated shared expert; experts per expert or "
+                        "stacked gate_up_proj / down_proj); (1 + w) RMSNorms",
+                        make_qwen3_5_moe_text),
       encoder_entry("bert", "BertModel",
                     "post-norm encoder; token_type_ids input; BertForSequenceClassification head (pooler + classifier)",
                     make_bert),

@@ -32,4 +32,21 @@ ir::ValueId bind_weight(ir::Builder& b, const io::Checkpoint& ckpt, const std::s
   return bind_weight(b, ckpt, name, expected, why, nullptr);
 }
 
+ir::ValueId bind_expert_rows(ir::Builder& b, const io::Checkpoint& ckpt, const std::string& name,
+                             const std::vector<int64_t>& expected, int64_t expert, int64_t begin, int64_t end,
+                             const std::string& why) {
+  HFX_CHECK(expected.size() == 3 && expert >= 0 && expert < expected[0] && 0 <= begin && begin < end &&
+                end <= expected[1],
+            "expert rows of {}", name);
+  const std::string bound = fmt::format("{}[{}, {}:{}]", name, expert, begin, end);
+  if (auto existing = b.graph().find(bound)) return *existing;
+  weight_ref(ckpt, name, expected, why);  // checks shape and dtype, marks the tensor used
+  const io::TensorEntry& t = ckpt.get(name);
+  const int64_t cols = expected[2];
+  const size_t offset = t.offset + size_t((expert * expected[1] + begin) * cols) * dtype_size(t.dtype);
+  // The source is named as bound: weights are matched by their description when written, and every
+  // block of the tensor is a different one.
+  return b.weight(bound, ir::WeightRef::source(t.file, bound, t.dtype, {end - begin, cols}, offset).cast(DType::F32));
+}
+
 }  // namespace hfx::models

@@ -27,4 +27,13 @@ ir::ValueId bind_weight(ir::Builder& b, const io::Checkpoint& ckpt, const std::s
 ir::WeightRef weight_ref(const io::Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& expected,
                          const std::string& why);
 
+// Rows [begin, end) of expert `expert`'s matrix in a checkpoint tensor stacking every expert's
+// [rows, cols] matrix as [experts, rows, cols] (`expected`): Transformers 5's fused experts.gate_up_proj /
+// down_proj, Granite's input_linear / output_linear. The block is contiguous in the file, so it is
+// read in place (no copy, streamable) like a tensor of its own; it is bound as
+// "<name>[<expert>, <begin>:<end>]".
+ir::ValueId bind_expert_rows(ir::Builder& b, const io::Checkpoint& ckpt, const std::string& name,
+                             const std::vector<int64_t>& expected, int64_t expert, int64_t begin, int64_t end,
+                             const std::string& why);
+
 }  // namespace hfx::models

@@ -35,7 +35,7 @@ const StateNameSet kTransformersJsHybrid = {"js-hybrid",
 
 const StateNameSet kTransformersJsLinearAttention = {
     "js-linear-attention",
-    "transformers.js gated delta-net hybrids (qwen3_next, qwen3_5_text)",
+    "transformers.js gated delta-net hybrids (qwen3_next, qwen3_5_text, qwen3_5_moe_text)",
     {HFX_DECODER_KV,
      {K::Convolution, "past_conv.{}", "present_conv.{}"},
      {K::Recurrent, "past_recurrent.{}", "present_recurrent.{}"}}};

@@ -1,7 +1,8 @@
 """Gated delta-net hybrids against Transformers eager, fp32, on tiny random checkpoints: qwen3_5_text
-(Qwen3_5ForCausalLM: gated delta-net layers and gated attention layers, per layer_types) and qwen3_next
+(Qwen3_5ForCausalLM: gated delta-net layers and gated attention layers, per layer_types), qwen3_next
 (Qwen3NextForCausalLM: the same layers with fused delta-net projections, and sparse-MoE MLPs with a
-shared expert beside a dense one).
+shared expert beside a dense one) and qwen3_5_moe_text (Qwen3_5MoeForCausalLM: Qwen3.5's layers with a
+sparse-MoE MLP and shared expert on every layer).
 
 Each case: a left-padded batch of 2 whose 330-token prompt spans 6 of the delta rule's chunks of 64
 (the last padded; its 5 chunk boundaries take three steps of the chunk scan, offsets 1, 2 and 4), then
@@ -37,10 +38,11 @@ from test_hybrid_lfm2 import genai_and_transformers_greedy
 from test_ssm_hybrids import compare  # logits and every state, per step
 from tiny_models import HYBRID_CASES, load_reference
 
-FAMILIES = ("qwen3_5_text", "qwen3_next")
+FAMILIES = ("qwen3_5_text", "qwen3_next", "qwen3_5_moe_text")
 CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in FAMILIES)
-# onnxruntime-genai 0.18 runs Qwen3.5's delta-net (its qwen3_5_text model) and has no Qwen3-Next model.
-GENAI_FAMILIES = ("qwen3_5_text",)
+# onnxruntime-genai 0.18 runs Qwen3.5's delta-net (its qwen3_5_text and qwen3_5_moe_text models) and has
+# no Qwen3-Next model.
+GENAI_FAMILIES = ("qwen3_5_text", "qwen3_5_moe_text")
 GENAI_CASES = [c for c in CASES if HYBRID_CASES[c][0] in GENAI_FAMILIES]
 CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size, which hfx's delta rule uses too
 PROMPT_LENGTHS = (330, 291)  # left-padded by 39; 6 chunks
@@ -271,7 +273,7 @@ def test_onnxruntime_genai_generates_transformers_tokens(case, reference, gdn_ex
     model = reference(case)[0]
     folder = gdn_export(case, "ort") / "onnx"
     config = json.loads((folder / "genai_config.json").read_text())["model"]
-    assert config["type"] == "qwen3_5_text"
+    assert config["type"] == HYBRID_CASES[case][0]
     assert config["decoder"]["inputs"]["past_recurrent_names"] == "past_recurrent.%d"
     assert config["decoder"]["outputs"]["present_conv_names"] == "present_conv.%d"
     genai = og.Model(str(folder))
@@ -351,6 +353,37 @@ def test_verify_against_transformers(case, gdn_export):
     record_coverage(case, "verify-oracle-transformers", "hfx verify", "pass")
 
 
+def test_qwen3_5_moe_stacked_experts_are_read_in_place(tiny_checkpoint, tmp_path):
+    """Transformers 5's own layout of Qwen3.5-MoE's experts, one experts.gate_up_proj [E, 2 I, hidden]
+    (each expert's gate rows, then its up rows) and one experts.down_proj [E, hidden, I] per layer,
+    which Transformers loads as it is: the export reads each expert's rows from the stacked tensors,
+    gives the per-expert checkpoint's logits bit for bit, and passes `hfx verify --oracle transformers`."""
+    from safetensors.torch import load_file, save_file
+    src = tiny_checkpoint("qwen3_5_moe_text")
+    folder = tmp_path / "stacked"
+    shutil.copytree(src, folder)
+    tensors = load_file(str(src / "model.safetensors"))
+    experts = json.loads((src / "config.json").read_text())["num_experts"]
+    layers = {name.split(".experts.")[0] for name in tensors if ".mlp.experts." in name}
+    for layer in layers:
+        per = [{kind: tensors.pop(f"{layer}.experts.{e}.{kind}.weight") for kind in ("gate_proj", "up_proj", "down_proj")}
+               for e in range(experts)]
+        tensors[f"{layer}.experts.gate_up_proj"] = torch.stack([torch.cat([p["gate_proj"], p["up_proj"]]) for p in per])
+        tensors[f"{layer}.experts.down_proj"] = torch.stack([p["down_proj"] for p in per])
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    logits = []
+    for ckpt, out in ((src, tmp_path / "per-expert"), (folder, tmp_path / "stacked-out")):
+        run_hfx("export", "--model", ckpt, "--format", "onnx", "--onnx-profile", "portable", "--quiet", "--no-verify", out)
+        sess = ort.InferenceSession(str(out / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+        config = load_reference(ckpt).config
+        feed = {**step_feeds(config.vocab_size)[0], **initial_state(config, 2)}
+        logits.append(sess.run(["logits"], {i.name: feed[i.name] for i in sess.get_inputs()})[0])
+    assert "stacked" in run_hfx("inspect", folder).stdout
+    np.testing.assert_array_equal(logits[0], logits[1])
+    proc = run_hfx("verify", tmp_path / "stacked-out", "--runtime", "onnxruntime", "--oracle", "transformers")
+    assert "verification FAILED" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_manifest_records_the_states(case, reference, gdn_export):
     """hfx.json's model.states: per delta-net layer its convolution state and its recurrent state with
@@ -401,6 +434,28 @@ def test_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tm
 ])
 def test_qwen3_next_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tmp_path):
     refused("qwen3_next", edit, message, tiny_checkpoint, tmp_path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(num_experts=0), "num_experts"),           # every layer is sparse: no dense MLP to fall back to
+    (dict(num_experts_per_tok=5), "num_experts_per_tok"),  # more than num_experts
+])
+def test_qwen3_5_moe_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tmp_path):
+    refused("qwen3_5_moe_text", edit, message, tiny_checkpoint, tmp_path)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+@pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
+                                       ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
+@pytest.mark.parametrize("case", ["qwen3_5_moe_text"])
+def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
+    """Every precision hfx offers (as test_ssm_hybrids checks the Mamba families): the export's own check
+    against the reference executor at the precision's gate (docs/verify.md) passes, or nothing is
+    published; the routers in reduced precision included."""
+    out = tmp_path / "out"
+    proc = run_hfx("export", "--model", tiny_checkpoint(case), "--format", fmt, *precision, out)
+    assert "checks passed" in proc.stdout or "identical" in proc.stdout, proc.stdout + proc.stderr
+    assert (out / "hfx.json").exists()
 
 
 @pytest.mark.parametrize("fmt", ["pt2", "executorch"])

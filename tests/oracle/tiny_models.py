@@ -204,6 +204,14 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
         mamba_proj_bias=True, mamba_conv_bias=False, mamba_n_heads=4, mamba_d_head="auto", mamba_d_state=8,
         mamba_n_groups=1, mamba_d_conv=3, mamba_chunk_size=3, tie_word_embeddings=True, attention_multiplier=0.25,
         rms_norm_eps=1e-5)),
+    # Granite 4.0-H's sparse MoE (GraniteMoeHybridMoE): 2 of 4 experts (softmax over the top-k logits)
+    # of intermediate_size 32 beside the shared_mlp (96) on every layer; attention first with rope, chunk 4
+    "granitemoehybrid-moe": ("granitemoehybrid", dict(
+        num_hidden_layers=3, layer_types=["full_attention", "linear_attention", "linear_attention"],
+        num_local_experts=4, num_experts_per_tok=2, intermediate_size=32, shared_intermediate_size=96,
+        position_embedding_type="rope", residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.0,
+        mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4, mamba_chunk_size=4,
+        rms_norm_eps=1e-5)),
     # Bamba: attention in the middle (partial rotary 0.5 by default), a Llama MLP, chunk 4, 2 groups
     "bamba": ("bamba", dict(num_hidden_layers=3, attn_layer_indices=[1], mamba_n_heads=8, mamba_d_head=16,
                             mamba_d_state=16, mamba_n_groups=2, mamba_d_conv=4, mamba_chunk_size=4,
@@ -286,6 +294,14 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
         linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, moe_intermediate_size=48,
         shared_expert_intermediate_size=80, decoder_sparse_step=1, mlp_only_layers=[2], max_position_embeddings=512,
         rms_norm_eps=1e-5)),
+    # Qwen3.5-MoE text (test_gated_deltanet.py): qwen3_5_text's geometry (split delta-net projections)
+    # with Qwen3_5MoeSparseMoeBlock on every layer: top 2 of 4 experts of 32 (always renormalised), plus
+    # the sigmoid-gated shared expert of 96 (sizes OpenVINO's int4 blocks of 32 divide)
+    "qwen3_5_moe_text": ("qwen3_5_moe_text", dict(
+        num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"], head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
+        linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=96, max_position_embeddings=512, rms_norm_eps=1e-5)),
     # Mamba-1 (test_ssm_hybrids.py): the scan's chunks are floor(sqrt(s)) (the 10-token prompt spans 4 of
     # 3, the last padded); conv biases, kernel 4 (longer than the 3 decode steps), time_step_rank "auto"
     # (ceil(64 / 16) = 4), untied head
@@ -347,12 +363,18 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
 # scaled, 1.2e-5 (attention values 9.7e-6). Its `a` rows share in_proj_ba with `b`, so the quarter
 # scales both (beta = sigmoid(b) then stays nearer 0.5, still different per head and position). Its
 # routers' closest call between the second and third expert is 9e-6 apart in probability (fp64) at a
-# real position, above what fp32 rounds the router's probabilities by here.
+# real position, above what fp32 rounds the router's probabilities by here. qwen3_5_moe_text is scaled
+# as qwen3_5_text, and its routers doubled: their closest call between the 2nd and 3rd expert at a real
+# position is then 3.3e-3 apart in logits (7.8e-5 at one position unscaled, near what hfx's and
+# Transformers' fp32 hidden states differ by).
 WEIGHT_SCALES: dict[str, dict[str, float]] = {
     "qwen3_5_text": {"lm_head.weight": 0.25, "model.layers.1.self_attn.v_proj.weight": 0.5,
                      **{f"model.layers.{i}.linear_attn.in_proj_a.weight": 0.25 for i in (0, 2)}},
     "qwen3_next": {"lm_head.weight": 0.25, "model.layers.1.self_attn.v_proj.weight": 0.5,
                    **{f"model.layers.{i}.linear_attn.in_proj_ba.weight": 0.25 for i in (0, 2)}},
+    "qwen3_5_moe_text": {"lm_head.weight": 0.25, "model.layers.1.self_attn.v_proj.weight": 0.5,
+                         **{f"model.layers.{i}.linear_attn.in_proj_a.weight": 0.25 for i in (0, 2)},
+                         **{f"model.layers.{i}.mlp.gate.weight": 2.0 for i in (0, 1, 2)}},
 }
 # Weights scaled by name pattern (each distinct parameter once: a tied shared block is scaled once), per case.
 # Zamba2: the shared block reads a 128-wide [hidden, embeddings], so with every weight ~N(0, 0.25) its q and k
@@ -369,12 +391,14 @@ WEIGHT_SCALE_PATTERNS: dict[str, list[tuple[str, float]]] = {"zamba2": ZAMBA2_SC
 # keeps most of its start state (g ~ -2e-3 per position). Decays this near 1 also make the chunk's UT
 # system hard to invert: without the refinement step in models/delta_rule.cc hfx's inverse rounded
 # 1.1e-4 from Transformers' forward substitution (OpenVINO), with it 1.1e-5 (Transformers' own fp32 is
-# 7e-6 from its fp64). qwen3_next's delta-net layers are shifted the same way.
+# 7e-6 from its fp64). qwen3_next's and qwen3_5_moe_text's delta-net layers are shifted the same way.
 WEIGHT_SHIFTS: dict[str, dict[str, float]] = {
     "qwen3_5_text": {**{f"model.layers.{i}.linear_attn.A_log": -5.0 for i in (0, 2)},
                      **{f"model.layers.{i}.linear_attn.dt_bias": -1.0 for i in (0, 2)}},
     "qwen3_next": {**{f"model.layers.{i}.linear_attn.A_log": -5.0 for i in (0, 2)},
                    **{f"model.layers.{i}.linear_attn.dt_bias": -1.0 for i in (0, 2)}},
+    "qwen3_5_moe_text": {**{f"model.layers.{i}.linear_attn.A_log": -5.0 for i in (0, 2)},
+                         **{f"model.layers.{i}.linear_attn.dt_bias": -1.0 for i in (0, 2)}},
 }
 
 

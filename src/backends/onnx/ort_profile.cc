@@ -33,14 +33,16 @@ namespace {
 // Model types onnxruntime-genai dispatches as plain decoder LLMs; others load as "decoder".
 bool genai_knows(const std::string& type) {
   for (const char* t : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "granite", "phi3", "lfm2",
-                        "qwen3_5_text"})
+                        "qwen3_5_text", "qwen3_5_moe_text"})
     if (type == t) return true;
   return false;
 }
 
 }  // namespace
 
-bool genai_runs_recurrent_state(const std::string& model_type) { return model_type == "qwen3_5_text"; }
+bool genai_runs_recurrent_state(const std::string& model_type) {
+  return model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text";
+}
 
 nlohmann::ordered_json genai_greedy_search(int64_t max_length, bool past_present_share_buffer) {
   return {{"diversity_penalty", 0.0},

@@ -38,7 +38,8 @@ struct GenaiConfigInput {
 };
 
 // Whether onnxruntime-genai has a model for `model_type` that carries a recurrent (linear-attention)
-// state: its RecurrentState drives Qwen3.5's gated delta-net; it has no Mamba or Qwen3-Next model.
+// state: its RecurrentState drives Qwen3.5's gated delta-net (qwen3_5_text, and qwen3_5_moe_text, whose
+// experts are ordinary graph nodes to it); it has no Mamba or Qwen3-Next model.
 bool genai_runs_recurrent_state(const std::string& model_type);
 
 // genai_config.json for a decoder written with the ort profile (onnxruntime-genai's
