@@ -175,10 +175,7 @@ class FalconH1 final : public CausalLm {
     std::vector<ir::StateSpec> out;
     for (int64_t i = 0; i < c_.num_layers; ++i) {
       for (const auto& s : c_.mixer.states(i)) out.push_back(s);
-      for (auto s : ir::kv_cache_states({1, c_.num_kv_heads, c_.head_dim, l.static_cache, l.max_cache_len}, l.length)) {
-        s.layer = i;
-        out.push_back(s);
-      }
+      for (auto& s : attention_layer_states(i, c_.num_kv_heads, c_.head_dim, l)) out.push_back(s);
     }
     return out;
   }

@@ -11,6 +11,13 @@ std::vector<ir::StateSpec> CausalLm::states(const StateLayout& l) const {
   return ir::kv_cache_states({g.num_layers, g.num_kv_heads, g.head_dim, l.static_cache, l.max_cache_len}, l.length);
 }
 
+std::vector<ir::StateSpec> attention_layer_states(int64_t layer, int64_t kv_heads, int64_t head_dim,
+                                                  const StateLayout& l) {
+  std::vector<ir::StateSpec> out = ir::kv_cache_states({1, kv_heads, head_dim, l.static_cache, l.max_cache_len}, l.length);
+  for (auto& s : out) s.layer = layer;
+  return out;
+}
+
 std::vector<ir::StateSpec> hybrid_states(const std::vector<bool>& is_attention, int64_t kv_heads, int64_t head_dim,
                                          const StateLayout& l,
                                          const std::function<std::vector<ir::StateSpec>(int64_t)>& own) {
@@ -20,10 +27,7 @@ std::vector<ir::StateSpec> hybrid_states(const std::vector<bool>& is_attention, 
       for (auto& s : own(i)) out.push_back(s);
       continue;
     }
-    for (auto s : ir::kv_cache_states({1, kv_heads, head_dim, l.static_cache, l.max_cache_len}, l.length)) {
-      s.layer = i;
-      out.push_back(s);
-    }
+    for (auto& s : attention_layer_states(i, kv_heads, head_dim, l)) out.push_back(s);
   }
   return out;
 }

@@ -69,6 +69,10 @@ ModelSummary summary_of(const Config& c, std::string model_type, std::string hf_
   return s;
 }
 
+// Layer `layer`'s attention key and value (kv_heads x head_dim, laid out as `layout` says): the states
+// of one attention layer among others (a hybrid's, or a layer that carries a mixer's states as well).
+std::vector<ir::StateSpec> attention_layer_states(int64_t layer, int64_t kv_heads, int64_t head_dim,
+                                                  const StateLayout& layout);
 // A hybrid's state: per layer, an attention layer's key and value (kv_heads x head_dim, laid out
 // as `layout` says) or the layer's own states (`own(i)`: a convolution's, a scan's).
 std::vector<ir::StateSpec> hybrid_states(const std::vector<bool>& is_attention, int64_t kv_heads, int64_t head_dim,

@@ -160,6 +160,17 @@ def test_generate_prompt_text_through_t5_tokenizer(t5_with_tokenizer):
     assert streamed.rstrip("\n") == tok.decode(ended, skip_special_tokens=True)
 
 
+def marian_checkpoint_with_spm(source: Path, ckpt: Path) -> list[str]:
+    """A copy of a tiny Marian checkpoint with a SentencePiece Unigram trained on make_tokenizers' corpus
+    (nmt_nfkc) as its source.spm and target.spm; returns the model's pieces but </s> and <unk>."""
+    shutil.copytree(source, ckpt)
+    model = make_tokenizers._train_spm(vocab_size=300, normalization_rule_name="nmt_nfkc", character_coverage=0.98,
+                                       unk_id=1, eos_id=0, bos_id=-1, pad_id=-1)
+    (ckpt / "source.spm").write_bytes(model)
+    (ckpt / "target.spm").write_bytes(model)
+    return [p.piece for p in make_tokenizers._spm_proto(model).pieces if p.piece not in ("</s>", "<unk>")]
+
+
 @pytest.fixture(scope="module")
 def marian_with_tokenizer(tiny_checkpoint, tmp_path_factory):
     """The tiny Marian checkpoint with Marian's tokenizer files (no tokenizer.json, as Helsinki-NLP's
@@ -169,12 +180,7 @@ def marian_with_tokenizer(tiny_checkpoint, tmp_path_factory):
     import random
     base = tmp_path_factory.mktemp("mariantok")
     ckpt = base / "ckpt"
-    shutil.copytree(tiny_checkpoint("marian"), ckpt)
-    model = make_tokenizers._train_spm(vocab_size=300, normalization_rule_name="nmt_nfkc", character_coverage=0.98,
-                                       unk_id=1, eos_id=0, bos_id=-1, pad_id=-1)
-    (ckpt / "source.spm").write_bytes(model)
-    (ckpt / "target.spm").write_bytes(model)
-    pieces = [p.piece for p in make_tokenizers._spm_proto(model).pieces if p.piece not in ("</s>", "<unk>")]
+    pieces = marian_checkpoint_with_spm(tiny_checkpoint("marian"), ckpt)
     random.Random(0).shuffle(pieces)
     free = [i for i in range(127) if i not in (2, 3, 4)]
     vocab = {"</s>": 2, "<unk>": 3, ">>de<<": 4, "<pad>": 127, **{p: i for p, i in zip(pieces, free)}}
@@ -219,12 +225,7 @@ def marian_with_separate_vocabs(tiny_checkpoint, tmp_path_factory):
     import random
     base = tmp_path_factory.mktemp("mariansep")
     ckpt = base / "ckpt"
-    shutil.copytree(tiny_checkpoint("marian-vocabs"), ckpt)
-    model = make_tokenizers._train_spm(vocab_size=300, normalization_rule_name="nmt_nfkc", character_coverage=0.98,
-                                       unk_id=1, eos_id=0, bos_id=-1, pad_id=-1)
-    (ckpt / "source.spm").write_bytes(model)
-    (ckpt / "target.spm").write_bytes(model)
-    pieces = [p.piece for p in make_tokenizers._spm_proto(model).pieces if p.piece not in ("</s>", "<unk>")]
+    pieces = marian_checkpoint_with_spm(tiny_checkpoint("marian-vocabs"), ckpt)
     special = {"</s>": 0, "<unk>": 1, "<pad>": 99}
     for name, size, seed in (("vocab.json", 128, 0), ("target_vocab.json", 100, 1)):
         shuffled = list(pieces)
