@@ -40,10 +40,13 @@ def pt2_base(tmp_path_factory):
     return tmp_path_factory.mktemp("pt2-exports")
 
 
+# --no-verify: every test here compares the program with Transformers itself, and the export's own
+# check (which starts torch for each of ~120 exports, half this file's time) is tested on its own
+# (test_builtin_check_runs_torch, test_hfx_verify_on_torch).
 @pytest.fixture(scope="module")
 def pt2_export(tiny_checkpoint, pt2_base):
     return export_once(pt2_base, lambda case, layout: (
-        "--model", tiny_checkpoint(case), "--format", "pt2", "--quiet", *LAYOUTS[layout]))
+        "--model", tiny_checkpoint(case), "--format", "pt2", "--quiet", "--no-verify", *LAYOUTS[layout]))
 
 
 def component(out: Path, role: str | None = None) -> dict:
