@@ -65,8 +65,8 @@ void register_verify(CLI::App& app, Action& action) {
   cmd->add_option("--reference-weights", opt->reference_weights,
                   "How the reference executor holds weights between runs: hold (MatMul and Gather weights stay mapped "
                   "where they lie in the files, the others converted to f32 once: fastest) | stream (each weight read per "
-                  "run and released after use: memory near the largest weight) | auto (hold up to 512 MiB of weights per "
-                  "graph, stream above)")
+                  "run and released after use: memory near the largest weight) | auto (hold a graph's weights up to an "
+                  "eighth of the memory available, stream above; the check `hfx export` runs holds up to 512 MiB)")
       ->check(CLI::IsMember({"auto", "hold", "stream"}))
       ->capture_default_str();
   cmd->add_option("--python", opt->python,
@@ -101,6 +101,7 @@ void register_verify(CLI::App& app, Action& action) {
       if (!opt->model_dir.empty() && !fs::is_directory(opt->model_dir))
         bad_input("--model {}: no such checkpoint folder", opt->model_dir.string());
       opt->reexport = !*no_reexport;
+      opt->held_weight_limit = pipeline::held_weights_to_spare();
       // F#8: an OpenVINO-only or pt2-only export is verified on its own runtime without being told.
       std::vector<std::string> runtimes = {runtime->empty() ? pipeline::default_runtime(*dir) : *runtime};
       if (runtimes[0] == "all") runtimes = pipeline::all_runtimes(*dir);

@@ -38,16 +38,6 @@ void MappedFile::release(size_t offset, size_t size) const {
   if (data_ && end > begin) ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
-void MappedFile::populate(size_t offset, size_t size) const {
-#ifndef MADV_POPULATE_READ
-  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older headers lack it
-#endif
-  const size_t page = size_t(::sysconf(_SC_PAGESIZE));
-  const size_t begin = offset / page * page;  // every page the range touches
-  const size_t end = std::min(offset + size, size_);
-  if (data_ && end > begin) ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_POPULATE_READ);
-}
-
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

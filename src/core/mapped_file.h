@@ -23,9 +23,6 @@ class MappedFile {
   // Tells the kernel this process is done with [offset, offset + size) for now: the pages leave our
   // resident set (they stay in the page cache and fault back in if read again).
   void release(size_t offset, size_t size) const;
-  // Maps [offset, offset + size) into our resident set in one call (MADV_POPULATE_READ), where reading
-  // it would fault page by page; a no-op where the kernel lacks it (before Linux 5.14).
-  void populate(size_t offset, size_t size) const;
 
  private:
   MappedFile() = default;

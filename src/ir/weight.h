@@ -124,7 +124,6 @@ struct StoredMatrix {
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
   bool transposed = false;  // the weight is the stored matrix's transpose: [cols, rows]
-  const MappedFile* file = nullptr;  // the mapping `data` lies in, for a reader that streams its pages
 };
 
 struct WeightBlock {

@@ -295,6 +295,8 @@ std::string listed_file_problem(const fs::path& out_dir, const fs::path& real_ro
   return "";
 }
 
+bool escapes(const std::string& rel) { return rel.find("..") != std::string::npos || fs::path(rel).is_absolute(); }
+
 // Each symlink in the export, not listed in the manifest, that resolves outside it or not at all,
 // as problem lines. A linked-out folder is invisible to the listing (the walk does not follow it),
 // yet an ONNX location `sub/w.bin` under `sub -> /elsewhere` reads through it. Never throws: a walk
@@ -332,6 +334,20 @@ std::optional<fs::path> listed_file(const fs::path& out_dir, const std::string& 
   }
 }
 
+std::vector<std::string> checksum_problems(const fs::path& out_dir) {
+  const nlohmann::json m = read_manifest(out_dir);
+  std::error_code ec;
+  const fs::path real_root = fs::canonical(out_dir, ec);
+  std::vector<std::string> problems;
+  if (ec) return problems;  // check_export reports the folder
+  for (const auto& [rel, sha] : m["files"].items()) {
+    if (escapes(rel) || !listed_file_problem(out_dir, real_root, rel, sha, false).empty()) continue;  // reported there
+    if (std::string problem = listed_file_problem(out_dir, real_root, rel, sha, true); !problem.empty())
+      problems.push_back(std::move(problem));
+  }
+  return problems;
+}
+
 CheckReport check_export(const fs::path& out_dir, bool allow_extra, bool rehash) {
   const nlohmann::json m = read_manifest(out_dir);
   CheckReport r;
@@ -341,7 +357,7 @@ CheckReport check_export(const fs::path& out_dir, bool allow_extra, bool rehash)
   std::set<std::string> listed;
   for (const auto& [rel, sha] : m["files"].items()) {
     listed.insert(rel);
-    if (rel.find("..") != std::string::npos || fs::path(rel).is_absolute()) {
+    if (escapes(rel)) {
       r.problems.push_back(fmt::format("{}: listed path escapes the folder", shown_name(rel)));
       continue;
     }

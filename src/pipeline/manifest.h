@@ -85,6 +85,10 @@ struct CheckReport {
 // problem; a symlink out of the export stays one. `rehash` false: every check but the sha256 (the
 // built-in check of an export that hashed each file as it wrote it).
 CheckReport check_export(const std::filesystem::path& out_dir, bool allow_extra = false, bool rehash = true);
+// The sha256 part of check_export(rehash) alone: a problem line per listed file that check_export
+// without rehash finds sound but whose bytes no longer hash as the manifest says. `hfx verify` runs it
+// on a thread of its own, beside the runs.
+std::vector<std::string> checksum_problems(const std::filesystem::path& out_dir);
 
 // The path of `rel`, a name from the manifest's "files", when it is a regular file inside `out_dir`
 // (symlinks followed); nullopt otherwise (check_export says why). Never throws.

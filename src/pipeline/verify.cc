@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/progress.h"
 #include "ir/rewrite.h"
 #include "passes/precision.h"
@@ -204,6 +206,11 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
 
 }  // namespace
 
+int64_t held_weights_to_spare() {
+  const auto available = available_memory_bytes();
+  return std::max(kHeldWeightLimit, available ? *available / 8 : int64_t(0));
+}
+
 void build_verify_context(VerifyContext& ctx) {
   const VerifyOptions& opt = ctx.opt;
   const fs::path& out = ctx.out;
@@ -223,11 +230,19 @@ void build_verify_context(VerifyContext& ctx) {
     ctx.parsed = Recipe::from_json(ctx.manifest, (out / kManifestName).string());
   } catch (const Error&) {
   }
-  ctx.checked = check_export(out, false, opt.rehash);
+  ctx.checked = check_export(out, false, /*rehash=*/false);
   ctx.source = opt.model_dir.empty() ? manifest_source_folder(ctx.manifest, out) : opt.model_dir;
   if (std::error_code ec; opt.model_dir.empty() && !fs::is_directory(ctx.source, ec))
     bad_input("{}: the source checkpoint {} is not there (moved, or another machine): pass --model DIR where it is now",
               (out / kManifestName).string(), ctx.source.string());
+  // The sha256 of the artifact's files and of the checkpoint (GBs at model scale) on a thread of its
+  // own, beside the runs, which read those bytes from the page cache as well: folded into the report
+  // before any check is written.
+  std::future<std::pair<std::vector<std::string>, std::string>> hashed;
+  if (opt.rehash)
+    hashed = std::async(std::launch::async, [out = ctx.out, source = ctx.source, manifest = ctx.manifest] {
+      return std::make_pair(checksum_problems(out), source_problem(source, manifest));
+    });
 
   // The reference (eager graphs from the checkpoint) and the artifact read back from its files.
   const auto t_open = Clock::now();
@@ -356,6 +371,11 @@ void build_verify_context(VerifyContext& ctx) {
   // The reference's side last: its greedy rows are teacher-forced on the artifact's tokens, and run
   // with its shape cases in one pass.
   if (!ctx.on_transformers) run_reference(ctx, pending, so, variant);
+  if (hashed.valid()) {
+    auto [mismatches, source] = hashed.get();
+    for (auto& p : mismatches) ctx.checked.problems.push_back(std::move(p));
+    ctx.source_problem = std::move(source);
+  }
 }
 
 VerifyReport verify_export(const fs::path& out, const VerifyOptions& opt) {

@@ -18,6 +18,17 @@ namespace hfx::pipeline {
 
 class ReferenceMemo;  // pipeline/reference_memo.h
 
+// --reference-weights auto in the export's built-in check holds a graph's weights up to this much (a
+// reference graph and an artifact graph together: 1 GiB), and streams them above it, so the check's
+// memory stays near the largest weight whatever the model's size (issue #21: peak RSS <= 1 GiB + 2 x
+// the largest tensor).
+inline constexpr int64_t kHeldWeightLimit = int64_t(512) << 20;
+
+// What `hfx verify` holds per graph under --reference-weights auto: an eighth of the memory available
+// (a reference and an artifact graph: a quarter), at least kHeldWeightLimit. Holding is what
+// Transformers does, and streaming a model-sized graph costs each run its page faults.
+int64_t held_weights_to_spare();
+
 struct VerifyOptions {
   std::string runtime = "reference";  // a runtime of a backend (BackendInfo::runtimes, `hfx formats`)
   int64_t tokens = 64;                // greedy tokens compared
@@ -31,8 +42,11 @@ struct VerifyOptions {
   // How the reference executor treats weights (runtime::ExecOptions::cache_weights): "hold" keeps
   // them between runs (MatMul, Linear and Gather weights as their mapped pages, others converted to
   // f32), "stream" reads each one per run and releases it after use (memory near the largest weight),
-  // "auto" holds a graph's weights up to kHeldWeightLimit (verify_session.h) and streams above it.
+  // "auto" holds a graph's weights up to `held_weight_limit` and streams above it.
   std::string reference_weights = "auto";
+  // The default keeps the export's built-in check within the issue-#21 bound on its peak RSS whatever
+  // the model's size; `hfx verify` raises it to what the machine has to spare (held_weights_to_spare).
+  int64_t held_weight_limit = kHeldWeightLimit;
   // What the artifact's numbers and greedy tokens are compared with (pipeline/oracle_transformers.h):
   // reference (hfx's reference executor on its own definition of the checkpoint), transformers
   // (Transformers eager on the checkpoint; an error when `python` cannot run it), auto (transformers

@@ -285,11 +285,7 @@ std::vector<CheckResult> oracle_fallback(const VerifyContext& ctx) {
 std::vector<CheckResult> source_unchanged(const VerifyContext& ctx) {
   if (!ctx.opt.rehash)
     return {{"source unchanged", true, "config and weights hashed as this export read them", "sha256 equal", {}}};
-  std::string problem;
-  for (const auto& [name, sha] : ctx.manifest["source"]["files"].items()) {
-    problem = source_file_problem(ctx.source, name, sha);
-    if (!problem.empty()) break;
-  }
+  const std::string& problem = ctx.source_problem;
   return {{"source unchanged", problem.empty(), problem.empty() ? "config and weights hash as at export" : problem,
            "sha256 equal", {}}};
 }
@@ -501,6 +497,13 @@ std::vector<CheckResult> reexport(const VerifyContext& ctx) {
 }
 
 }  // namespace
+
+std::string source_problem(const fs::path& source, const nlohmann::json& manifest) {
+  if (!manifest.contains("source") || !manifest["source"].is_object() || !manifest["source"].contains("files")) return "";
+  for (const auto& [name, sha] : manifest["source"]["files"].items())
+    if (std::string problem = source_file_problem(source, name, sha); !problem.empty()) return problem;
+  return "";
+}
 
 bool VerifyContext::int8_activations(const std::string& role) const {
   // MatMulNBits accuracy_level 4 on a runtime that rounds the activations to int8, as the reference

@@ -55,7 +55,8 @@ struct VerifyContext {
   std::string oracle_word;  // "the reference" or "Transformers", in check details
 
   nlohmann::json manifest;
-  CheckReport checked;  // check_export, before anything runs
+  CheckReport checked;  // check_export, before anything runs; the checksums' part beside the runs
+  std::string source_problem;  // what source_problem() found (empty: the checkpoint hashes as at export)
   std::optional<Recipe> parsed;  // for the gates; nullopt when the recipe does not parse (an error later)
   std::filesystem::path source;  // the checkpoint
 
@@ -86,6 +87,10 @@ struct VerifyContext {
   double atol_for(const std::string& role) const;
   std::string tol_numbers(const std::string& role) const;
 };
+
+// The first source file (of the manifest's `source.files`) that is missing, moved out of `source` or
+// no longer hashes as at export, as a sentence; empty when every one matches.
+std::string source_problem(const std::filesystem::path& source, const nlohmann::json& manifest);
 
 // Builds the context: settles the oracle, reads the export and its source, rebuilds the reference,
 // runs the oracle and the artifact (through the backend's session) over the shape cases and prompts.

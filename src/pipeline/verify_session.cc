@@ -276,7 +276,7 @@ runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& o
   if (opt.reference_weights != "auto" && opt.reference_weights != "hold" && opt.reference_weights != "stream")
     bad_input("reference weights `{}`: expected auto, hold or stream", opt.reference_weights);
   if (opt.reference_weights == "auto") {
-    o.cache_weights = held_weight_bytes(g) <= kHeldWeightLimit;
+    o.cache_weights = held_weight_bytes(g) <= opt.held_weight_limit;
   } else {
     o.cache_weights = opt.reference_weights == "hold";
   }

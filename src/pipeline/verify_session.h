@@ -114,12 +114,8 @@ int64_t held_weight_bytes(const ir::Graph& g);
 // The bytes (as `g` writes them) of the weights only row lookups read: what an export of `g` holds
 // on disk but the reference executor, reading it back in place, leaves unpaged.
 int64_t looked_up_weight_bytes(const ir::Graph& g);
-// --reference-weights auto holds a graph's weights up to this much (a reference graph and an artifact
-// graph together: 1 GiB), and streams them above it, so a check's memory stays near the largest weight
-// whatever the model's size (issue #21: peak RSS <= 1 GiB + 2 x the largest tensor).
-inline constexpr int64_t kHeldWeightLimit = int64_t(512) << 20;
-
-// How the reference executor runs `g` (VerifyOptions::reference_weights, auto: kHeldWeightLimit).
+// How the reference executor runs `g` (VerifyOptions::reference_weights; auto: held up to
+// VerifyOptions::held_weight_limit, streamed above).
 runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& opt, RunSizes sizes = {});
 
 // A graph per role, as verify's greedy check finds the steps: the first (prefill, else decoder) and

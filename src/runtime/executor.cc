@@ -189,8 +189,22 @@ struct Executor::Impl {
     }
     for (const auto& [name, id] : results)
       if (is_const[size_t(id)]) keep_cached[size_t(id)] = true;
-    if (!options.cache_weights) keep_cached.assign(exec->num_values(), false);
+    if (!options.cache_weights) keep_only_small_weights();
     cache.resize(exec->num_values());
+  }
+
+  // Streamed, a run reads each weight where a node needs it and drops it after; the small ones (norm
+  // scales, rotary tables, shape constants: a few MiB in all) are kept instead, as reading them again
+  // would cost a copy and an allocation per reader per run for no memory worth saving.
+  void keep_only_small_weights() {
+    constexpr int64_t kSmallWeightsBytes = int64_t(64) << 20;
+    int64_t kept = 0;
+    for (size_t id = 0; id < keep_cached.size(); ++id) {
+      const ir::WeightRef* w = keep_cached[id] ? exec->weight(ir::ValueId(id)) : nullptr;
+      const int64_t bytes = w ? numel_of(w->shape()) * 8 : 0;  // at most 8 bytes an element once converted
+      keep_cached[id] = w && kept + bytes <= kSmallWeightsBytes;
+      if (keep_cached[id]) kept += bytes;
+    }
   }
 
   bool input_read_in_place(size_t node, size_t input) const { return stored[node] && stored[node]->input == input; }

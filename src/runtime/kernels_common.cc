@@ -214,8 +214,23 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   }
   HFX_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX,
             "gemm dims too large: {}x{}x{}", m, n, k);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m), int(n),
-              int(k), alpha, a, int(lda), b, int(ldb), accumulate ? 1.0f : 0.0f, c, int(ldc));
+  // OpenBLAS runs single-threaded and a large product is split here, by columns, over two threads:
+  // OpenBLAS's own workers spin (sched_yield) between calls, and on the two cores hfx checks on they
+  // took the core from the executor's other thread (split_in_two's weight readers): 40 % of a
+  // model-sized check's CPU in the scheduler.
+  static const bool single_threaded = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)single_threaded;
+  auto columns = [&](int64_t j0, int64_t j1) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m),
+                int(j1 - j0), int(k), alpha, a, int(lda), trans_b ? b + j0 * ldb : b + j0, int(ldb),
+                accumulate ? 1.0f : 0.0f, c + j0, int(ldc));
+  };
+  constexpr double kSplitMultiplyAdds = 1 << 22;  // below it a thread costs more than it saves
+  if (double(m) * double(n) * double(k) < kSplitMultiplyAdds) return columns(0, n);
+  split_in_two(n, columns);
 }
 
 }  // namespace hfx::runtime::detail

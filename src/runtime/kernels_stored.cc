@@ -3,10 +3,7 @@
 // table. The executor sends a node here instead of materialising its weight, so a run holds no f32 copy
 // of the model, only a block of each weight as it is read; the numbers are those of the f32 kernels
 // (a widening is exact; the sums run in another order, as any BLAS may choose).
-#include <cblas.h>
-
 #include <algorithm>
-#include <climits>
 #include <cstring>
 
 #include "runtime/kernels.h"
@@ -17,56 +14,112 @@ namespace {
 
 // Stored rows read per block: about 4 MiB of them.
 constexpr size_t kBlockBytes = size_t(4) << 20;
-// A product with at most this many rows (a decode step) is matrix-vector products: sgemm would pack
-// all of B for them, which costs more than the products themselves.
+// A product with at most this many rows (a decode step) reads the weight once for all of them
+// (few_rows_product): sgemm would pack all of B for them, which costs more than the products themselves.
 constexpr int64_t kRowsForGemv = 4;
 
-// C[m, n] (+)= A[m, k] x B, B [k, n] (rows of ldb floats), or B^T for B stored [n, k] when `b_rows_are_columns`.
-void product_rows(int64_t m, int64_t k, int64_t n, const float* a, int64_t lda, const float* b, int64_t ldb,
-                  bool b_rows_are_columns, float* c, int64_t ldc, bool accumulate) {
-  if (m > kRowsForGemv) {
-    gemm(false, b_rows_are_columns, m, n, k, 1.0f, a, lda, b, ldb, c, ldc, accumulate);
-    return;
-  }
-  const int64_t rows = b_rows_are_columns ? n : k, cols = b_rows_are_columns ? k : n;
-  HFX_CHECK(rows <= INT_MAX && cols <= INT_MAX && ldb <= INT_MAX, "gemv dims too large: {}x{}", rows, cols);
-  for (int64_t r = 0; r < m; ++r)
-    cblas_sgemv(CblasRowMajor, b_rows_are_columns ? CblasNoTrans : CblasTrans, int(rows), int(cols), 1.0f, b, int(ldb),
-                a + r * lda, 1, accumulate ? 1.0f : 0.0f, c + r * ldc, 1);
+// A stored element widened to f32 (exact): f32 as is, bf16 as the high half of an f32.
+inline float widen(float x) { return x; }
+inline float widen(uint16_t bits) {
+  const uint32_t wide = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
 }
 
-// y[r][j] = sum_k a[r][k] * W[j][k] for the bf16 rows W[j0, j1) of a stored [n, k] matrix, reading W
-// once, as stored (a decode step's products: widening W into a buffer first would write and read it
-// again). 16 partial sums per product, each summed in k order, then added up.
+// y[r][j] = sum_k a[r][k] * W[j][k] for the rows W[j0, j1) of a stored [n, k] matrix (a Linear's
+// weight, or a MatMul's read transposed) and M rows of a, reading W once, as stored (a decode step's
+// products: widening W into a buffer first would write and read it again, and one BLAS gemv per row
+// of a would read it M times). 16 partial sums per product, each summed in k order, then added up.
+template <int M, typename T>
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void dot_bf16_rows(const uint16_t* w, int64_t j0, int64_t j1, int64_t k, int64_t m, const float* a, float* c, int64_t ldc) {
+void dot_rows(const T* w, int64_t j0, int64_t j1, int64_t k, const float* a, float* c, int64_t ldc) {
   constexpr int kLanes = 16;
   for (int64_t j = j0; j < j1; ++j) {
-    const uint16_t* row = w + j * k;
-    for (int64_t r = 0; r < m; ++r) {
-      const float* x = a + r * k;
-      float acc[kLanes] = {};
-      int64_t i = 0;
-      for (; i + kLanes <= k; i += kLanes)
-        for (int l = 0; l < kLanes; ++l) {
-          const uint32_t bits = uint32_t(row[i + l]) << 16;
-          float f;
-          std::memcpy(&f, &bits, 4);
-          acc[l] += x[i + l] * f;
-        }
+    const T* row = w + j * k;
+    float acc[M][kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= k; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const float wi = widen(row[i + l]);
+        for (int r = 0; r < M; ++r) acc[r][l] += a[r * k + i + l] * wi;
+      }
+    for (int r = 0; r < M; ++r) {
       float sum = 0.0f;
-      for (; i < k; ++i) sum += x[i] * bf16_to_f32(row[i]);
-      for (int l = 0; l < kLanes; ++l) sum += acc[l];
+      for (int64_t t = i; t < k; ++t) sum += a[r * k + t] * widen(row[t]);
+      for (int l = 0; l < kLanes; ++l) sum += acc[r][l];
       c[r * ldc + j] = sum;
     }
   }
 }
 
+// C[r][j0, j1) (+)= sum over the k rows of a stored [k, n] block of a[r][kk] * W[kk][j] for all M rows of
+// a, reading the block once, as stored (the [k, n] layout of an ONNX MatMul's weight, a decode step's
+// products). A tile of kTile columns of the M output rows stays in L1 while each stored row's slice of
+// it streams past, contiguous; each output is summed in k order.
+template <int M, typename T>
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void axpy_rows(const T* w, int64_t ldw, int64_t k, int64_t j0, int64_t j1, const float* a, int64_t lda, float* c,
+               int64_t ldc, bool accumulate) {
+  constexpr int64_t kTile = 512;
+  float acc[M][kTile];
+  for (int64_t j = j0; j < j1; j += kTile) {
+    const int64_t width = std::min(kTile, j1 - j);
+    for (int r = 0; r < M; ++r)
+      for (int64_t t = 0; t < width; ++t) acc[r][t] = accumulate ? c[r * ldc + j + t] : 0.0f;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const T* row = w + kk * ldw + j;
+      for (int r = 0; r < M; ++r) {
+        const float s = a[r * lda + kk];
+        float* out = acc[r];
+        for (int64_t t = 0; t < width; ++t) out[t] += s * widen(row[t]);
+      }
+    }
+    for (int r = 0; r < M; ++r)
+      for (int64_t t = 0; t < width; ++t) c[r * ldc + j + t] = acc[r][t];
+  }
+}
+
+// A few rows of a against a stored block, the block read once, on two threads: `rows` stored rows of
+// `cols` elements; transposed (Linear's [n, k]): stored rows are output columns [r0, r0 + rows); else
+// ([k, n]): stored rows are k in [r0, r0 + rows), summed into C (onto it unless `first`).
+template <typename T>
+void few_rows_product(const T* block, int64_t rows, int64_t cols, bool transposed, int64_t m, int64_t k, int64_t n,
+                      int64_t r0, const float* a, float* c) {
+  const bool accumulate = r0 > 0;
+  split_in_two(transposed ? rows : cols, [&](int64_t j0, int64_t j1) {
+    for (int64_t r = 0; r < m;) {  // in groups of up to 4 rows of a
+      const int64_t group = std::min<int64_t>(m - r, 4);
+      if (transposed) {
+        const float* ar = a + r * k;
+        float* cr = c + r * n + r0;
+        switch (group) {
+          case 4: dot_rows<4>(block, j0, j1, k, ar, cr, n); break;
+          case 3: dot_rows<3>(block, j0, j1, k, ar, cr, n); break;
+          case 2: dot_rows<2>(block, j0, j1, k, ar, cr, n); break;
+          default: dot_rows<1>(block, j0, j1, k, ar, cr, n); break;
+        }
+      } else {
+        const float* ar = a + r * k + r0;
+        float* cr = c + r * n;
+        switch (group) {
+          case 4: axpy_rows<4>(block, cols, rows, j0, j1, ar, k, cr, n, accumulate); break;
+          case 3: axpy_rows<3>(block, cols, rows, j0, j1, ar, k, cr, n, accumulate); break;
+          case 2: axpy_rows<2>(block, cols, rows, j0, j1, ar, k, cr, n, accumulate); break;
+          default: axpy_rows<1>(block, cols, rows, j0, j1, ar, k, cr, n, accumulate); break;
+        }
+      }
+      r += group;
+    }
+  });
+}
+
 // C[m, n] = A[m, k] x B, B given by the stored matrix: [k, n] as stored, or [n, k] stored and read
 // transposed. It is read in blocks of stored rows (output columns, or a range of k summed into C),
-// each widened when it is half precision. Streamed, each block's pages are mapped in one call
-// (MappedFile::populate) rather than faulted in page by page, and the executor releases the weight's
-// pages after the node: releasing block by block would cost a TLB flush on every thread per block.
+// each widened when it is half precision. Streamed, the block's pages fault in as it is read (the
+// kernel maps 16 at a time; mapping each block in one MADV_POPULATE_READ call cost a third more CPU,
+// measured on a Qwen3-0.6B-shaped check), and the executor releases the weight's pages after the
+// node: releasing block by block would cost a TLB flush on every thread per block.
 void gemm_stored(int64_t m, int64_t k, int64_t n, const float* a, const ir::StoredMatrix& s, bool b_transposed, float* c,
                  bool stream) {
   const size_t es = dtype_size(s.dtype), row_bytes = size_t(s.cols) * es;
@@ -76,23 +129,22 @@ void gemm_stored(int64_t m, int64_t k, int64_t n, const float* a, const ir::Stor
   for (int64_t r0 = 0; r0 < s.rows; r0 += block_rows) {
     const int64_t rows = std::min(block_rows, s.rows - r0);
     const uint8_t* src = s.data + size_t(r0) * row_bytes;
-    if (stream && s.file) s.file->populate(size_t(src - s.file->data()), size_t(rows) * row_bytes);
-    if (s.dtype == DType::BF16 && b_transposed && m <= kRowsForGemv) {
-      // Output columns [r0, r0 + rows), read as stored on two threads.
-      const auto* w = reinterpret_cast<const uint16_t*>(src);
-      split_in_two(rows, [&](int64_t j0, int64_t j1) { dot_bf16_rows(w, j0, j1, k, m, a, c + r0, n); });
-    } else {
-      const float* block = reinterpret_cast<const float*>(src);
-      if (s.dtype != DType::F32) {
-        widened.resize(size_t(rows * s.cols));
-        convert_elements(s.dtype, src, DType::F32, widened.data(), size_t(rows * s.cols));
-        block = widened.data();
-      }
-      if (b_transposed)  // stored rows are output columns [r0, r0 + rows)
-        product_rows(m, k, rows, a, k, block, k, true, c + r0, n, false);
-      else  // stored rows are k in [r0, r0 + rows): summed into C
-        product_rows(m, rows, n, a + r0, k, block, n, false, c, n, r0 > 0);
+    if (m <= kRowsForGemv && s.dtype == DType::BF16) {  // read as stored
+      few_rows_product(reinterpret_cast<const uint16_t*>(src), rows, s.cols, b_transposed, m, k, n, r0, a, c);
+      continue;
     }
+    const float* block = reinterpret_cast<const float*>(src);
+    if (s.dtype != DType::F32) {
+      widened.resize(size_t(rows * s.cols));
+      convert_elements(s.dtype, src, DType::F32, widened.data(), size_t(rows * s.cols));
+      block = widened.data();
+    }
+    if (m <= kRowsForGemv)
+      few_rows_product(block, rows, s.cols, b_transposed, m, k, n, r0, a, c);
+    else if (b_transposed)  // stored rows are output columns [r0, r0 + rows)
+      gemm(false, true, m, rows, k, 1.0f, a, k, block, k, c + r0, n, false);
+    else  // stored rows are k in [r0, r0 + rows): summed into C
+      gemm(false, false, m, n, rows, 1.0f, a + r0, k, block, n, c, n, r0 > 0);
   }
 }
 

@@ -9,6 +9,7 @@
 #include "backends/onnx/ort_profile.h"
 #include "core/error.h"
 #include "passes/pass.h"
+#include "pipeline/verify.h"
 #include "pipeline/verify_session.h"
 
 namespace fs = std::filesystem;
