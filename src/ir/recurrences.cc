@@ -238,4 +238,28 @@ SsdScanOut ssd_scan_primitives(Builder& b, ValueId xdt, ValueId log_decay, Value
   return r;
 }
 
+RecurrenceStep gated_delta_rule_step(Builder& b, ValueId state, ValueId q, ValueId k, ValueId v, ValueId g,
+                                     ValueId beta) {
+  auto scope = b.scope("delta_rule_step");
+  const ValueId decayed = b.times(state, b.unsqueeze(b.add1("Exp", {g}), {2, 3}));  // [b, H, K, V]
+  const ValueId k_col = b.unsqueeze(k, {3});                                          // [b, H, K, 1]
+  auto sum_k = [&](ValueId x) { return b.add1("ReduceSum", {x, b.i64s({2})}, {{"keepdims", int64_t(0)}}); };
+  const ValueId kv_mem = sum_k(b.times(decayed, k_col));                              // [b, H, V]
+  const ValueId delta = b.times(b.minus(v, kv_mem), b.unsqueeze(beta, {2}));
+  RecurrenceStep r;
+  r.state = b.plus(decayed, b.times(k_col, b.unsqueeze(delta, {2})));
+  r.out = sum_k(b.times(r.state, b.unsqueeze(q, {3})));
+  return r;
+}
+
+RecurrenceStep ssd_step(Builder& b, ValueId state, ValueId xdt, ValueId log_decay, ValueId B, ValueId C) {
+  auto scope = b.scope("ssd_step");
+  const ValueId dA = b.unsqueeze(b.add1("Exp", {log_decay}), {2, 3});     // [b, H, 1, 1]
+  const ValueId dBx = b.times(b.unsqueeze(xdt, {3}), b.unsqueeze(B, {2}));  // [b, H, P, N]
+  RecurrenceStep r;
+  r.state = b.plus(b.times(state, dA), dBx);
+  r.out = b.squeeze(b.matmul(r.state, b.unsqueeze(C, {3})), {3});          // [b, H, P]
+  return r;
+}
+
 }  // namespace hfx::ir
