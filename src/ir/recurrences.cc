@@ -242,13 +242,13 @@ RecurrenceStep gated_delta_rule_step(Builder& b, ValueId state, ValueId q, Value
                                      ValueId beta) {
   auto scope = b.scope("delta_rule_step");
   const ValueId decayed = b.times(state, b.unsqueeze(b.add1("Exp", {g}), {2, 3}));  // [b, H, K, V]
-  const ValueId k_col = b.unsqueeze(k, {3});                                          // [b, H, K, 1]
-  auto sum_k = [&](ValueId x) { return b.add1("ReduceSum", {x, b.i64s({2})}, {{"keepdims", int64_t(0)}}); };
-  const ValueId kv_mem = sum_k(b.times(decayed, k_col));                              // [b, H, V]
-  const ValueId delta = b.times(b.minus(v, kv_mem), b.unsqueeze(beta, {2}));
+  // The sums over K as [1, K] x [K, V] products per head (Transformers multiplies and sums: the same
+  // sums; ONNX Runtime runs a product without the [K, V] temporary).
+  const ValueId kv_mem = b.matmul(b.unsqueeze(k, {2}), decayed);                     // [b, H, 1, V]
+  const ValueId delta = b.times(b.minus(b.unsqueeze(v, {2}), kv_mem), b.unsqueeze(beta, {2, 3}));
   RecurrenceStep r;
-  r.state = b.plus(decayed, b.times(k_col, b.unsqueeze(delta, {2})));
-  r.out = sum_k(b.times(r.state, b.unsqueeze(q, {3})));
+  r.state = b.plus(decayed, b.times(b.unsqueeze(k, {3}), delta));                   // + k ⊗ delta
+  r.out = b.squeeze(b.matmul(b.unsqueeze(q, {2}), r.state), {2});                   // [b, H, V]
   return r;
 }
 
@@ -258,7 +258,9 @@ RecurrenceStep ssd_step(Builder& b, ValueId state, ValueId xdt, ValueId log_deca
   const ValueId dBx = b.times(b.unsqueeze(xdt, {3}), b.unsqueeze(B, {2}));  // [b, H, P, N]
   RecurrenceStep r;
   r.state = b.plus(b.times(state, dA), dBx);
-  r.out = b.squeeze(b.matmul(r.state, b.unsqueeze(C, {3})), {3});          // [b, H, P]
+  // h @ C as a product and a sum over N (Transformers' bmm: the same sums): a Mamba-1 scan's heads are
+  // 1 x 1, which a batched MatMul runs as thousands of 1 x 1 products.
+  r.out = b.add1("ReduceSum", {b.times(r.state, b.unsqueeze(C, {2})), b.i64s({3})}, {{"keepdims", int64_t(0)}});  // [b, H, P]
   return r;
 }
 

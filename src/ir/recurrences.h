@@ -92,11 +92,11 @@ struct RecurrenceStep {
 };
 // torch_recurrent_gated_delta_rule (modeling_qwen3_5.py), one position: state [b, H, K, V], q, k
 // [b, H, K] (q already scaled), v [b, H, V], g, beta [b, H]:
-//   S = S exp(g); kv_mem = sum_K(S k); S += k ⊗ (v - kv_mem) beta; out = sum_K(S q)   [b, H, V]
+//   S = S exp(g); kv_mem = k^T S; S += k ⊗ (v - kv_mem) beta; out = q^T S   [b, H, V]
 RecurrenceStep gated_delta_rule_step(Builder& b, ValueId state, ValueId q, ValueId k, ValueId v, ValueId g, ValueId beta);
 // Mamba-2's cached update (torch_forward in modeling_mamba2.py; Mamba-1's slow_forward step is the same
 // with heads of 1 x 1): state [b, H, P, N], xdt [b, H, P] (x times dt), log_decay [b, H] (dt A), B, C
-// [b, H, N]:   h = h exp(dt A) + xdt ⊗ B;  y = h @ C   [b, H, P] (no D skip)
+// [b, H, N]:   h = h exp(dt A) + xdt ⊗ B;  y = sum_N(h C)   [b, H, P] (no D skip)
 RecurrenceStep ssd_step(Builder& b, ValueId state, ValueId xdt, ValueId log_decay, ValueId B, ValueId C);
 
 // Transformers' segment_sum followed by exp over the last axis of x [..., m] (m the i64 scalar
