@@ -433,6 +433,22 @@ std::vector<ValueId> linear_attention(Builder& b, const Node& n) {
   return {b.reshape(r.out, {0, 0, hkv * dv}), r.final_state};
 }
 
+// RecurrenceScan (the ONNX backend's Scan lowering, read back): the chunked rules of ir/recurrences.h
+// from the carried state. A graph read back names no step bound: the delta rule's chunk scan covers
+// 2^20 positions, as LinearAttention's does.
+std::vector<ValueId> recurrence_scan(Builder& b, const Node& n) {
+  const int64_t H = n.attr_int("heads");
+  if (n.attr_str("rule") == "ssd") {
+    const SsdScanOut r = ssd_scan_primitives(b, n.inputs[1], n.inputs[2], n.inputs[3], n.inputs[4], n.inputs[0],
+                                             {H, n.attr_int("head_dim"), n.attr_int("state_size"), 0});
+    return {r.final_state, r.out};
+  }
+  const DeltaRuleOut r = gated_delta_rule_primitives(b, n.inputs[1], n.inputs[2], n.inputs[3], n.inputs[4], n.inputs[5],
+                                                     n.inputs[0],
+                                                     {H, n.attr_int("key_dim"), n.attr_int("value_dim"), 64, int64_t(1) << 20});
+  return {r.final_state, r.out};
+}
+
 }  // namespace
 
 void register_decompositions(std::vector<OpSchema>& table) {
@@ -449,6 +465,7 @@ void register_decompositions(std::vector<OpSchema>& table) {
       {"SsdScan", ssd_scan},
       {"CausalConvWithState", causal_conv_with_state},
       {"LinearAttention", linear_attention},
+      {"RecurrenceScan", recurrence_scan},
       {"PaddingBias", padding_bias},
       {"SimplifiedLayerNormalization", simplified_layer_norm},
       {"SkipSimplifiedLayerNormalization", skip_simplified_layer_norm},

@@ -453,6 +453,18 @@ std::vector<Value> infer_linear_attention(const Graph& g, const Node& n) {
           {"", v.dtype, {q.shape[0], Dim::fixed(hkv), Dim::fixed(dk), Dim::fixed(dv)}}};
 }
 
+// RecurrenceScan (the ONNX backend's Scan over time): the state as it came in, and the output of the
+// rule's value-like input (gated_delta: v, input 3; ssd: xdt, input 1).
+std::vector<Value> infer_recurrence_scan(const Graph& g, const Node& n) {
+  const std::string rule = n.attr_str("rule", "");
+  HFX_CHECK((rule == "gated_delta" && n.inputs.size() == 6) || (rule == "ssd" && n.inputs.size() == 5),
+            "{}: RecurrenceScan rule `{}` with {} inputs", n.name, rule, n.inputs.size());
+  const auto& state = in(g, n, 0);
+  const auto& value = in(g, n, rule == "ssd" ? 1 : 3);
+  HFX_CHECK(state.shape.size() == 4 && value.shape.size() == 4, "{}: RecurrenceScan needs a rank-4 state and input", n.name);
+  return {{"", state.dtype, state.shape}, {"", value.dtype, value.shape}};
+}
+
 using Infer = std::function<std::vector<Value>(const Graph&, const Node&)>;
 
 OpSchema make(std::string name, size_t min_in, size_t max_in, size_t outs, Infer infer, bool composite = false) {
@@ -522,6 +534,7 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("GroupQueryAttention", 7, 9, 3, infer_group_query_attention, true));
   t.push_back(make("CausalConvWithState", 2, 4, 2, infer_causal_conv, true));
   t.push_back(make("LinearAttention", 3, 6, 2, infer_linear_attention, true));
+  t.push_back(make("RecurrenceScan", 5, 6, 2, infer_recurrence_scan, true));
   // Target ops: ONNX opset-23 standard fused ops (passes/onnx_standard_ops.cc). Named apart from the
   // composites they replace where ONNX reuses a composite's name with other inputs.
   t.push_back(make("RMSNormalization", 2, 2, 1, same, true));
@@ -532,7 +545,7 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("OnnxGelu", 1, 1, 1, same, true));
   for (auto& s : t)
     if (s.name == "SimplifiedLayerNormalization" || s.name == "SkipSimplifiedLayerNormalization" ||
-        s.name == "GroupQueryAttention" || s.name == "CausalConvWithState" || s.name == "LinearAttention" ||
+        s.name == "GroupQueryAttention" || s.name == "CausalConvWithState" || s.name == "LinearAttention" || s.name == "RecurrenceScan" ||
         s.name == "RMSNormalization" || s.name == "OnnxRotaryEmbedding" ||
         s.name == "OnnxAttention" || s.name == "LayerNormalization" || s.name == "OnnxGelu")
       s.target_op = true;

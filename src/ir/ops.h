@@ -70,6 +70,16 @@
 //       the cache rows), key j is visible to query i when j <= p + i and j <= seqlens_k[b] (and, with
 //       local_window_size > 0, p + i - j < local_window_size: ORT 1.31 CPU's count, Transformers' window)
 //
+// Target op of the ONNX backend's `--onnx-recurrence scan` (passes/scan_recurrences.cc), written as an
+// ONNX Scan over the time axis whose body is one step of the rule (backends/onnx/onnx_scan.h); its
+// inputs and outputs are the Scan's, in the Scan's order (carried state first):
+//   RecurrenceScan(state, per-step inputs [b, s, ...]...; rule, heads, and the rule's state dims)
+//       -> final_state like state, out [b, s, ...]
+//     rule gated_delta (key_dim, value_dim): state [b, H, K, V], q, k [b, s, H, K], v [b, s, H, V], g,
+//       beta [b, s, H] -> out [b, s, H, V]: GatedDeltaRule from that state
+//     rule ssd (head_dim, state_size): state [b, H, P, N], xdt [b, s, H, P], log_decay [b, s, H], B, C
+//       [b, s, H, N] -> y [b, s, H, P]: SsdScan's scan without D (x dt and dt A already formed)
+//   Its decomposition is the chunked rule of ir/recurrences.h (the same recurrence, summed in chunks).
 // Target ops of ONNX opset 23 (ai.onnx), emitted by the ONNX backend's `--onnx-opset 23`
 // (passes/onnx_standard_ops.cc); the writer lowers them to the ONNX op named after the arrow:
 //   RMSNormalization(x, scale; epsilon, axis=-1, stash_type=1) -> RMSNorm(x, scale)

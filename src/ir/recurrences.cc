@@ -238,4 +238,30 @@ SsdScanOut ssd_scan_primitives(Builder& b, ValueId xdt, ValueId log_decay, Value
   return r;
 }
 
+RecurrenceStep gated_delta_rule_step(Builder& b, ValueId state, ValueId q, ValueId k, ValueId v, ValueId g,
+                                     ValueId beta) {
+  auto scope = b.scope("delta_rule_step");
+  const ValueId decayed = b.times(state, b.unsqueeze(b.add1("Exp", {g}), {2, 3}));  // [b, H, K, V]
+  // The sums over K as [1, K] x [K, V] products per head (Transformers multiplies and sums: the same
+  // sums; ONNX Runtime runs a product without the [K, V] temporary).
+  const ValueId kv_mem = b.matmul(b.unsqueeze(k, {2}), decayed);                     // [b, H, 1, V]
+  const ValueId delta = b.times(b.minus(b.unsqueeze(v, {2}), kv_mem), b.unsqueeze(beta, {2, 3}));
+  RecurrenceStep r;
+  r.state = b.plus(decayed, b.times(b.unsqueeze(k, {3}), delta));                   // + k ⊗ delta
+  r.out = b.squeeze(b.matmul(b.unsqueeze(q, {2}), r.state), {2});                   // [b, H, V]
+  return r;
+}
+
+RecurrenceStep ssd_step(Builder& b, ValueId state, ValueId xdt, ValueId log_decay, ValueId B, ValueId C) {
+  auto scope = b.scope("ssd_step");
+  const ValueId dA = b.unsqueeze(b.add1("Exp", {log_decay}), {2, 3});     // [b, H, 1, 1]
+  const ValueId dBx = b.times(b.unsqueeze(xdt, {3}), b.unsqueeze(B, {2}));  // [b, H, P, N]
+  RecurrenceStep r;
+  r.state = b.plus(b.times(state, dA), dBx);
+  // h @ C as a product and a sum over N (Transformers' bmm: the same sums): a Mamba-1 scan's heads are
+  // 1 x 1, which a batched MatMul runs as thousands of 1 x 1 products.
+  r.out = b.add1("ReduceSum", {b.times(r.state, b.unsqueeze(C, {2})), b.i64s({3})}, {{"keepdims", int64_t(0)}});  // [b, H, P]
+  return r;
+}
+
 }  // namespace hfx::ir

@@ -83,6 +83,22 @@ struct SsdScanOut {
 SsdScanOut ssd_scan_primitives(Builder& b, ValueId xdt, ValueId log_decay, ValueId B, ValueId C, ValueId initial,
                                const SsdScanShape& shape);
 
+// One step of each recurrence, as Transformers' recurrent paths compute it (the body of the ONNX
+// backend's `--onnx-recurrence scan` lowering, backends/onnx/onnx_scan.h): per-step tensors without
+// the time axis.
+struct RecurrenceStep {
+  ValueId state = kNone;  // the state after the step
+  ValueId out = kNone;    // the step's output
+};
+// torch_recurrent_gated_delta_rule (modeling_qwen3_5.py), one position: state [b, H, K, V], q, k
+// [b, H, K] (q already scaled), v [b, H, V], g, beta [b, H]:
+//   S = S exp(g); kv_mem = k^T S; S += k ⊗ (v - kv_mem) beta; out = q^T S   [b, H, V]
+RecurrenceStep gated_delta_rule_step(Builder& b, ValueId state, ValueId q, ValueId k, ValueId v, ValueId g, ValueId beta);
+// Mamba-2's cached update (torch_forward in modeling_mamba2.py; Mamba-1's slow_forward step is the same
+// with heads of 1 x 1): state [b, H, P, N], xdt [b, H, P] (x times dt), log_decay [b, H] (dt A), B, C
+// [b, H, N]:   h = h exp(dt A) + xdt ⊗ B;  y = sum_N(h C)   [b, H, P] (no D skip)
+RecurrenceStep ssd_step(Builder& b, ValueId state, ValueId xdt, ValueId log_decay, ValueId B, ValueId C);
+
 // Transformers' segment_sum followed by exp over the last axis of x [..., m] (m the i64 scalar
 // `size`): out[..., i, j] = exp(sum of x[..., k] for j < k <= i) for j <= i and 0 above the
 // diagonal, summed as Transformers sums it (a masked cumulative sum, not a difference of two).

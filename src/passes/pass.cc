@@ -47,6 +47,15 @@ const std::vector<PassInfo>& all_passes() {
        "the portable lowering is dozens of primitives per layer.",
        "Never for ONNX Runtime.",
        ort_state_ops},
+      {"scan-recurrences", Stage::BackendTranslation,
+       "onnx --onnx-profile portable --onnx-recurrence scan: the gated delta rule and the Mamba scans become "
+       "RecurrenceScan, written as an ONNX Scan over time whose body is one recurrent step; the causal conv stays "
+       "loop-free.",
+       "A Scan's memory is linear in the prompt length and its body is Transformers' recurrent update, for runtimes "
+       "where the chunked lowering's [chunk, chunk] and [n, n] products cost more than a loop (Mamba-1's "
+       "chunked prefill is quadratic in memory).",
+       "Never: it is an export option.",
+       scan_recurrences},
       {"onnx-standard-ops", Stage::BackendTranslation,
        "onnx, every profile: LayerNorm and Gelu become ONNX LayerNormalization (opset 17) and Gelu (opset 20); "
        "with --onnx-opset 23 (portable profile) also RMSNorm, RotaryEmbedding and Attention become opset-23 "

@@ -55,6 +55,12 @@ std::vector<std::string> ort_profile_blockers(const ir::Graph& graph);
 // as it is.
 ir::Graph ort_state_ops(const ir::Graph& graph);
 
+// The ONNX backend's `--onnx-recurrence scan` (scan_recurrences.cc): GatedDeltaRule and SsdScan ->
+// RecurrenceScan, which the writer writes as an ONNX Scan over time; CausalConv is left as it is.
+ir::Graph scan_recurrences(const ir::Graph& graph);
+// Whether `graph` holds a recurrence scan_recurrences rewrites.
+bool has_recurrences(const ir::Graph& graph);
+
 // The ONNX backend's standard fused ops (onnx_standard_ops.cc), per node where they compute the
 // composite exactly: LayerNorm -> LayerNormalization (opset >= 17) and Gelu -> Gelu (opset >= 20);
 // at opset >= 23 also RMSNorm, RotaryEmbedding and Attention -> RMSNormalization, RotaryEmbedding and

@@ -10,7 +10,9 @@ Each case: a left-padded batch of 2 whose 330-token prompt spans 6 of the delta 
 state (a linear-attention layer's past_conv.{i} [batch, conv_dim, kernel - 1] and past_recurrent.{i}
 [batch, value_heads, key_head_dim, value_head_dim], an attention layer's past_key_values.{i}.key|value)
 within 1e-4 of Transformers with no mismatching element, through ONNX Runtime (both profiles; ort
-writes the conv and the delta rule as com.microsoft CausalConvWithState and LinearAttention), the reference executor (fused and decomposed) and OpenVINO (stateless IR);
+writes the conv and the delta rule as com.microsoft CausalConvWithState and LinearAttention; and, on
+each family's first case, the portable profile's `--onnx-recurrence scan`, the delta rule as an ONNX
+Scan over time whose body is torch_recurrent_gated_delta_rule's step), the reference executor (fused and decomposed) and OpenVINO (stateless IR);
 then 64 greedy tokens after a 150-token prompt identical to Transformers' generate() from `hfx
 generate`, a plain ONNX Runtime loop, the prefill + decode split, a static cache and OpenVINO (stateful
 and stateless), and `hfx verify --oracle transformers`.
@@ -44,6 +46,10 @@ CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in
 # no Qwen3-Next model.
 GENAI_FAMILIES = ("qwen3_5_text", "qwen3_5_moe_text")
 GENAI_CASES = [c for c in CASES if HYBRID_CASES[c][0] in GENAI_FAMILIES]
+# --onnx-recurrence scan (the delta rule as an ONNX Scan over time) on each family's first case; its
+# greedy tokens on Qwen3.5.
+SCAN_CASES = sorted({min(c for c in CASES if HYBRID_CASES[c][0] == f) for f in FAMILIES})
+SCAN_GREEDY_CASES = ("qwen3_5_text",)
 CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size, which hfx's delta rule uses too
 PROMPT_LENGTHS = (330, 291)  # left-padded by 39; 6 chunks
 GREEDY_LENGTHS = (150, 97)   # 3 chunks
@@ -176,13 +182,14 @@ def greedy_reference(reference):
 def gdn_export(tiny_checkpoint, tmp_path_factory):
     def args(case, layout):
         extra = {"split": ["--split-prefill"], "static": ["--static-cache", "--max-cache-len", str(MAX_CACHE_LEN)],
-                 "ort": ["--onnx-profile", "ort"]}.get(layout, ["--onnx-profile", "portable"])
+                 "ort": ["--onnx-profile", "ort"],
+                 "scan": ["--onnx-profile", "portable", "--onnx-recurrence", "scan"]}.get(layout, ["--onnx-profile", "portable"])
         return ("--model", tiny_checkpoint(case), "--format", "onnx", "--quiet", *extra)
     return export_once(tmp_path_factory.mktemp("gdn"), args)
 
 
-@pytest.mark.parametrize("profile", ["portable", "ort"])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case, profile", [(c, p) for p in ("portable", "ort") for c in CASES] +
+                         [(c, "scan") for c in SCAN_CASES])
 def test_onnxruntime_matches_transformers(case, profile, reference, gdn_export):
     folder = gdn_export(case, profile)
     model_path = folder / "onnx" / "model.onnx"
@@ -249,16 +256,17 @@ def ort_greedy(model_path, prompts, eos, pad):
     return rows
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_greedy_tokens_match_transformers(case, greedy_reference, gdn_export):
+@pytest.mark.parametrize("case, lowering", [(c, "portable") for c in CASES] + [(c, "scan") for c in SCAN_GREEDY_CASES])
+def test_greedy_tokens_match_transformers(case, lowering, greedy_reference, gdn_export):
     prompts, want = greedy_reference(case)
-    folder = gdn_export(case, "portable")
+    folder = gdn_export(case, lowering)
     assert generated(folder, prompts) == want
     config = json.loads((folder / "config.json").read_text())
     eos = config["eos_token_id"]
     eos = set(eos if isinstance(eos, list) else [eos])
     assert ort_greedy(folder / "onnx" / "model.onnx", prompts, eos, config.get("pad_token_id") or 0) == want
-    record_coverage(case, "reference+onnxruntime", f"greedy {NEW_TOKENS} batch2", "identical")
+    suffix = "" if lowering == "portable" else f"-{lowering}"
+    record_coverage(case, f"reference+onnxruntime{suffix}", f"greedy {NEW_TOKENS} batch2", "identical")
 
 
 @pytest.mark.parametrize("case", GENAI_CASES)

@@ -15,11 +15,16 @@ ONNX Runtime (both profiles) and the reference executor (fused and decomposed); 
 tokens identical to Transformers' generate() from `hfx generate`, a plain ONNX Runtime loop, the
 prefill + decode split, a static cache, and OpenVINO (stateful and stateless, with `hfx verify`).
 
+The portable profile's `--onnx-recurrence scan` (each scan an ONNX Scan over time whose body is one
+recurrent step) runs the same comparison on each family's first case, and 64 greedy tokens through
+ONNX Runtime on Mamba-2 and Mamba-1.
+
 Transformers' conv cache keeps conv_kernel columns, the first of which no later step reads; hfx's
 state is the last conv_kernel - 1 (ONNX CausalConvWithState's shape), compared with those.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -44,6 +49,12 @@ CASES = sorted(c for c, (model_type, _) in HYBRID_CASES.items() if model_type in
 FIRST_CASES = sorted({min(c for c in CASES if HYBRID_CASES[c][0] == f)
                       for f in {HYBRID_CASES[c][0] for c in CASES}})
 MAX_CACHE_LEN = 80
+# The ONNX lowerings: the ort profile's fused ops, the portable profile's loop-free chunked scans, and
+# the portable profile's ONNX Scan over time.
+LOWERINGS = {"portable": ["--onnx-profile", "portable"], "ort": ["--onnx-profile", "ort"],
+             "scan": ["--onnx-profile", "portable", "--onnx-recurrence", "scan"]}
+# The Scan lowering's greedy tokens, one family per scan kind: Mamba-2's SSD and Mamba-1's selective scan.
+SCAN_GREEDY_CASES = ("mamba2", "mamba")
 
 
 def is_mamba(config, i):
@@ -175,12 +186,12 @@ def compare(case, ours, ref):
 
 @pytest.fixture(scope="session")
 def ssm_export(tiny_checkpoint, tmp_path_factory):
-    return export_once(tmp_path_factory.mktemp("ssm"), lambda case, layout: (
-        "--model", tiny_checkpoint(case), "--format", "onnx", "--onnx-profile", layout, "--quiet"))
+    return export_once(tmp_path_factory.mktemp("ssm"), lambda case, lowering: (
+        "--model", tiny_checkpoint(case), "--format", "onnx", *LOWERINGS[lowering], "--quiet"))
 
 
-@pytest.mark.parametrize("profile", ["portable", "ort"])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case, profile", [(c, p) for p in ("portable", "ort") for c in CASES] +
+                         [(c, "scan") for c in FIRST_CASES])
 def test_onnxruntime_matches_transformers(case, profile, tiny_checkpoint, ssm_export):
     folder = ssm_export(case, profile)
     model_path = folder / "onnx" / "model.onnx"
@@ -223,16 +234,41 @@ def generated(folder, *flags):
     return [[int(t) for t in line.split(",")] for line in proc.stdout.strip().splitlines()]
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_greedy_tokens_match_transformers(case, tiny_checkpoint, ssm_export):
+@pytest.mark.parametrize("case, lowering", [(c, "portable") for c in CASES] + [(c, "scan") for c in SCAN_GREEDY_CASES])
+def test_greedy_tokens_match_transformers(case, lowering, tiny_checkpoint, ssm_export):
     model = load_reference(tiny_checkpoint(case))
     want = transformers_greedy(model)
-    folder = ssm_export(case, "portable")
+    folder = ssm_export(case, lowering)
     assert generated(folder) == want
     eos = model.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, list) else [eos])
     assert ort_greedy(folder / "onnx" / "model.onnx", eos, model.generation_config.pad_token_id or 0) == want
-    record_coverage(case, "reference+onnxruntime", f"greedy {NEW_TOKENS} batch2", "identical")
+    suffix = "" if lowering == "portable" else f"-{lowering}"
+    record_coverage(case, f"reference+onnxruntime{suffix}", f"greedy {NEW_TOKENS} batch2", "identical")
+
+
+def test_scan_lowering_writes_a_scan_per_recurrence(ssm_export):
+    """--onnx-recurrence scan: each Mamba mixer's scan is one ONNX Scan (its conv stays loop-free), and
+    the manifest names the pass."""
+    folder = ssm_export("mamba2", "scan")
+    model = onnx.load(str(folder / "onnx" / "model.onnx"), load_external_data=False)
+    scans = [n for n in model.graph.node if n.op_type == "Scan"]
+    assert len(scans) == json.loads((folder / "config.json").read_text())["num_hidden_layers"]
+    assert {n.op_type for n in scans[0].attribute[0].g.node} == {"Exp", "Unsqueeze", "Mul", "Add", "ReduceSum"}
+    assert "scan-recurrences" in (folder / "hfx.json").read_text()
+
+
+@pytest.mark.parametrize("case, flags, message", [
+    ("mamba2", ["--onnx-profile", "ort"], "--onnx-recurrence scan is a lowering of the portable profile"),
+    ("lfm2", ["--onnx-profile", "portable"], "--onnx-recurrence scan: lfm2 decoder has no recurrence to write as a Scan"),
+])
+def test_scan_lowering_is_refused_in_one_line_where_it_cannot_apply(case, flags, message, tiny_checkpoint, tmp_path):
+    proc = run_hfx("export", "--model", tiny_checkpoint(case), "--format", "onnx", *flags, "--onnx-recurrence", "scan",
+                   tmp_path / "out", check=False)
+    assert proc.returncode != 0, proc.stderr
+    assert message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("layout, flags", [("split", ["--split-prefill"]),

@@ -172,6 +172,19 @@ std::vector<tasks::IoSpec> inputs_of(const tasks::Component& c, const ir::Graph&
   return kept;
 }
 
+// --onnx-recurrence scan: the recurrences as ONNX Scans (passes/scan_recurrences.cc), for the portable
+// lowering of a model that has them; refused in one line elsewhere.
+bool scan_recurrences(const LoadedModel& m, const tasks::Component& c, const Recipe& r, const std::string& profile) {
+  if (r.options.text("onnx_recurrence") != "scan") return false;
+  if (profile != "portable")
+    bad_input("--onnx-recurrence scan is a lowering of the portable profile (--onnx-profile portable); the {} profile "
+              "writes {} {}'s recurrences as ONNX Runtime's LinearAttention", profile, m.summary().model_type, c.role);
+  if (!passes::has_recurrences(c.graph))
+    bad_input("--onnx-recurrence scan: {} {} has no recurrence to write as a Scan (a gated delta rule or a Mamba "
+              "scan)", m.summary().model_type, c.role);
+  return true;
+}
+
 class OnnxBackend final : public Backend {
  public:
   BackendInfo info() const override {
@@ -222,6 +235,19 @@ class OnnxBackend final : public Backend {
          .shapes_contract = true,
          .help = "onnx: ai.onnx opset 21 (default) or 23 (RMSNormalization, RotaryEmbedding, Attention where they are "
                  "exact; the rest decomposed)"},
+        {.field = "onnx_recurrence",
+         .flag = "--onnx-recurrence",
+         .noun = "onnx recurrence",
+         .values = {"chunked", "scan"},
+         .default_value = "chunked",
+         .recorded_when_written = false,  // recipes from before --onnx-recurrence keep their bytes
+         .recipe_position = 6,
+         .help = "onnx, portable profile, state-space and gated delta-net models: `chunked` (default: the recurrences "
+                 "as loop-free chunked products, no loop op; memory grows with chunk^2, and with the prompt^1.5 for "
+                 "Mamba-1's sqrt chunks) or `scan` (an ONNX Scan over time whose body is Transformers' one-step "
+                 "update: memory linear in the prompt, one step per token; on ONNX Runtime a faster prefill than "
+                 "chunked, slower than the ort profile's fused ops at Qwen3.5's widths and faster on Mamba-1's many "
+                 "1 x 1 heads: docs/benchmarks.md). The causal conv stays loop-free either way"},
         {.field = "onnx_layout",
          .flag = "--onnx-layout",
          .noun = "onnx layout",
@@ -264,6 +290,7 @@ class OnnxBackend final : public Backend {
     const std::string requested = recipe.text_option("onnx_profile", c.role);
     const ProfileChoice choice = choose_profile(m, c, requested);
     Plan p{"profile " + choice.profile, {}, c.inputs, c.outputs};
+    if (scan_recurrences(m, c, recipe, choice.profile)) p.layout += ", recurrences as ONNX Scan";
     if (genai_layout(recipe)) p.layout += ", onnxruntime-genai's layout";
     if (!choice.fallback.empty()) p.notes.push_back(choice.fallback);
     if (writes_genai_config(m, c, requested) && !c.shared_buffers.empty()) p.notes.push_back(kNoGenaiForStaticCache);
@@ -295,7 +322,10 @@ class OnnxBackend final : public Backend {
     const ProfileChoice choice = choose_profile(m, c, requested);
     const std::string& profile = choice.profile;
     const std::string& fallback = choice.fallback;
-    if (profile == "ort" && choice.state_ops) {
+    if (scan_recurrences(m, c, job.recipe, profile)) {
+      lowered = with_context(c.role + ": pass scan-recurrences", [&] { return passes::scan_recurrences(c.graph); });
+      passes_run.push_back("scan-recurrences");
+    } else if (profile == "ort" && choice.state_ops) {
       lowered = with_context(c.role + ": pass ort-state-ops", [&] { return passes::ort_state_ops(c.graph); });
       passes_run.push_back("ort-state-ops");
     } else if (profile == "ort") {
@@ -306,7 +336,7 @@ class OnnxBackend final : public Backend {
     // Standard fused ops: LayerNormalization and Gelu at every opset; with --onnx-opset 23 the portable
     // lowering (also where ort fell back) writes the opset-23 fused ops where they are exact. An
     // ort-fused graph stays at opset 21 (its contrib ops were measured there).
-    const bool ort_fused = lowered.has_value();
+    const bool ort_fused = profile == "ort" && lowered.has_value();
     const int64_t opset = ort_fused ? 21 : job.recipe.options.integer("onnx_opset");
     std::string kept_note;
     {

@@ -19,6 +19,7 @@
 #include "core/pipelined_file.h"
 #include "core/sha256.h"
 #include "core/tensor.h"
+#include "backends/onnx/onnx_scan.h"
 #include "ir/weight_scan.h"
 #include "ir/weight_stream.h"
 
@@ -231,7 +232,67 @@ void add_external_entry(onnx::TensorProto& t, const std::string& key, const std:
   e->set_value(value);
 }
 
+// `name` under the scope `prefix` ("" leaves it as it is).
+std::string under(const std::string& prefix, const std::string& name) {
+  if (prefix.empty()) return name;
+  return prefix + (name.starts_with("/") ? "" : "/") + name;
+}
+
+// Every node of `graph` into `g` through the lowering table, each name (nodes and values) under
+// `prefix`. Returns whether any node is in a non-default domain.
+bool write_nodes(const ir::Graph& graph, const std::string& prefix, onnx::GraphProto& g) {
+  bool contrib = false;
+  for (const ir::Node& node : graph.nodes()) {
+    const OpLowering* lowering = find_onnx_lowering(node.op);
+    if (!lowering) unsupported("onnx backend: op {} (node {}) has no lowering", node.op, node.name);
+    onnx::NodeProto* p = g.add_node();
+    p->set_name(under(prefix, node.name));
+    p->set_op_type(lowering->onnx_op);
+    if (!lowering->domain.empty()) {
+      p->set_domain(lowering->domain);
+      contrib = true;
+    }
+    size_t num_inputs = node.inputs.size();
+    while (num_inputs > 0 && node.inputs[num_inputs - 1] == ir::kNone) --num_inputs;  // trailing optionals
+    for (size_t i = 0; i < num_inputs; ++i)
+      p->add_input(node.inputs[i] == ir::kNone ? std::string() : under(prefix, graph.value(node.inputs[i]).name));
+    if (lowering->output_slots.empty()) {
+      for (ir::ValueId out : node.outputs) p->add_output(under(prefix, graph.value(out).name));
+    } else {
+      HFX_CHECK(lowering->output_slots.size() == node.outputs.size(), "{}: output slots", node.name);
+      std::vector<std::string> names(size_t(lowering->output_slots.back() + 1));
+      for (size_t i = 0; i < node.outputs.size(); ++i)
+        names[size_t(lowering->output_slots[i])] = under(prefix, graph.value(node.outputs[i]).name);
+      for (const auto& name : names) p->add_output(name);
+    }
+    with_context("onnx: node " + node.name + " (" + node.op + ")", [&] { lowering->lower(node, *p); });
+  }
+  return contrib;
+}
+
 }  // namespace
+
+void write_subgraph(const ir::Graph& graph, const std::string& prefix, onnx::GraphProto& g) {
+  g.set_name(under(prefix, graph.name()));
+  auto typed = [&](onnx::ValueInfoProto& info, ir::ValueId id) {
+    set_type(info, graph.value(id));
+    info.set_name(under(prefix, graph.value(id).name));
+  };
+  for (ir::ValueId id : graph.inputs()) typed(*g.add_input(), id);
+  const bool contrib = write_nodes(graph, prefix, g);
+  HFX_CHECK(!contrib, "subgraph {}: a body of standard ops only", g.name());
+  for (ir::ValueId id : graph.outputs()) typed(*g.add_output(), id);
+  for (ir::ValueId id : graph.weights()) {  // constants only (the step's axes and shapes), inline
+    const ir::WeightRef* w = graph.weight(id);
+    HFX_CHECK(w && w->is_constant(), "subgraph {}: weight {} is not a constant", g.name(), graph.value(id).name);
+    const Tensor t = w->materialize();
+    onnx::TensorProto* p = g.add_initializer();
+    p->set_name(under(prefix, graph.value(id).name));
+    p->set_data_type(onnx_elem_type(w->dtype()));
+    for (int64_t d : w->shape()) p->add_dims(d);
+    p->set_raw_data(t.data(), t.nbytes());
+  }
+}
 
 int32_t onnx_elem_type(DType t) {
   for (const auto& p : kDTypes)
@@ -281,6 +342,8 @@ const std::map<std::string, OpLowering>& onnx_lowering_table() {
     // A hybrid's state ops (passes/ort_state_ops.cc).
     t["CausalConvWithState"] = OpLowering{"CausalConvWithState", lower_passthrough, raise_passthrough, "com.microsoft"};
     t["LinearAttention"] = OpLowering{"LinearAttention", lower_passthrough, raise_passthrough, "com.microsoft"};
+    // --onnx-recurrence scan: an ONNX Scan over time whose body is one recurrent step (onnx_scan.h).
+    t["RecurrenceScan"] = OpLowering{"Scan", lower_recurrence_scan, raise_recurrence_scan};
     // ONNX opset-23 fused ops (--onnx-opset 23); two keep IR names apart from the composites they replace.
     t["RMSNormalization"] = OpLowering{"RMSNormalization", lower_passthrough, raise_passthrough};
     t["OnnxRotaryEmbedding"] = OpLowering{"RotaryEmbedding", lower_passthrough, raise_passthrough};
@@ -331,31 +394,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   for (ir::ValueId id : graph.inputs()) set_type(*g->add_input(), graph.value(id));
 
   // Nodes first: an op without a lowering fails before gigabytes of weights are written.
-  bool contrib = false;
-  for (const ir::Node& node : graph.nodes()) {
-    const OpLowering* lowering = find_onnx_lowering(node.op);
-    if (!lowering) unsupported("onnx backend: op {} (node {}) has no lowering", node.op, node.name);
-    onnx::NodeProto* p = g->add_node();
-    p->set_name(node.name);
-    p->set_op_type(lowering->onnx_op);
-    if (!lowering->domain.empty()) {
-      p->set_domain(lowering->domain);
-      contrib = true;
-    }
-    size_t num_inputs = node.inputs.size();
-    while (num_inputs > 0 && node.inputs[num_inputs - 1] == ir::kNone) --num_inputs;  // trailing optionals
-    for (size_t i = 0; i < num_inputs; ++i)
-      p->add_input(node.inputs[i] == ir::kNone ? std::string() : graph.value(node.inputs[i]).name);
-    if (lowering->output_slots.empty()) {
-      for (ir::ValueId out : node.outputs) p->add_output(graph.value(out).name);
-    } else {
-      HFX_CHECK(lowering->output_slots.size() == node.outputs.size(), "{}: output slots", node.name);
-      std::vector<std::string> names(size_t(lowering->output_slots.back() + 1));
-      for (size_t i = 0; i < node.outputs.size(); ++i) names[size_t(lowering->output_slots[i])] = graph.value(node.outputs[i]).name;
-      for (const auto& name : names) p->add_output(name);
-    }
-    with_context("onnx: node " + node.name + " (" + node.op + ")", [&] { lowering->lower(node, *p); });
-  }
+  const bool contrib = write_nodes(graph, "", *g);
 
   for (ir::ValueId id : graph.outputs()) set_type(*g->add_output(), graph.value(id));
   if (contrib) {

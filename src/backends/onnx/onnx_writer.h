@@ -18,6 +18,7 @@
 
 namespace onnx {
 class NodeProto;
+class GraphProto;
 }
 
 namespace hfx::onnx_backend {
@@ -72,6 +73,11 @@ inline int64_t onnx_block_rows(int64_t rows, size_t row_bytes) {
 // when a file cannot be written.
 OnnxWriteResult write_onnx(const ir::Graph& graph, const std::filesystem::path& out_dir,
                            const OnnxWriteOptions& opts);
+
+// `graph` as a subgraph (a Scan's body) into `g`: its inputs, nodes (through the lowering table),
+// outputs and constants (inline), every node and value name after `prefix` (a subgraph's names must
+// not meet its outer graph's). Deterministic like write_onnx.
+void write_subgraph(const ir::Graph& graph, const std::string& prefix, onnx::GraphProto& g);
 
 // ONNX TensorProto.DataType of an hfx dtype, and back (nullopt for types hfx does not have).
 int32_t onnx_elem_type(DType t);
