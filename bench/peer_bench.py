@@ -378,6 +378,8 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=64, help="greedy decode steps timed")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per artifact (median)")
     ap.add_argument("--no-genai", action="store_true", help="skip the onnxruntime-genai Generator rows")
+    ap.add_argument("--hfx-rows", default=",".join(HFX_ROWS),
+                    help="comma-separated hfx rows to export and run (default all): " + ",".join(HFX_ROWS))
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown (for docs/benchmarks.md)")
     args = ap.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -406,9 +408,13 @@ def main() -> int:
         # ---- (a) exports: (label, tool, precision, command or worker, artifact dir[, onnx subdir])
         rows: list[dict] = []
 
+        wanted = set(args.hfx_rows.split(","))
+
         def run_export(tool, prec, cmd, out, after=None):
             """Measure one export command; `after`: the result of the step it follows (a two-step pipeline:
             the times add, the peak RSS is the larger)."""
+            if tool == "hfx" and prec not in wanted:
+                return None
             # Every tool starts with the previous export's pages on disk (it would otherwise pay for their
             # write-back: the second of two hfx rows took 1.5-3 s longer) and the checkpoint in the cache.
             os.sync()

@@ -501,6 +501,32 @@ void finish_left_padding(ir::Rewriter& r, const LeftPadding& pad) {
   r.remap(pad.logits_src, back);
 }
 
+// The heads merged again after an attention: Reshape(Transpose{0,2,1,3}(attention), [b, s, hq * d]), the
+// attention's only reader and the transpose's, the pair GroupQueryAttention's [b, s, hq * d] output
+// makes moot; nullopt for any other reader. Elided, each layer's decode step runs four nodes fewer (the
+// pair, and the Reshape + Transpose that would give GroupQueryAttention's output the attention's layout).
+struct MergedHeads {
+  const ir::Node* transpose;
+  const ir::Node* reshape;
+};
+std::optional<MergedHeads> merged_heads(const ir::Graph& g, const std::vector<int>& uses,
+                                        const std::vector<std::vector<const ir::Node*>>& readers, const Plan& p) {
+  auto only_reader = [&](ValueId v) -> const ir::Node* {
+    return uses[size_t(v)] == 1 && readers[size_t(v)].size() == 1 ? readers[size_t(v)][0] : nullptr;
+  };
+  const ir::Node* t = only_reader(p.attention->outputs[0]);
+  if (!t || t->op != "Transpose" || !t->has_attr("perm") || t->attr_ints("perm") != std::vector<int64_t>{0, 2, 1, 3})
+    return std::nullopt;
+  const ir::Node* r = only_reader(t->outputs[0]);
+  if (!r || r->op != "Reshape") return std::nullopt;
+  const Shape& from = g.value(t->outputs[0]).shape;  // [b, s, hq, d]
+  const Shape& to = g.value(r->outputs[0]).shape;
+  const Dim merged = Dim::fixed(p.hq * p.d);
+  if (from.size() != 4 || to.size() != 3 || !(to[0] == from[0]) || !(to[1] == from[1]) || !(to[2] == merged))
+    return std::nullopt;
+  return MergedHeads{t, r};
+}
+
 ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) {
   std::vector<std::string> blockers;
   const std::vector<Plan> found = plans(graph, &blockers);
@@ -515,6 +541,18 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     if (found[i].pack_linears)
       for (const ir::Node* l : {found[i].q.linear, found[i].k.linear, found[i].v.linear}) by_linear[l] = i;
   }
+  const std::vector<int> uses = ir::use_counts(graph);
+  std::vector<std::vector<const ir::Node*>> readers(graph.num_values());
+  for (const auto& n : graph.nodes())
+    for (auto in : n.inputs)
+      if (in != kNone) readers[size_t(in)].push_back(&n);
+  std::map<size_t, MergedHeads> merged;  // plan -> the heads' merge its GroupQueryAttention replaces
+  for (size_t i = 0; i < found.size(); ++i)
+    if (auto m = merged_heads(graph, uses, readers, found[i])) {
+      merged[i] = *m;
+      deferred.insert(m->transpose);
+      deferred.insert(m->reshape);
+    }
   // RMSNorm(Add(a, b)): the Add becomes a SkipSimplifiedLayerNormalization when its sum has the
   // norm's shape (no broadcasting).
   std::map<ValueId, const ir::Node*> skip_norm_of_sum;  // Add output -> the RMSNorm reading it
@@ -644,9 +682,15 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
     if (p.softcap > 0) attrs["softcap"] = p.softcap;
     if (p.window > 0) attrs["local_window_size"] = p.window;
     auto outs = b.add("GroupQueryAttention", ins, attrs);
-    // The attention's [b, hq, s, d] value, for the unchanged Transpose + Reshape that merge heads
-    // (two copies of nothing: ORT runs a Reshape/Transpose/Reshape of this shape as cheap copies).
-    r.replace(node, {b.transpose(b.reshape(outs[0], {0, 0, p.hq, p.d}), {0, 2, 1, 3})});
+    if (auto m = merged.find(it->second); m != merged.end()) {
+      // GroupQueryAttention's [b, s, hq * d] is what the merge computed.
+      r.remap(node.outputs[0], outs[0]);
+      r.remap(m->second.transpose->outputs[0], outs[0]);
+      r.replace(*m->second.reshape, {outs[0]});
+    } else {
+      // The attention's [b, hq, s, d] value, for whatever reads it.
+      r.replace(node, {b.transpose(b.reshape(outs[0], {0, 0, p.hq, p.d}), {0, 2, 1, 3})});
+    }
     r.replace(*producer(graph, node.inputs[1]), {outs[1]});
     r.replace(*producer(graph, node.inputs[2]), {outs[2]});
   }

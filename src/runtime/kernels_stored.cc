@@ -14,9 +14,11 @@ namespace {
 
 // Stored rows read per block: about 4 MiB of them.
 constexpr size_t kBlockBytes = size_t(4) << 20;
-// A product with at most this many rows (a decode step) reads the weight once for all of them
-// (few_rows_product): sgemm would pack all of B for them, which costs more than the products themselves.
-constexpr int64_t kRowsForGemv = 4;
+// A product with at most this many rows (a decode step, a short shape case) reads each block of the
+// weight once per 4 rows, the block still in cache after the first (few_rows_product): sgemm would
+// pack all of B for them, which costs more than the products themselves (a third of a model-sized
+// check's CPU was OpenBLAS packing weights for cases of 8 to 16 rows).
+constexpr int64_t kFewRows = 16;
 
 // A stored element widened to f32 (exact): f32 as is, bf16 as the high half of an f32.
 inline float widen(float x) { return x; }
@@ -124,12 +126,12 @@ void gemm_stored(int64_t m, int64_t k, int64_t n, const float* a, const ir::Stor
                  bool stream) {
   const size_t es = dtype_size(s.dtype), row_bytes = size_t(s.cols) * es;
   int64_t block_rows = std::clamp<int64_t>(int64_t(kBlockBytes / std::max<size_t>(row_bytes, 1)), 1, std::max<int64_t>(s.rows, 1));
-  if (s.dtype == DType::F32 && !stream) block_rows = s.rows;  // in place, whole: no copy at all
+  if (s.dtype == DType::F32 && !stream && m > kFewRows) block_rows = s.rows;  // in place, whole: no copy at all
   thread_local std::vector<float> widened;
   for (int64_t r0 = 0; r0 < s.rows; r0 += block_rows) {
     const int64_t rows = std::min(block_rows, s.rows - r0);
     const uint8_t* src = s.data + size_t(r0) * row_bytes;
-    if (m <= kRowsForGemv && s.dtype == DType::BF16) {  // read as stored
+    if (m <= kFewRows && s.dtype == DType::BF16) {  // read as stored
       few_rows_product(reinterpret_cast<const uint16_t*>(src), rows, s.cols, b_transposed, m, k, n, r0, a, c);
       continue;
     }
@@ -139,7 +141,7 @@ void gemm_stored(int64_t m, int64_t k, int64_t n, const float* a, const ir::Stor
       convert_elements(s.dtype, src, DType::F32, widened.data(), size_t(rows * s.cols));
       block = widened.data();
     }
-    if (m <= kRowsForGemv)
+    if (m <= kFewRows)
       few_rows_product(block, rows, s.cols, b_transposed, m, k, n, r0, a, c);
     else if (b_transposed)  // stored rows are output columns [r0, r0 + rows)
       gemm(false, true, m, rows, k, 1.0f, a, k, block, k, c + r0, n, false);
