@@ -52,7 +52,9 @@ std::vector<int> use_counts(const Graph& graph);
 // The node that computes `id` (nullptr for inputs, weights and kNone): how passes match patterns.
 const Node* producer(const Graph& g, ValueId id);
 // The scope `levels` levels above a node's name: "/model/layers.0/self_attn/Attention" ->
-// "model/layers.0/self_attn" (1), "model/layers.0" (2); what a rewrite builds its nodes under.
+// "model/layers.0/self_attn" (1), "model/layers.0" (2); what a rewrite builds its nodes under. Level 0,
+// the node's own name, scopes what replaces one node: the names the rewriter gives new nodes cannot
+// meet the copied nodes' (a scope's counters start afresh in the target graph).
 std::string scope_of(const std::string& node_name, int levels = 1);
 
 }  // namespace hfx::ir

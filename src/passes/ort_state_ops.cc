@@ -19,27 +19,19 @@
 
 namespace hfx::passes {
 
-namespace {
-
-// The replaced node's own name as the scope of what replaces it: names the rewriter gives new nodes
-// cannot meet the copied nodes' names (a scope's counters start afresh in the target graph).
-std::string own_scope(const ir::Node& node) { return node.name.substr(node.name.starts_with("/") ? 1 : 0); }
-
-}  // namespace
-
 ir::Graph ort_state_ops(const ir::Graph& graph) {
   ir::Rewriter r(graph);
   ir::Builder& b = r.builder();
   for (const auto& node : graph.nodes()) {
     if (node.op == "CausalConv") {
-      auto s = b.scope(own_scope(node));
+      auto s = b.scope(ir::scope_of(node.name, 0));
       ir::Node n = r.mapped(node);
       const ir::ValueId w = b.unsqueeze(n.inputs[2], {1});  // [C, 1, K]: ORT folds it at load
       r.replace(node, b.add("CausalConvWithState", {n.inputs[0], w, n.input(3), n.inputs[1]}));
       continue;
     }
     if (node.op == "GatedDeltaRule") {
-      auto s = b.scope(own_scope(node));
+      auto s = b.scope(ir::scope_of(node.name, 0));
       ir::Node n = r.mapped(node);
       const int64_t H = node.attr_int("heads"), dk = node.attr_int("key_dim"), dv = node.attr_int("value_dim");
       auto packed = [&](ir::ValueId x, int64_t d) { return b.reshape(x, {0, 0, H * d}); };
@@ -55,7 +47,7 @@ ir::Graph ort_state_ops(const ir::Graph& graph) {
       // h_t = exp(dt A) h_{t-1} + (x dt) ⊗ B_t, y_t = h_t · C_t + D x_t: LinearAttention's gated rule
       // with key B, value x dt, query C, decay dt A, scale 1; its state [N, P] is the SSD's [P, N]
       // transposed (a Mamba-1 scan is H = channels x state heads of 1 x 1).
-      auto s = b.scope(own_scope(node));
+      auto s = b.scope(ir::scope_of(node.name, 0));
       ir::Node n = r.mapped(node);
       const int64_t H = node.attr_int("heads"), P = node.attr_int("head_dim"), N = node.attr_int("state_size");
       const ir::ValueId x = n.inputs[0], dt = n.inputs[1];

@@ -15,8 +15,6 @@ namespace hfx::passes {
 
 namespace {
 
-std::string own_scope(const ir::Node& node) { return node.name.substr(node.name.starts_with("/") ? 1 : 0); }
-
 // The carried state, or zeros [b, dims...] (b from `like`'s first axis) when the graph has none.
 ir::ValueId state_or_zeros(ir::Builder& b, ir::ValueId initial, ir::ValueId like, const std::vector<int64_t>& dims) {
   if (initial != ir::kNone) return initial;
@@ -36,7 +34,7 @@ ir::Graph scan_recurrences(const ir::Graph& graph) {
   ir::Builder& b = r.builder();
   for (const auto& node : graph.nodes()) {
     if (node.op == "GatedDeltaRule") {
-      auto s = b.scope(own_scope(node));
+      auto s = b.scope(ir::scope_of(node.name, 0));
       ir::Node n = r.mapped(node);
       const int64_t H = node.attr_int("heads"), K = node.attr_int("key_dim"), V = node.attr_int("value_dim");
       const ir::ValueId initial = state_or_zeros(b, n.input(5), n.inputs[0], {H, K, V});
@@ -46,7 +44,7 @@ ir::Graph scan_recurrences(const ir::Graph& graph) {
       continue;
     }
     if (node.op == "SsdScan") {
-      auto s = b.scope(own_scope(node));
+      auto s = b.scope(ir::scope_of(node.name, 0));
       ir::Node n = r.mapped(node);
       const int64_t H = node.attr_int("heads"), P = node.attr_int("head_dim"), N = node.attr_int("state_size");
       const ir::ValueId x = n.inputs[0], dt = n.inputs[1];

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "ir/builder.h"
 #include "runtime/executor.h"
+#include "random_weights.h"
 
 namespace fs = std::filesystem;
 using namespace hfx;
@@ -51,14 +52,7 @@ Rule ssd() {
           {{"xdt", {kRows}, -1, 1}, {"log_decay", {}, -1, 0}, {"B", {kCols}, -1, 1}, {"C", {kCols}, -1, 1}}};
 }
 
-Tensor random_f32(std::vector<int64_t> shape, std::mt19937& rng, float lo, float hi) {
-  size_t n = 1;
-  for (auto d : shape) n *= size_t(d);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return Tensor::from_vector<float>(DType::F32, std::move(shape), v);
-}
+using hfx::testing::random_f32;
 
 // x [batch, steps, rest...] at step t: [batch, rest...].
 Tensor at_step(const Tensor& x, int64_t t) {

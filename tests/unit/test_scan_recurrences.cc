@@ -12,6 +12,7 @@
 #include "models/ssd.h"
 #include "passes/pass.h"
 #include "runtime/executor.h"
+#include "random_weights.h"
 
 using namespace hfx;
 
@@ -19,14 +20,7 @@ namespace {
 
 constexpr int64_t kBatch = 2, kSteps = 9, kHeads = 2, kKey = 3, kValue = 4;
 
-Tensor random_f32(std::vector<int64_t> shape, std::mt19937& rng, float lo, float hi) {
-  size_t n = 1;
-  for (auto d : shape) n *= size_t(d);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return Tensor::from_vector<float>(DType::F32, std::move(shape), v);
-}
+using hfx::testing::random_f32;
 
 std::vector<std::string> ops(const ir::Graph& g) {
   std::vector<std::string> out;

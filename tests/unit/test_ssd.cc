@@ -14,6 +14,7 @@
 #include "ir/graph.h"
 #include "models/ssd.h"
 #include "runtime/executor.h"
+#include "random_weights.h"
 
 using namespace hfx;
 
@@ -21,14 +22,7 @@ namespace {
 
 constexpr int64_t B = 2, H = 3, P = 2, N = 4;
 
-Tensor random_f32(std::vector<int64_t> shape, std::mt19937& rng, float lo, float hi) {
-  size_t n = 1;
-  for (auto d : shape) n *= size_t(d);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return Tensor::from_vector<float>(DType::F32, std::move(shape), v);
-}
+using hfx::testing::random_f32;
 
 std::vector<float> vec(std::span<const float> v) { return {v.begin(), v.end()}; }
 
