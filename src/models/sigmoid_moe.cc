@@ -56,7 +56,11 @@ ir::ValueId sigmoid_moe(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId 
   ir::ValueId scores, weights;
   {
     auto s = b.scope("gate");
-    scores = b.add1("Sigmoid", {linear(b, ckpt, x, prefix + "gate", m.hidden, E, false, why)});  // [b, s, E]
+    {
+      // NemotronHTopkRouter / DeepseekV3TopkRouter: F.linear(x.float(), weight.float()) in every dtype
+      auto f32 = b.scope(ir::Builder::kKeepF32Scope);
+      scores = b.add1("Sigmoid", {linear(b, ckpt, x, prefix + "gate", m.hidden, E, false, why)});  // [b, s, E]
+    }
     // torch.topk over the biased scores, as k rounds of "the largest remaining" (a picked one drops to
     // -inf); the weights are the unbiased scores of the picked experts.
     ir::ValueId remaining = b.plus(scores, bind_weight(b, ckpt, prefix + "gate.e_score_correction_bias", {E}, why));

@@ -579,7 +579,8 @@ def test_program_formats_refuse_the_scan_in_one_line(fmt, case, tiny_checkpoint,
 @pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
                                        ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
 @pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "granitemoehybrid-moe", "bamba", "nemotron_h",
-                                  "nemotron_h-moe-latent", "falcon_h1", "mamba", "falcon_mamba", "jamba", "zamba2"])
+                                  "nemotron_h-moe-latent", "nemotron_h-moe-groups", "falcon_h1", "mamba",
+                                  "falcon_mamba", "jamba", "zamba2"])
 def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
     """Every precision hfx offers, on each family: the export's own check (the artifact's numbers and
     greedy tokens against the reference executor at the precision's stated gate, docs/verify.md, on
