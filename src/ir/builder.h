@@ -29,6 +29,10 @@ class Builder {
     Builder* b_;
   };
   [[nodiscard]] Scope scope(const std::string& name);
+  // The scope whose products keep f32 in reduced-precision exports (apply-precision stores their weights
+  // in the dtype, never quantized, and computes them in f32): for blocks Transformers computes in f32
+  // whatever the model's dtype, such as a sigmoid MoE router.
+  static constexpr const char* kKeepF32Scope = "keep_f32";
 
   // Adds `op` applied to `inputs`; returns its outputs. `names` optionally names the outputs
   // (graph outputs such as "logits"); otherwise they are "<node name>/output_<i>".

@@ -81,10 +81,26 @@ SigmoidMoeSpec parse_moe(const io::JsonFile& f, const HybridConfig& c) {
     bad_input("{}: routed_scaling_factor is {}, not a finite number", file_name(f), m.routed_scaling_factor);
   m.bias = c.mlp_bias;
   m.act = c.act;
-  // With one group the router's group-limited choice keeps every expert; more groups first keep the
-  // topk_group groups whose two best scores sum highest, which hfx does not build.
-  if (const auto groups = io::optional_int(f, j, "n_group", 1, 1 << 16).value_or(1); groups != 1)
-    unsupported("{}: n_group {} (group-limited expert routing; hfx supports n_group 1)", file_name(f), groups);
+  // Group-limited routing: the experts in n_group equal groups, top_k chosen within the topk_group
+  // groups whose two best biased scores sum highest (NemotronHConfig's defaults: 1 and 1).
+  m.n_group = io::optional_int(f, j, "n_group", 1, 1 << 16).value_or(1);
+  m.topk_group = io::optional_int(f, j, "topk_group", 1, 1 << 16).value_or(1);
+  if (m.n_group > 1) {
+    if (m.num_experts % m.n_group != 0)
+      bad_input("{}: n_routed_experts ({}) is not a multiple of n_group ({})", file_name(f), m.num_experts, m.n_group);
+    const int64_t per_group = m.num_experts / m.n_group;
+    // A group's score is the sum of its two best experts' (torch.topk(2) fails on a group of one).
+    if (per_group < 2)
+      bad_input("{}: n_group {} leaves {} expert per group (a group is scored by its two best)", file_name(f), m.n_group,
+                per_group);
+    if (m.topk_group > m.n_group)
+      bad_input("{}: topk_group ({}) is more than n_group ({})", file_name(f), m.topk_group, m.n_group);
+    // Fewer experts than top_k in the kept groups: Transformers' top-k would pick masked (-inf) ones.
+    if (m.top_k > m.topk_group * per_group)
+      unsupported("{}: num_experts_per_tok {} is more than the {} experts of topk_group {} groups (the choice would "
+                  "include experts of groups the router dropped)",
+                  file_name(f), m.top_k, m.topk_group * per_group, m.topk_group);
+  }
   return m;
 }
 

@@ -17,6 +17,35 @@ ir::ValueId up_down(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, c
   return linear(b, ckpt, y, p + "down_proj", inner, in, bias, why);
 }
 
+ir::ValueId reduce_max(ir::Builder& b, ir::ValueId x) {
+  return b.add1("ReduceMax", {x, b.i64s({-1})}, {{"keepdims", int64_t(1)}});
+}
+
+// `biased` [b, s, E] with the experts outside the topk_group best of n_group groups at -inf
+// (NemotronHTopkRouter: a group's score is the sum of its two best biased scores).
+ir::ValueId limit_to_best_groups(ir::Builder& b, ir::ValueId biased, const SigmoidMoeSpec& m) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t G = m.n_group, per_group = m.num_experts / m.n_group;
+  ir::ValueId grouped = b.reshape(biased, {0, 0, G, per_group});
+  ir::ValueId best = reduce_max(b, grouped);  // [b, s, G, 1]
+  // The second best: the best again when it occurs twice (topk(2)'s values), else the best of the rest.
+  ir::ValueId is_best = b.add1("Equal", {grouped, best});
+  ir::ValueId copies = b.add1("ReduceSum", {b.cast(is_best, DType::F32), b.i64s({-1})}, {{"keepdims", int64_t(1)}});
+  ir::ValueId second = b.add1("Where", {b.add1("Greater", {copies, b.f32(1.0f)}), best,
+                                        reduce_max(b, b.add1("Where", {is_best, b.f32(-inf), grouped}))});
+  ir::ValueId group_scores = b.squeeze(b.plus(best, second), {-1});  // [b, s, G]
+  // Kept groups by the same rounds of "the largest remaining" as the experts' top-k.
+  ir::ValueId remaining = group_scores, kept = ir::kNone;
+  for (int64_t i = 0; i < m.topk_group; ++i) {
+    ir::ValueId hit = b.add1("Equal", {remaining, reduce_max(b, remaining)});
+    kept = kept == ir::kNone ? hit : b.add1("Or", {kept, hit});
+    remaining = b.add1("Where", {hit, b.f32(-inf), remaining});
+  }
+  // [b, s, G, 1] broadcast over each group's experts, back to [b, s, E]
+  ir::ValueId masked = b.add1("Where", {b.unsqueeze(kept, {-1}), grouped, b.f32(-inf)});
+  return b.reshape(masked, {0, 0, m.num_experts});
+}
+
 }  // namespace
 
 ir::ValueId sigmoid_moe(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId x, const std::string& prefix,
@@ -27,13 +56,18 @@ ir::ValueId sigmoid_moe(ir::Builder& b, const io::Checkpoint& ckpt, ir::ValueId 
   ir::ValueId scores, weights;
   {
     auto s = b.scope("gate");
-    scores = b.add1("Sigmoid", {linear(b, ckpt, x, prefix + "gate", m.hidden, E, false, why)});  // [b, s, E]
+    {
+      // NemotronHTopkRouter / DeepseekV3TopkRouter: F.linear(x.float(), weight.float()) in every dtype
+      auto f32 = b.scope(ir::Builder::kKeepF32Scope);
+      scores = b.add1("Sigmoid", {linear(b, ckpt, x, prefix + "gate", m.hidden, E, false, why)});  // [b, s, E]
+    }
     // torch.topk over the biased scores, as k rounds of "the largest remaining" (a picked one drops to
     // -inf); the weights are the unbiased scores of the picked experts.
     ir::ValueId remaining = b.plus(scores, bind_weight(b, ckpt, prefix + "gate.e_score_correction_bias", {E}, why));
+    if (m.n_group > 1) remaining = limit_to_best_groups(b, remaining, m);
     ir::ValueId picked = ir::kNone;
     for (int64_t i = 0; i < m.top_k; ++i) {
-      ir::ValueId largest = b.add1("ReduceMax", {remaining, b.i64s({-1})}, {{"keepdims", int64_t(1)}});
+      ir::ValueId largest = reduce_max(b, remaining);
       ir::ValueId hit = b.add1("Equal", {remaining, largest});
       picked = picked == ir::kNone ? hit : b.add1("Or", {picked, hit});
       remaining = b.add1("Where", {hit, b.f32(-std::numeric_limits<float>::infinity()), remaining});

@@ -12,6 +12,12 @@ namespace hfx::passes {
 
 namespace {
 
+// A product the model asks to keep in f32 (ir::Builder::kKeepF32Scope): Transformers computes it in f32
+// from the weight as the model's dtype holds it.
+bool keeps_f32(const ir::Node& node) {
+  return node.name.find(fmt::format("/{}/", ir::Builder::kKeepF32Scope)) != std::string::npos;
+}
+
 bool is_checkpoint_matrix(const ir::WeightRef* w) {
   return w && !w->is_constant() && w->shape().size() == 2 && is_float(w->dtype());
 }
@@ -85,13 +91,13 @@ class Precision {
   // `table` names the embedding table a tied lm_head reads, whose quantized bytes the embedding shares.
   std::optional<ir::ValueId> linear(const ir::Node& node, ir::ValueId x, const ir::WeightRef& w, const std::string& base,
                                     std::optional<ir::ValueId> table = std::nullopt) {
-    const bool lm_head = node.name.find("/lm_head/") != std::string::npos;
-    const bool quantize = spec_.quant.enabled() && (!lm_head || spec_.quantize_lm_head);
+    const bool lm_head = node.name.find("/lm_head/") != std::string::npos, keep_f32 = keeps_f32(node);
+    const bool quantize = spec_.quant.enabled() && (!lm_head || spec_.quantize_lm_head) && !keep_f32;
     const DType dt = spec_.dtype;
     if (!quantize && dt == DType::F32) return std::nullopt;
     auto& b = r_.builder();
     auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
-    const DType compute = compute_dtype();
+    const DType compute = keep_f32 ? DType::F32 : compute_dtype();
     const ir::WeightRef stored = w.cast(dt);
     ir::ValueId xin = compute == DType::F32 ? x : b.cast(x, compute);
     ir::ValueId y;
@@ -109,8 +115,8 @@ class Precision {
       const ir::ValueId wt = shared != cast_tables_.end()
                                  ? b.transpose(shared->second, {1, 0})
                                  : b.weight(unique(fmt::format("{}.{}", base, dtype_name(dt))), stored);
-      // f16: computed in f16; bf16: stored in bf16, cast to f32 at use
-      y = b.matmul(xin, dt == DType::F16 ? wt : b.cast(wt, DType::F32));
+      // f16: computed in f16; bf16 (and a kept-f32 product): stored in the dtype, cast to f32 at use
+      y = b.matmul(xin, compute == DType::F16 ? wt : b.cast(wt, DType::F32));
     }
     return compute == DType::F32 ? y : b.cast(y, DType::F32);
   }
@@ -118,13 +124,14 @@ class Precision {
   // x[..., K] @ w[N, K]^T kept a Linear (the ExecuTorch target); nullopt when nothing changes. A tied
   // lm_head reads its embedding's f16 / bf16 table, [N, K] already.
   std::optional<ir::ValueId> kept_linear(const ir::Node& node, ir::ValueId x, const ir::WeightRef& w, ir::ValueId source) {
-    const bool lm_head = node.name.find("/lm_head/") != std::string::npos;
+    const bool lm_head = node.name.find("/lm_head/") != std::string::npos, keep_f32 = keeps_f32(node);
     const auto& q = spec_.quant;
+    const bool quantize = q.enabled() && (!lm_head || spec_.quantize_lm_head) && !keep_f32;
     const DType dt = spec_.dtype;
-    if (!(q.enabled() && (!lm_head || spec_.quantize_lm_head)) && dt == DType::F32) return std::nullopt;
+    if (!quantize && dt == DType::F32) return std::nullopt;
     auto& b = r_.builder();
     auto scope = b.scope(node.name.substr(node.name.front() == '/' ? 1 : 0));
-    if (q.enabled() && (!lm_head || spec_.quantize_lm_head)) {
+    if (quantize) {
       // Weight-only int8 per output channel, symmetric: XNNPACK's f32 x qc8w FullyConnected. The weight
       // is rounded to the dtype first, as every target quantizes it; the layer computes in f32.
       if (q.bits != 8 || q.block != 0 || !q.symmetric)
@@ -143,7 +150,7 @@ class Precision {
     const ir::ValueId wt = shared != cast_tables_.end()
                                ? shared->second
                                : b.weight(unique(fmt::format("{}.{}", src_.value(source).name, dtype_name(dt))), w.cast(dt));
-    if (dt == DType::BF16) return b.add1("Linear", {x, b.cast(wt, DType::F32)});  // stored in bf16, cast to f32 at use
+    if (dt == DType::BF16 || keep_f32) return b.add1("Linear", {x, b.cast(wt, DType::F32)});  // stored in the dtype, f32 at use
     return b.cast(b.add1("Linear", {b.cast(x, DType::F16), wt}), DType::F32);
   }
 

@@ -20,7 +20,9 @@ namespace hfx::passes {
 // where x' is x cast to f16 (a block larger than K is halved while it still covers K: 128 -> 64 for K = 64) when the dtype is f16 (scales are f16 then), else x; quantization reads W
 // rounded to the dtype. Embedding tables (Gather) are stored in the dtype and cast to f32 after the
 // lookup; they are never quantized. lm_head (nodes under a /lm_head/ scope) is quantized only with
-// quantize_lm_head, else stored in the dtype. Norm weights, biases, rope tables and constants stay f32;
+// quantize_lm_head, else stored in the dtype. A product under a /keep_f32/ scope (ir::Builder::kKeepF32Scope:
+// a block Transformers computes in f32, such as a sigmoid MoE router) is never quantized and computes
+// in f32 from its weight stored in the dtype: MatMul(x, Cast(W as f16|bf16, f32)), on every target. Norm weights, biases, rope tables and constants stay f32;
 // the KV cache, every activation outside Linear layers and the logits stay f32.
 //
 // The target picks the form of the quantized and f16 layers (the numbers of the quantized weights are

@@ -393,7 +393,11 @@ def test_granite_legacy_layer_type_names_build_the_same_graph(tiny_checkpoint, t
 
 
 @pytest.mark.parametrize("edit, message", [
-    (dict(layers_block_type=["linear_attention", "moe", "full_attention"], n_group=2), "n_group 2"),
+    (dict(layers_block_type=["linear_attention", "moe", "full_attention"], n_routed_experts=6, n_group=4),
+     "n_routed_experts (6) is not a multiple of n_group (4)"),
+    (dict(layers_block_type=["moe"], n_routed_experts=4, n_group=4), "leaves 1 expert per group"),
+    (dict(layers_block_type=["moe"], n_routed_experts=8, n_group=4, topk_group=1, num_experts_per_tok=3),
+     "num_experts_per_tok 3 is more than the 2 experts of topk_group 1 groups"),
     (dict(layers_block_type=["moe"], n_routed_experts=2, num_experts_per_tok=3), "num_experts_per_tok (3) is more"),
     (dict(layers_block_type=None, hybrid_override_pattern="M*X"), "hybrid_override_pattern[2] = 'X'"),
     (dict(layers_block_type=["mamba", "sliding_attention"]), "layers_block_type[1] = \"sliding_attention\""),
@@ -404,6 +408,28 @@ def test_granite_legacy_layer_type_names_build_the_same_graph(tiny_checkpoint, t
 ])
 def test_nemotron_h_configs_hfx_cannot_build_are_refused(edit, message, tiny_checkpoint, tmp_path):
     assert_refused("nemotron_h", edit, message, tiny_checkpoint, tmp_path)
+
+
+def test_nemotron_h_group_limit_changes_the_choice(tiny_checkpoint):
+    """The group-limited case tests something: on the parity tests' inputs, NemotronHTopkRouter's choice
+    (top-k within the topk_group best groups) differs from the top-k over all experts for some tokens."""
+    model = load_reference(tiny_checkpoint("nemotron_h-moe-groups"))
+    assert model.config.n_group > 1
+    chosen, everywhere = [], []
+
+    def record(router, inputs, outputs):
+        x = inputs[0].reshape(-1, router.hidden_dim).float()
+        biased = torch.sigmoid(x @ router.weight.float().T) + router.e_score_correction_bias
+        everywhere.append(torch.topk(biased, router.top_k, dim=-1)[1].sort(dim=-1)[0])
+        chosen.append(outputs[2].sort(dim=-1)[0])
+
+    hooks = [m.register_forward_hook(record) for m in model.modules() if type(m).__name__ == "NemotronHTopkRouter"]
+    transformers_steps(model, decode_feeds(model.config.vocab_size))
+    for h in hooks:
+        h.remove()
+    changed = sum(int((a != b).any(dim=-1).sum()) for a, b in zip(chosen, everywhere))
+    total = sum(a.shape[0] for a in chosen)
+    assert 0 < changed < total, f"{changed} of {total} layer-tokens changed by the group limit"
 
 
 def test_nemotron_h_legacy_config_names_build_the_same_graph(tiny_checkpoint, tmp_path):
@@ -553,7 +579,8 @@ def test_program_formats_refuse_the_scan_in_one_line(fmt, case, tiny_checkpoint,
 @pytest.mark.parametrize("precision", [["--dtype", "f16"], ["--dtype", "bf16"], ["--quantize", "int8"],
                                        ["--quantize", "int4"]], ids=["f16", "bf16", "int8", "int4"])
 @pytest.mark.parametrize("case", ["mamba2", "granitemoehybrid", "granitemoehybrid-moe", "bamba", "nemotron_h",
-                                  "nemotron_h-moe-latent", "falcon_h1", "mamba", "falcon_mamba", "jamba", "zamba2"])
+                                  "nemotron_h-moe-latent", "nemotron_h-moe-groups", "falcon_h1", "mamba",
+                                  "falcon_mamba", "jamba", "zamba2"])
 def test_every_precision_passes_its_export_check(case, precision, fmt, tiny_checkpoint, tmp_path):
     """Every precision hfx offers, on each family: the export's own check (the artifact's numbers and
     greedy tokens against the reference executor at the precision's stated gate, docs/verify.md, on

@@ -253,6 +253,16 @@ HYBRID_CASES: dict[str, tuple[str, dict]] = {
         mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=4,
         n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, moe_shared_expert_intermediate_size=40,
         norm_topk_prob=False, layer_norm_epsilon=1e-5)),
+    # group-limited routing (NemotronHTopkRouter, DeepSeek-V3's): 3 of 8 experts chosen within the 2 of
+    # 4 groups (2 experts each) whose two best biased scores sum highest; norm_topk_prob, scaling 1.5.
+    # The group limit changes the choice: on the parity tests' decode feeds, 31 of the 52 tokens
+    # the two MoE layers route (prompt and steps) pick another set than top-3 over all 8 (counted by
+    # test_ssm_hybrids.py's test_nemotron_h_group_limit_changes_the_choice)
+    "nemotron_h-moe-groups": ("nemotron_h", dict(
+        layers_block_type=["moe", "linear_attention", "full_attention", "moe"], head_dim=16, mamba_num_heads=8,
+        mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4, chunk_size=4, n_routed_experts=8,
+        num_experts_per_tok=3, n_group=4, topk_group=2, moe_intermediate_size=16,
+        moe_shared_expert_intermediate_size=32, routed_scaling_factor=1.5, layer_norm_epsilon=1e-5)),
     # Falcon-H1: a Mamba-2 mixer and rope attention in parallel in every layer, then a SwiGLU MLP. The
     # mixer's gated RMSNorm before the gate (mamba_norm_before_gate, the default), mamba_d_ssm 96 (not
     # mamba_expand * hidden = 128: 6 heads x 16), 2 groups, chunk 4; tied; muP multipliers far from 1 as

@@ -332,3 +332,52 @@ TEST(ApplyPrecision, CompositeAndDecomposedGraphsAgree) {
         EXPECT_EQ(nbits + dq, quantized) << spec << " lm_head " << lm;
       }
 }
+
+// A product under ir::Builder::kKeepF32Scope (a sigmoid MoE router) is never quantized and computes in
+// f32 from its weight stored in the dtype, on every target and on both graphs; the others follow the spec.
+TEST(ApplyPrecision, KeepF32ScopeStaysF32) {
+  ir::Graph g;
+  {
+    ir::Builder b(g);
+    const int64_t K = 64, N = 48;
+    auto w = [&](const std::string& name, uint64_t seed) {
+      return b.weight(name, ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {N, K}, random_matrix(N, K, seed)))
+                                .plus_scalar(0));
+    };
+    auto x = g.add_input("x", DType::F32, fixed_shape({1, 3, K}));
+    auto s = b.scope("model");
+    ir::ValueId kept;
+    {
+      auto r = b.scope("router");
+      auto f = b.scope(ir::Builder::kKeepF32Scope);
+      kept = b.add1("Linear", {x, w("router.weight", 1)});
+    }
+    auto expert = b.add1("Linear", {x, w("expert.weight", 2)});
+    g.add_output(b.plus(kept, expert));
+  }
+  using passes::PrecisionTarget;
+  for (const char* spec : {"", "int4", "int8:channel"})
+    for (DType dt : {DType::F16, DType::BF16})
+      for (PrecisionTarget t : {PrecisionTarget::OrtContrib, PrecisionTarget::Portable, PrecisionTarget::OpenVino,
+                                PrecisionTarget::ExecuTorch}) {
+        if (t == PrecisionTarget::ExecuTorch && std::string(spec) == "int4") continue;  // refused for ExecuTorch
+        quant::PrecisionSpec p{dt, QuantSpec::parse(spec), false};
+        const std::vector<std::string> pipeline =
+            t == PrecisionTarget::ExecuTorch ? std::vector<std::string>{"decompose-composites-keep-linear-embedding"}
+                                             : std::vector<std::string>{"decompose-composites", "fold-weight-transforms"};
+        for (const ir::Graph& before : {g, passes::run_pipeline(g, pipeline)}) {
+          ir::Graph after = passes::apply_precision(before, p, t);
+          int quantized = 0;
+          for (const auto& n : after.nodes()) {
+            const bool kept = n.name.find("/keep_f32/") != std::string::npos;
+            const bool q = n.op == "MatMulNBits" || n.op == "DequantizeLinear";
+            EXPECT_FALSE(kept && q) << spec << " " << n.name;
+            quantized += q;
+            if (kept && (n.op == "MatMul" || n.op == "Linear")) {
+              for (ir::ValueId v : n.inputs) EXPECT_EQ(after.value(v).dtype, DType::F32) << spec << " " << n.name;
+            }
+          }
+          EXPECT_EQ(quantized, p.quant.enabled() ? 1 : 0) << spec << " " << dtype_name(dt);
+        }
+      }
+}
