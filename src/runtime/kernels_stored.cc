@@ -20,6 +20,14 @@ constexpr size_t kBlockBytes = size_t(4) << 20;
 // check's CPU was OpenBLAS packing weights for cases of 8 to 16 rows).
 constexpr int64_t kFewRows = 16;
 
+// The kernels below are compiled for AVX-512, AVX2 and the baseline, picked at load time. Clang (the
+// fuzzing build) does not multiversion templates yet: there they take the build's baseline.
+#if defined(__clang__)
+#define HFX_SIMD_CLONES
+#else
+#define HFX_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
 // A stored element widened to f32 (exact): f32 as is, bf16 as the high half of an f32.
 inline float widen(float x) { return x; }
 inline float widen(uint16_t bits) {
@@ -34,7 +42,7 @@ inline float widen(uint16_t bits) {
 // products: widening W into a buffer first would write and read it again, and one BLAS gemv per row
 // of a would read it M times). 16 partial sums per product, each summed in k order, then added up.
 template <int M, typename T>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+HFX_SIMD_CLONES
 void dot_rows(const T* w, int64_t j0, int64_t j1, int64_t k, const float* a, float* c, int64_t ldc) {
   constexpr int kLanes = 16;
   for (int64_t j = j0; j < j1; ++j) {
@@ -60,7 +68,7 @@ void dot_rows(const T* w, int64_t j0, int64_t j1, int64_t k, const float* a, flo
 // products). A tile of kTile columns of the M output rows stays in L1 while each stored row's slice of
 // it streams past, contiguous; each output is summed in k order.
 template <int M, typename T>
-__attribute__((target_clones("avx512f", "avx2", "default")))
+HFX_SIMD_CLONES
 void axpy_rows(const T* w, int64_t ldw, int64_t k, int64_t j0, int64_t j1, const float* a, int64_t lda, float* c,
                int64_t ldc, bool accumulate) {
   constexpr int64_t kTile = 512;
@@ -84,7 +92,9 @@ void axpy_rows(const T* w, int64_t ldw, int64_t k, int64_t j0, int64_t j1, const
 
 // A few rows of a against a stored block, the block read once, on two threads: `rows` stored rows of
 // `cols` elements; transposed (Linear's [n, k]): stored rows are output columns [r0, r0 + rows); else
-// ([k, n]): stored rows are k in [r0, r0 + rows), summed into C (onto it unless `first`).
+// ([k, n]): stored rows are k in [r0, r0 + rows), summed into C (onto what earlier blocks left, r0 > 0).
+// Rows of a go in groups of up to 4: a group's partial sums fit in registers or L1, and the block is
+// still in cache when the next group reads it.
 template <typename T>
 void few_rows_product(const T* block, int64_t rows, int64_t cols, bool transposed, int64_t m, int64_t k, int64_t n,
                       int64_t r0, const float* a, float* c) {

@@ -143,8 +143,10 @@ def test_builtin_check_refusal_publishes_nothing(tiny_checkpoint, tmp_path):
 
 
 def test_graph_ort_refuses_shows_its_own_error(tiny_checkpoint, tmp_path):
-    """An ort export whose GroupQueryAttention is edited to 8 query heads over the packed 64 + 2 x 32
-    columns (128 / (8 + 2 x 2) is no head size): ORT refuses the model at load. verify shows ORT's own
+    """An ort export whose GroupQueryAttention is edited to 8 query and 4 kv heads over the packed
+    64 + 2 x 32 columns: heads of 8, the same widths, so hfx's read-back finds every product's shapes
+    consistent (an edit to 8 query heads alone makes the output 80 wide, which the read-back refuses
+    itself), but the past keys hold 2 heads of 16: ORT refuses at its first run. verify shows ORT's own
     line, not a guess about the installation (before: "onnxruntime driver failed: <command> (is
     onnxruntime installed for that interpreter? set HFX_PYTHON)")."""
     out = tmp_path / "out"
@@ -156,6 +158,8 @@ def test_graph_ort_refuses_shows_its_own_error(tiny_checkpoint, tmp_path):
             for a in node.attribute:
                 if a.name == "num_heads":
                     a.i = 8
+                if a.name == "kv_num_heads":
+                    a.i = 4
     onnx.save(m, str(path))
     env = hfx_env(HFX_PYTHON=ORT_PYTHON)
     proc = run_hfx_env(env, "verify", out, "--runtime", "onnxruntime", "--no-reexport", "--tokens", "2")
