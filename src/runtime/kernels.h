@@ -5,19 +5,20 @@
 // 0 or 1) for booleans. Kernels produce compute dtypes only.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 #include "ir/weight.h"
+#include "runtime/second_thread.h"
 
 namespace hfx::runtime::detail {
 
@@ -176,13 +177,14 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 
 // f(begin, end) over [0, n) split between this thread and one more (the machines hfx checks on have a
 // few cores; the weight-reading products are memory-bound, and two readers saturate them).
+// Work of fewer than `min_split` items stays on this thread.
 template <typename F>
-void split_in_two(int64_t n, F&& f) {
-  if (n < 64) return f(int64_t(0), n);
+void split_in_two(int64_t n, F&& f, int64_t min_split = 64) {
+  if (n < std::max<int64_t>(min_split, 2)) return f(int64_t(0), n);
   const int64_t half = n / 2;
-  std::thread other([&] { f(half, n); });
-  f(int64_t(0), half);
-  other.join();
+  auto second = [&] { f(half, n); };
+  auto first = [&] { f(int64_t(0), half); };
+  run_beside(second, first);
 }
 
 }  // namespace hfx::runtime::detail

@@ -37,93 +37,175 @@ inline float widen(uint16_t bits) {
   return f;
 }
 
-// y[r][j] = sum_k a[r][k] * W[j][k] for the rows W[j0, j1) of a stored [n, k] matrix (a Linear's
-// weight, or a MatMul's read transposed) and M rows of a, reading W once, as stored (a decode step's
-// products: widening W into a buffer first would write and read it again, and one BLAS gemv per row
-// of a would read it M times). 16 partial sums per product, each summed in k order, then added up.
-template <int M, typename T>
-HFX_SIMD_CLONES
-void dot_rows(const T* w, int64_t j0, int64_t j1, int64_t k, const float* a, float* c, int64_t ldc) {
-  constexpr int kLanes = 16;
-  for (int64_t j = j0; j < j1; ++j) {
-    const T* row = w + j * k;
-    float acc[M][kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= k; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) {
-        const float wi = widen(row[i + l]);
-        for (int r = 0; r < M; ++r) acc[r][l] += a[r * k + i + l] * wi;
-      }
+// 16 floats in registers (one zmm; two ymm or four xmm in the other clones). GCC's vector extension,
+// so the one source compiles to every clone's instruction set.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors passed between inlined helpers only
+using f32x16 = float __attribute__((vector_size(64)));
+using u16x16 = uint16_t __attribute__((vector_size(32)));
+using u32x16 = uint32_t __attribute__((vector_size(64)));
+
+#define HFX_INLINE inline __attribute__((always_inline))
+
+HFX_INLINE f32x16 load16(const float* p) {
+  f32x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+HFX_INLINE f32x16 load16(const uint16_t* p) {  // 16 bf16 widened
+  u16x16 h;
+  std::memcpy(&h, p, sizeof h);
+  const u32x16 w = __builtin_convertvector(h, u32x16) << 16;
+  f32x16 v;
+  std::memcpy(&v, &w, sizeof v);
+  return v;
+}
+HFX_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+
+// c[r][j + jj] = sum_i a[r][i] * W[j + jj][i] for M rows of a and J rows of a stored [n, k] matrix (a
+// Linear's weight, or a MatMul's read transposed): M x J sums of 16 lanes in registers, each weight
+// and each row of a loaded once per 16 k. Each output is summed as the f32 kernels' reference order
+// fixes it for every M and J: 16 lane sums in k order, then the tail, then the lanes in order, so a
+// row's numbers do not depend on which rows it was run with.
+template <int M, int J, typename T>
+HFX_INLINE void dot_tile(const T* w, int64_t k, const float* a, int64_t j, float* c, int64_t ldc) {
+  f32x16 acc[M][J] = {};
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    f32x16 wv[J];
+#pragma GCC unroll 4
+    for (int jj = 0; jj < J; ++jj) wv[jj] = load16(w + (j + jj) * k + i);
+#pragma GCC unroll 4
     for (int r = 0; r < M; ++r) {
+      const f32x16 av = load16(a + r * k + i);
+#pragma GCC unroll 4
+      for (int jj = 0; jj < J; ++jj) acc[r][jj] += av * wv[jj];
+    }
+  }
+  float lanes[M][J][16];  // out of registers once, so the sums above stay in them
+#pragma GCC unroll 4
+  for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+    for (int jj = 0; jj < J; ++jj) store16(lanes[r][jj], acc[r][jj]);
+  for (int r = 0; r < M; ++r)
+    for (int jj = 0; jj < J; ++jj) {
       float sum = 0.0f;
-      for (int64_t t = i; t < k; ++t) sum += a[r * k + t] * widen(row[t]);
-      for (int l = 0; l < kLanes; ++l) sum += acc[r][l];
-      c[r * ldc + j] = sum;
+      for (int64_t t = i; t < k; ++t) sum += a[r * k + t] * widen(w[(j + jj) * k + t]);
+      for (int l = 0; l < 16; ++l) sum += lanes[r][jj][l];
+      c[r * ldc + j + jj] = sum;
+    }
+}
+
+// c[r][j, j + 16V) (+)= sum over the kb stored rows of a [k, n] block of a[r][kk] * W[kk][j, j + 16V) for
+// M rows of a (the [k, n] layout of an ONNX MatMul's weight): M x V vectors of outputs in registers, each
+// stored row's 16V columns loaded once (V = 8 for one or two rows, so 8 sums are under way at once). Each output is summed in k order onto what C held (accumulate:
+// earlier blocks) or 0, as the f32 kernels do.
+template <int M, int V, typename T>
+HFX_INLINE void axpy_tile(const T* w, int64_t ldw, int64_t kb, int64_t j, const float* a, int64_t lda, float* c,
+                          int64_t ldc, bool accumulate) {
+  f32x16 acc[M][V];
+  for (int r = 0; r < M; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = accumulate ? load16(c + r * ldc + j + 16 * v) : f32x16{};
+  constexpr int64_t kAhead = 8;  // rows ahead to prefetch: the rows are ldw apart, past the hardware's strides
+  for (int64_t kk = 0; kk < kb; ++kk) {
+    const T* row = w + kk * ldw + j;
+    if (kk + kAhead < kb)
+      for (size_t line = 0; line < 16 * V * sizeof(T); line += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(row + kAhead * ldw) + line);
+    f32x16 wv[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) wv[v] = load16(row + 16 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < M; ++r) {
+      const float s = a[r * lda + kk];
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[r][v] += s * wv[v];
+    }
+  }
+  for (int r = 0; r < M; ++r)
+    for (int v = 0; v < V; ++v) store16(c + r * ldc + j + 16 * v, acc[r][v]);
+}
+
+// The columns [j, j + width) past the last full tile of 64, one at a time, in the same order.
+template <typename T>
+void axpy_columns(const T* w, int64_t ldw, int64_t kb, int64_t j, int64_t width, int m, const float* a, int64_t lda,
+                  float* c, int64_t ldc, bool accumulate) {
+  for (int r = 0; r < m; ++r)
+    for (int64_t t = j; t < j + width; ++t) {
+      float sum = accumulate ? c[r * ldc + t] : 0.0f;
+      for (int64_t kk = 0; kk < kb; ++kk) sum += a[r * lda + kk] * widen(w[kk * ldw + t]);
+      c[r * ldc + t] = sum;
+    }
+}
+
+// dot_tile for every group of up to 4 rows of a against the stored rows [j, j + J) (inlined: a lambda
+// would be compiled apart from few_rows_share's clones, for the baseline instruction set).
+template <int J, typename T>
+HFX_INLINE void dot_groups(const T* block, int64_t m, int64_t k, int64_t n, int64_t r0, const float* a, float* c,
+                           int64_t j) {
+  for (int64_t r = 0; r < m; r += 4) {
+    const float* ar = a + r * k;
+    float* cr = c + r * n + r0;
+    switch (std::min<int64_t>(m - r, 4)) {
+      case 4: dot_tile<4, J>(block, k, ar, j, cr, n); break;
+      case 3: dot_tile<3, J>(block, k, ar, j, cr, n); break;
+      case 2: dot_tile<2, J>(block, k, ar, j, cr, n); break;
+      default: dot_tile<1, J>(block, k, ar, j, cr, n); break;
     }
   }
 }
 
-// C[r][j0, j1) (+)= sum over the k rows of a stored [k, n] block of a[r][kk] * W[kk][j] for all M rows of
-// a, reading the block once, as stored (the [k, n] layout of an ONNX MatMul's weight, a decode step's
-// products). A tile of kTile columns of the M output rows stays in L1 while each stored row's slice of
-// it streams past, contiguous; each output is summed in k order.
-template <int M, typename T>
-HFX_SIMD_CLONES
-void axpy_rows(const T* w, int64_t ldw, int64_t k, int64_t j0, int64_t j1, const float* a, int64_t lda, float* c,
-               int64_t ldc, bool accumulate) {
-  constexpr int64_t kTile = 512;
-  float acc[M][kTile];
-  for (int64_t j = j0; j < j1; j += kTile) {
-    const int64_t width = std::min(kTile, j1 - j);
-    for (int r = 0; r < M; ++r)
-      for (int64_t t = 0; t < width; ++t) acc[r][t] = accumulate ? c[r * ldc + j + t] : 0.0f;
-    for (int64_t kk = 0; kk < k; ++kk) {
-      const T* row = w + kk * ldw + j;
-      for (int r = 0; r < M; ++r) {
-        const float s = a[r * lda + kk];
-        float* out = acc[r];
-        for (int64_t t = 0; t < width; ++t) out[t] += s * widen(row[t]);
+// One thread's share of few_rows_product: output columns [j0, j1) for all m rows of a, a tile of
+// columns at a time and every group of up to 4 rows against it while the tile's weights are in cache.
+template <typename T>
+HFX_SIMD_CLONES void few_rows_share(const T* block, int64_t rows, int64_t cols, bool transposed, int64_t m, int64_t k,
+                                    int64_t n, int64_t r0, const float* a, float* c, int64_t j0, int64_t j1) {
+  if (transposed) {  // stored rows are output columns [r0, r0 + rows)
+    int64_t j = j0;
+    for (; j + 4 <= j1; j += 4) dot_groups<4>(block, m, k, n, r0, a, c, j);
+    for (; j < j1; ++j) dot_groups<1>(block, m, k, n, r0, a, c, j);
+    return;
+  }
+  // stored rows are k in [r0, r0 + rows): summed into C onto what earlier blocks left (r0 > 0)
+  const bool accumulate = r0 > 0;
+  const float* ar = a + r0;
+  int64_t j = j0;
+  if (m <= 2) {  // a decode step: 128 columns a tile
+    for (; j + 128 <= j1; j += 128)
+      m == 2 ? axpy_tile<2, 8>(block, cols, rows, j, ar, k, c, n, accumulate)
+             : axpy_tile<1, 8>(block, cols, rows, j, ar, k, c, n, accumulate);
+    for (; j + 64 <= j1; j += 64)
+      m == 2 ? axpy_tile<2, 4>(block, cols, rows, j, ar, k, c, n, accumulate)
+             : axpy_tile<1, 4>(block, cols, rows, j, ar, k, c, n, accumulate);
+  }
+  for (; j + 64 <= j1; j += 64)
+    for (int64_t r = 0; r < m; r += 4) {
+      float* cr = c + r * n;
+      switch (std::min<int64_t>(m - r, 4)) {
+        case 4: axpy_tile<4, 4>(block, cols, rows, j, ar + r * k, k, cr, n, accumulate); break;
+        case 3: axpy_tile<3, 4>(block, cols, rows, j, ar + r * k, k, cr, n, accumulate); break;
+        case 2: axpy_tile<2, 4>(block, cols, rows, j, ar + r * k, k, cr, n, accumulate); break;
+        default: axpy_tile<1, 4>(block, cols, rows, j, ar + r * k, k, cr, n, accumulate); break;
       }
     }
-    for (int r = 0; r < M; ++r)
-      for (int64_t t = 0; t < width; ++t) c[r * ldc + j + t] = acc[r][t];
-  }
+  if (j < j1) axpy_columns(block, cols, rows, j, j1 - j, int(m), a + r0, k, c, n, accumulate);
 }
+#pragma GCC diagnostic pop
 
 // A few rows of a against a stored block, the block read once, on two threads: `rows` stored rows of
 // `cols` elements; transposed (Linear's [n, k]): stored rows are output columns [r0, r0 + rows); else
 // ([k, n]): stored rows are k in [r0, r0 + rows), summed into C (onto what earlier blocks left, r0 > 0).
-// Rows of a go in groups of up to 4: a group's partial sums fit in registers or L1, and the block is
-// still in cache when the next group reads it.
 template <typename T>
 void few_rows_product(const T* block, int64_t rows, int64_t cols, bool transposed, int64_t m, int64_t k, int64_t n,
                       int64_t r0, const float* a, float* c) {
-  const bool accumulate = r0 > 0;
-  split_in_two(transposed ? rows : cols, [&](int64_t j0, int64_t j1) {
-    for (int64_t r = 0; r < m;) {  // in groups of up to 4 rows of a
-      const int64_t group = std::min<int64_t>(m - r, 4);
-      if (transposed) {
-        const float* ar = a + r * k;
-        float* cr = c + r * n + r0;
-        switch (group) {
-          case 4: dot_rows<4>(block, j0, j1, k, ar, cr, n); break;
-          case 3: dot_rows<3>(block, j0, j1, k, ar, cr, n); break;
-          case 2: dot_rows<2>(block, j0, j1, k, ar, cr, n); break;
-          default: dot_rows<1>(block, j0, j1, k, ar, cr, n); break;
-        }
-      } else {
-        const float* ar = a + r * k + r0;
-        float* cr = c + r * n;
-        switch (group) {
-          case 4: axpy_rows<4>(block, cols, rows, j0, j1, ar, k, cr, n, accumulate); break;
-          case 3: axpy_rows<3>(block, cols, rows, j0, j1, ar, k, cr, n, accumulate); break;
-          case 2: axpy_rows<2>(block, cols, rows, j0, j1, ar, k, cr, n, accumulate); break;
-          default: axpy_rows<1>(block, cols, rows, j0, j1, ar, k, cr, n, accumulate); break;
-        }
-      }
-      r += group;
-    }
-  });
+  // Halves on a tile's boundary, so both threads run whole tiles.
+  const int64_t tile = transposed ? 4 : 64, width = transposed ? rows : cols;
+  const int64_t tiles = (width + tile - 1) / tile;
+  auto share = [&](int64_t t0, int64_t t1) {
+    few_rows_share(block, rows, cols, transposed, m, k, n, r0, a, c, t0 * tile, std::min(width, t1 * tile));
+  };
+  constexpr int64_t kSplitElements = 1 << 16;  // a block smaller than this is not worth a second thread
+  split_in_two(tiles, share, rows * cols < kSplitElements ? tiles + 1 : 2);
 }
 
 // C[m, n] = A[m, k] x B, B given by the stored matrix: [k, n] as stored, or [n, k] stored and read
