@@ -17,6 +17,10 @@ published, nothing downloaded) and exports it with:
     process, same SessionOptions for all (ORT defaults, log level 3), median of --repeat runs after a
     warm-up. The hfx artifact is also run through python/hfx_ort.py's own decode loop (a row of its
     own; it must produce the same tokens as the IO-binding loop).
+(b') hfx's fp32 and builder-recipe int4 artifacts beside the builder's at the same precision, both loaded
+    in one process and their decode runs alternated (--paired-rounds), in both load orders (the session
+    loaded second decodes up to 9 % faster, whichever it is): the separate processes of (b) run minutes
+    apart, and the machine drifts between them.
 (c) a table and the ratios hfx / peer, and the issue's goals.
 
 A tool that fails is reported as failed with the last line of its error; the run goes on.
@@ -248,6 +252,48 @@ def worker_latency(kind: str, path: str, ckpt: str, prompt_len: int, n_new: int,
     print("RESULT " + json.dumps(result))
 
 
+def worker_paired(kind_a: str, path_a: str, kind_b: str, path_b: str, ckpt: str, prompt_len: int, n_new: int,
+                  rounds: int) -> None:
+    """Decode tok/s of two artifacts loaded in one process, their runs alternated (A B B A ...), so a
+    drift of the machine (another process, the page cache, the CPU's clock) falls on both alike: the
+    separate child processes of (b) run minutes apart. The session loaded second decodes faster here
+    (up to 9 %, either artifact: where its weights land in memory), so both load orders run, half the
+    rounds each, and the ratio a / b is the geometric mean of the two orders' median per-round ratios."""
+    import gc
+    import math
+
+    import numpy as np
+
+    cfg = json.loads((Path(ckpt) / "config.json").read_text())
+    kv_heads = cfg["num_key_value_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    rng = np.random.default_rng(0)
+    prompt = [int(x) for x in rng.integers(10, cfg["vocab_size"] - 10, prompt_len)]
+    specs = {"a": (kind_a, path_a), "b": (kind_b, path_b)}
+    rates: dict[str, list[float]] = {"a": [], "b": []}
+    order_ratios = []
+    for load_order in (("a", "b"), ("b", "a")):
+        sides = {}
+        for label in load_order:
+            first, nxt, _ = _artifact_sessions(specs[label][0], Path(specs[label][1]))
+            ort_loop(first, nxt, prompt, 4, kv_heads, head_dim)  # warm-up
+            sides[label] = (first, nxt)
+        ratios = []
+        for i in range(max(rounds // 2, 1)):
+            got = {}
+            for label in ("a", "b") if i % 2 == 0 else ("b", "a"):
+                first, nxt = sides[label]
+                got[label] = n_new / ort_loop(first, nxt, prompt, n_new, kv_heads, head_dim)[1]
+                rates[label].append(got[label])
+            ratios.append(got["a"] / got["b"])
+        order_ratios.append(statistics.median(ratios))
+        del sides, first, nxt
+        gc.collect()
+    print("RESULT " + json.dumps({"a_tok_s": statistics.median(rates["a"]), "b_tok_s": statistics.median(rates["b"]),
+                                  "ratio": math.sqrt(order_ratios[0] * order_ratios[1]),
+                                  "order_ratios": order_ratios, "rounds": 2 * max(rounds // 2, 1)}))
+
+
 def worker_genai(path: str, ckpt: str, prompt_len: int, n_new: int) -> None:
     """onnxruntime-genai's own Generator on an artifact that has a genai_config.json (informational:
     genai sets its own session options and shares one max-length KV buffer)."""
@@ -337,6 +383,8 @@ def nbits_summary(folder: Path) -> str:
 
 # hfx's rows, in order; the ratios compare each with the peer's row of the same first word (fp32, int4).
 HFX_ROWS = ("fp32", "int4", "int4+lm", "int4+lm+emb", "int4+lm+acc4", "int4+lm+emb+acc4")
+# hfx rows compared with a builder row in one process (worker_paired): fp32, and the builder's own int4 recipe.
+PAIRED = [("fp32", "fp32"), ("int4+lm+emb+acc4", "int4")]
 
 
 def hfx_flags(hfx: str) -> set[str]:
@@ -363,6 +411,8 @@ def main() -> int:
             worker_quantize_int4(*rest)
         elif name == "_latency":
             worker_latency(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4]), int(rest[5]))
+        elif name == "_paired":
+            worker_paired(rest[0], rest[1], rest[2], rest[3], rest[4], int(rest[5]), int(rest[6]), int(rest[7]))
         elif name == "_genai":
             worker_genai(rest[0], rest[1], int(rest[2]), int(rest[3]))
         else:
@@ -378,6 +428,9 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=64, help="greedy decode steps timed")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per artifact (median)")
     ap.add_argument("--no-genai", action="store_true", help="skip the onnxruntime-genai Generator rows")
+    ap.add_argument("--paired-rounds", type=int, default=6,
+                    help="rounds of the paired decode comparison with the builder (hfx's and the builder's artifact "
+                         "in one process, runs alternated; 0 skips it)")
     ap.add_argument("--hfx-rows", default=",".join(HFX_ROWS),
                     help="comma-separated hfx rows to export and run (default all): " + ",".join(HFX_ROWS))
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown (for docs/benchmarks.md)")
@@ -496,6 +549,16 @@ def main() -> int:
                 row["genai"] = child(["_genai", str(genai_dir), str(ckpt), str(args.prompt), str(args.new)],
                                      logs / f"genai-{kind}-{row['prec']}.log")
 
+        # ---- (b') hfx beside the builder at the same precision, in one process, runs alternated
+        by_key = {(r["tool"], r["prec"]): r for r in rows if r["export"].get("ok")}
+        for hprec, bprec in PAIRED:
+            h, b = by_key.get(("hfx", hprec)), by_key.get(("builder", bprec))
+            if not (h and b) or args.paired_rounds <= 0:
+                continue
+            print(f"paired decode hfx {hprec} / builder {bprec}: {args.paired_rounds} rounds ...", flush=True)
+            h["paired"] = child(["_paired", "hfx", str(h["dir"]), "builder", str(b["dir"]), str(ckpt), str(args.prompt),
+                                 str(args.new), str(args.paired_rounds)], logs / f"paired-{hprec}.log")
+
         report(args, rows, flags, largest, cfg)
         (work / "results.json").write_text(json.dumps(
             {"model": args.model, "hfx_flags": sorted(flags), "rows": rows}, default=str, indent=1))
@@ -574,6 +637,17 @@ def report(args, rows, flags, largest, cfg) -> None:
                   f"{'met' if 1 / t >= g_exp else 'NOT met'}), peak RSS {rss:.2f}, prefill {fmt(pre, '.2f')}, "
                   f"decode tok/s {fmt(dec, '.2f')} (goal {g_dec:g}: "
                   f"{'—' if dec is None else 'met' if dec >= g_dec else 'NOT met'})")
+    for hprec, bprec in PAIRED:
+        pr = (by.get(("hfx", hprec)) or {}).get("paired")
+        if not pr:
+            continue
+        if not pr.get("ok"):
+            print(f"  paired decode hfx {hprec} / builder {bprec}: FAILED: {pr['error']}")
+            continue
+        print(f"  paired decode (one process, runs alternated, {pr['rounds']} rounds) hfx {hprec} / builder {bprec}: "
+              f"{pr['a_tok_s']:.2f} / {pr['b_tok_s']:.2f} tok/s, ratio {pr['ratio']:.3f} (hfx loaded first "
+              f"{pr['order_ratios'][0]:.3f}, second {pr['order_ratios'][1]:.3f}) "
+              f"(goal >= 1: {'met' if pr['ratio'] >= 1 else 'NOT met'})")
     cap = (1 << 30) + 2 * largest
     for prec in HFX_ROWS:
         h = by.get(("hfx", prec))
