@@ -23,32 +23,41 @@ namespace {
 
 // K and N not multiples of the kernels' 16 lanes or of any block.
 constexpr int64_t K = 37, N = 53;
+// Wide enough for every tile of the few-row kernels (kernels_stored.cc): 4-column dot tiles and a
+// ragged one, 128- and 64-column axpy tiles and a ragged edge, the columns split over two threads.
+constexpr int64_t kWideK = 300, kWideN = 333;
 
-// A file holding one [N, K] weight in each of f32, bf16 and f16 (values exact in all three), after an
+// A file holding one [n, k] weight in each of f32, bf16 and f16 (values exact in all three), after an
 // odd byte (a safetensors payload need not be aligned).
 struct WeightFile {
+  int64_t n, k;
   std::shared_ptr<const MappedFile> file;
-  std::vector<float> values;  // [N, K]
+  std::vector<float> values;  // [n, k]
   size_t offset(DType dt) const { return dt == DType::F32 ? 1 : dt == DType::BF16 ? 1 + 4 * values.size() : 1 + 6 * values.size(); }
 
-  WeightFile() {
+  WeightFile(int64_t n_, int64_t k_) : n(n_), k(k_) {
     std::mt19937 rng(5);
     std::uniform_int_distribution<int> small(-64, 64);
-    for (int64_t i = 0; i < N * K; ++i) values.push_back(float(small(rng)) / 64.0f);  // exact in bf16 and f16
+    for (int64_t i = 0; i < n * k; ++i) values.push_back(float(small(rng)) / 64.0f);  // exact in bf16 and f16
     std::vector<uint8_t> bytes(1 + values.size() * 8);
     convert_elements(DType::F32, values.data(), DType::F32, bytes.data() + offset(DType::F32), values.size());
     convert_elements(DType::F32, values.data(), DType::BF16, bytes.data() + offset(DType::BF16), values.size());
     convert_elements(DType::F32, values.data(), DType::F16, bytes.data() + offset(DType::F16), values.size());
-    const fs::path path = fs::temp_directory_path() / ("hfx_stored_weights_" + std::to_string(::getpid()));
+    const fs::path path =
+        fs::temp_directory_path() / ("hfx_stored_weights_" + std::to_string(::getpid()) + "_" + std::to_string(n));
     std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
     file = MappedFile::open(path);
     fs::remove(path);  // the map keeps it
   }
-  ir::WeightRef weight(DType dt) const { return ir::WeightRef::source(file, "w", dt, {N, K}, offset(dt)); }
+  ir::WeightRef weight(DType dt) const { return ir::WeightRef::source(file, "w", dt, {n, k}, offset(dt)); }
 };
 
 const WeightFile& weights() {
-  static const WeightFile w;
+  static const WeightFile w(N, K);
+  return w;
+}
+const WeightFile& wide_weights() {
+  static const WeightFile w(kWideN, kWideK);
   return w;
 }
 
@@ -61,8 +70,9 @@ Tensor random_input(std::vector<int64_t> shape, unsigned seed) {
 }
 
 // y = x @ W^T computed here in double.
-std::vector<double> expected_product(const Tensor& x) {
-  const auto& w = weights().values;
+std::vector<double> expected_product(const Tensor& x, const WeightFile& wf = weights()) {
+  const auto& w = wf.values;
+  const int64_t K = wf.k, N = wf.n;
   const int64_t rows = x.numel() / K;
   std::vector<double> y(size_t(rows * N));
   for (int64_t r = 0; r < rows; ++r)
@@ -87,11 +97,11 @@ enum class Form {
   MatMulOnGraphCastT,     // MatMul(x, Transpose(Cast(W, f32))): a half-precision artifact
 };
 
-Tensor run_product(Form form, DType dt, const Tensor& x, bool stream) {
+Tensor run_product(Form form, DType dt, const Tensor& x, bool stream, const WeightFile& wf = weights()) {
   ir::Graph g("product");
   ir::Builder b(g);
   const ValueId in = g.add_input("x", DType::F32, fixed_shape(x.shape()));
-  ir::WeightRef w = weights().weight(dt);
+  ir::WeightRef w = wf.weight(dt);
   ValueId y = ir::kNone;
   switch (form) {
     case Form::LinearOnStored: y = b.add1("Linear", {in, g.add_weight("w", w.cast(DType::F32))}, {}, "y"); break;
@@ -129,6 +139,42 @@ TEST(StoredWeights, ProductsMatchForEveryDtypeLayoutRowCountAndMode) {
           expect_close(run_product(form, dt, x, stream), want,
                        fmt::format("{} rows, {}, form {}, {}", rows, dtype_name(dt), int(form), stream ? "streamed" : "held"));
   }
+}
+
+TEST(StoredWeights, EveryFewRowTileMatchesOnAWideWeight) {
+  // 1 and 2 rows take the 128-column axpy tiles, 3 and 5 a group of 4 and a ragged group, 16 four
+  // groups of 4, 17 sgemm; the dot tiles run 4 output columns at a time and then one by one.
+  for (const int64_t rows : {1, 2, 3, 5, 16, 17}) {
+    const Tensor x = random_input({rows, kWideK}, unsigned(100 + rows));
+    const auto want = expected_product(x, wide_weights());
+    for (DType dt : {DType::F32, DType::BF16})
+      for (Form form : {Form::LinearOnStored, Form::MatMulOnFoldedT})
+        for (bool stream : {false, true}) {
+          const Tensor got = run_product(form, dt, x, stream, wide_weights());
+          ASSERT_EQ(size_t(got.numel()), want.size());
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_NEAR(got.as<float>()[i], want[i], 1e-4)
+                << rows << " rows, " << dtype_name(dt) << ", form " << int(form) << " at " << i;
+        }
+  }
+}
+
+TEST(StoredWeights, ARowGetsTheSameBitsWhateverRowsItRunsWith) {
+  // The few-row kernels fix each output's order of summation whatever the group (docs/verify.md), so
+  // a shape case's row and the same row in a greedy step give the same numbers.
+  const Tensor x = random_input({16, kWideK}, 7);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (Form form : {Form::LinearOnStored, Form::MatMulOnFoldedT}) {
+      const Tensor all = run_product(form, dt, x, false, wide_weights());
+      for (int64_t r : {0, 5, 15}) {
+        Tensor one(DType::F32, {1, kWideK});
+        std::copy_n(x.as<float>() + r * kWideK, kWideK, one.as<float>());
+        const Tensor alone = run_product(form, dt, one, false, wide_weights());
+        for (int64_t j = 0; j < kWideN; ++j)
+          ASSERT_EQ(alone.as<float>()[j], all.as<float>()[r * kWideN + j])
+              << "row " << r << " column " << j << ", " << dtype_name(dt) << ", form " << int(form);
+      }
+    }
 }
 
 TEST(StoredWeights, LinearBiasAndBatchedInputs) {
