@@ -12,8 +12,8 @@ cache, in this order per run so the load of the machine falls on every row alike
   - hfx int4:   `hfx export --quantize int4 --no-verify` (MatMulNBits blocks of 32)
   - hfx check:  `hfx export` with its default built-in check (what a user gets), against the f32 row
   - hfx check-int4: `hfx export --quantize int4` with its check, against the int4 row
-  - hfx check-ort: `hfx export` with HFX_PYTHON naming this venv's Python: the check also runs the graph
-                on ONNX Runtime (what a user with onnxruntime installed gets), against the f32 row
+  - hfx check-ort: `hfx export` with HFX_PYTHON naming this venv's Python: the check runs the graph on
+                ONNX Runtime (what a user with onnxruntime installed gets), against the f32 row
 Reports each row's wall time as a ratio to cp's, and the issue's goals: the bf16 export <= 1.5x cp, the
 export with its check <= 2x the --no-verify one, peak RSS <= 1 GiB + 2 x the checkpoint's largest tensor
 (read from its safetensors header) in every precision. Prints what hfx said about its check (the
@@ -71,7 +71,7 @@ ROWS = {
     "check-int4": ("hfx export --quantize int4 (its default check)", ["--quantize", "int4"]),
     # What a user with onnxruntime installed gets: the check also runs the graph on ONNX Runtime
     # (HFX_PYTHON names this venv's Python, which has it).
-    "check-ort": ("HFX_PYTHON=.venv/bin/python hfx export (its check, on ONNX Runtime too)", []),
+    "check-ort": ("HFX_PYTHON=.venv/bin/python hfx export (its check, on ONNX Runtime)", []),
 }
 
 
@@ -267,7 +267,7 @@ def main() -> int:
             print(f"  export with its check / --no-verify: {ratio:.2f}x (goal <= 2x: {verdict}); hfx said: {notice}")
         if "check-ort" in rows and "f32" in rows:
             ratio = med["check-ort"] / med["f32"]
-            print(f"  export with its check on ONNX Runtime too / --no-verify: {ratio:.2f}x "
+            print(f"  export with its check on ONNX Runtime / --no-verify: {ratio:.2f}x "
                   f"(goal <= 2x: {'met' if ratio <= 2 else 'NOT met'})")
         if "check-int4" in rows and "int4" in rows:
             ratio = med["check-int4"] / med["int4"]

@@ -34,21 +34,27 @@ import hfx_ort_seq2seq  # noqa: E402
 F32_CONFIG = {"session.qdq_matmulnbits_accuracy_level": "0"}
 
 
-def session_config(*paths) -> dict:
+QUANTIZED_OPS = {"MatMulNBits", "GatherBlockQuantized", "DequantizeLinear", "MatMulInteger"}
+
+
+def session_config(*paths, quantized: bool | None = None) -> dict:
     """F32_CONFIG, and for graphs without quantized MatMuls no prepacking. Prepacking copies every f32
     MatMul weight into MLAS's packed layout when a session loads; the same kernels pack per call without
     it. verify opens several sessions of a model it runs for a few tokens, so the copies cost more than
     they save: on the Qwen3-0.6B shape a load took 7.8 s and 2.9 GiB with them, 1.6 s and 1.2 GiB without
     (the external data read in place). MatMulNBits keeps them: its int8-activation kernels (accuracy
     level 4, which the reference rounds alike) run on prepacked weights only. Without the onnx package
-    the graphs cannot be looked at: ORT's defaults."""
+    the graphs cannot be looked at: ORT's defaults. `quantized`: what the caller already knows of the
+    graphs (hfx read them back: the job says), so they are not parsed again (0.75 s of a 1.3 s job's
+    set-up on the Qwen3-0.6B shape, whose graph carries its rotary tables inline)."""
+    if quantized is not None:
+        return dict(F32_CONFIG) if quantized else {**F32_CONFIG, "session.disable_prepacking": "1"}
     try:
         import onnx
     except ImportError:
         return dict(F32_CONFIG)
-    quantized = {"MatMulNBits", "GatherBlockQuantized", "DequantizeLinear", "MatMulInteger"}
     for path in paths:
-        if {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node} & quantized:
+        if {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node} & QUANTIZED_OPS:
             return dict(F32_CONFIG)
     return {**F32_CONFIG, "session.disable_prepacking": "1"}
 
@@ -120,7 +126,7 @@ def run(job, result):
                  if c["format"] == "onnx"] if export else []
     profile = job.get("profile")
     paths = [Path(c["model"]) for c in job.get("runs", [])] + generated + ([Path(profile["model"])] if profile else [])
-    config = session_config(*dict.fromkeys(paths))
+    config = session_config(*dict.fromkeys(paths), quantized=job.get("quantized"))
     sessions, load_s = {}, {}
 
     def open_session(path: Path):

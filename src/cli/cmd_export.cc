@@ -163,13 +163,14 @@ void register_export(CLI::App& app, Action& action) {
                 "Replace OUT when it is a previous hfx export (never the model folder, a folder holding or inside it, "
                 "another folder or a file)");
   cmd->add_flag("--no-verify", [s](int64_t) { s->opt.verify = false; },
-                "Skip the built-in check before the export is published (reference executor, and ONNX Runtime "
-                "when found)");
+                "Skip the built-in check before the export is published (on ONNX Runtime when found, else on "
+                "the reference executor)");
   cmd->add_flag("--quiet,-q", s->quiet, "Print nothing on success");
   cmd->add_flag("--verbose,-v", s->verbose, "Also list the files written and the checkpoint bytes the writers read");
   cmd->add_option("--verify-runtime", s->opt.verify_runtime,
-                  "Runtimes of the built-in check: onnxruntime (also ONNX Runtime; the default whenever $HFX_PYTHON, else "
-                  "python3, imports onnxruntime) or reference (hfx's reference executor only)");
+                  "Where the built-in check runs the files: onnxruntime (ONNX Runtime, the runtime they are for; the "
+                  "default whenever $HFX_PYTHON, else python3, imports onnxruntime) or reference (hfx's reference "
+                  "executor); either is compared with the reference executor on the checkpoint");
   cmd->add_option("--verify-oracle", s->opt.verify_oracle,
                   "What the built-in check compares the files with: reference (hfx's reference executor on hfx's own "
                   "definition) | transformers (also Transformers eager on the checkpoint; an error when $HFX_PYTHON, "

@@ -77,7 +77,7 @@ struct ExportOptions {
   Recipe recipe;
   bool overwrite = false;
   bool verify = true;  // check the staged export against the reference executor before committing it
-  std::string verify_runtime;                   // also verify with this runtime (e.g. onnxruntime)
+  std::string verify_runtime;                   // run the check's files on this runtime (onnxruntime, reference)
   // What the built-in check compares with (VerifyOptions::oracle): reference (hfx's reference
   // executor), transformers or auto (also against Transformers eager on the checkpoint).
   std::string verify_oracle = "reference";
