@@ -170,7 +170,8 @@ void register_export(CLI::App& app, Action& action) {
   cmd->add_option("--verify-runtime", s->opt.verify_runtime,
                   "Where the built-in check runs the files: onnxruntime (ONNX Runtime, the runtime they are for; the "
                   "default whenever $HFX_PYTHON, else python3, imports onnxruntime) or reference (hfx's reference "
-                  "executor); either is compared with the reference executor on the checkpoint");
+                  "executor); either is compared with the reference executor on the checkpoint")
+      ->check(CLI::IsMember({"onnxruntime", "reference"}));
   cmd->add_option("--verify-oracle", s->opt.verify_oracle,
                   "What the built-in check compares the files with: reference (hfx's reference executor on hfx's own "
                   "definition) | transformers (also Transformers eager on the checkpoint; an error when $HFX_PYTHON, "

@@ -13,7 +13,6 @@
 #include "passes/precision.h"
 #include "pipeline/backend.h"
 #include "pipeline/oracle_transformers.h"
-#include "pipeline/reference_memo.h"
 #include "pipeline/report_verdict.h"
 #include "pipeline/runtime_probe.h"
 #include "pipeline/verify_checks.h"
@@ -86,7 +85,7 @@ std::string VerifyReport::to_markdown() const {
 
 namespace {
 
-// A reference component's shape cases (indices into VerifyContext::runs) the memo did not answer.
+// A reference component's shape cases (indices into VerifyContext::runs), run after the artifact's side.
 struct PendingCases {
   const tasks::Component* component;
   std::vector<size_t> runs;
@@ -96,25 +95,17 @@ struct PendingCases {
 // held after the prefix when the runtime shows it (OpenVINO's variables): the step is then compared
 // alone. Otherwise the reference starts from its own state after the prefix, and a recurrent state's
 // rounding from two runs compounds in the step (a Mamba-2 scan state read back through C).
-void start_from_held_state(VerifyContext& ctx, std::vector<PendingCases>& pending) {
+void start_from_held_state(VerifyContext& ctx) {
   for (size_t i = 0; i < ctx.runs.size() && i < ctx.artifact.held.size(); ++i) {
     CaseRun& r = ctx.runs[i];
     const auto& held = ctx.artifact.held[i];
-    if (held.empty()) continue;
-    bool changed = false;
     for (const auto& port : ctx.art.cache.states) {
       auto it = held.find(tasks::openvino_variable_id(port));
       if (it == held.end()) it = held.find(port.past);
       auto in = r.inputs.find(port.past);
       if (it == held.end() || in == r.inputs.end() || it->second.shape() != in->second.shape()) continue;
       in->second = it->second;
-      changed = true;
     }
-    if (!changed || r.expected.empty()) continue;
-    r.expected.clear();  // a memo's outputs were for the reference's own state
-    auto entry = std::find_if(pending.begin(), pending.end(), [&](const PendingCases& p) { return p.component == r.refc; });
-    if (entry == pending.end()) pending.push_back({r.refc, {i}});
-    else entry->runs.push_back(i);
   }
 }
 
@@ -123,8 +114,7 @@ void start_from_held_state(VerifyContext& ctx, std::vector<PendingCases>& pendin
 // lockstep groups (each weight read once per group: one pass over a streamed model for the check's
 // cases and greedy rows together). Where teacher forcing cannot stand for decoding, or the paths part,
 // the reference decodes step by step.
-void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending, const runtime::SamplingOptions& so,
-                   const std::string& variant) {
+void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending, const runtime::SamplingOptions& so) {
   const VerifyOptions& opt = ctx.opt;
   const LoadedModel& ref = *ctx.ref;
   using Tokens = std::vector<std::vector<int64_t>>;
@@ -135,8 +125,7 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
     std::vector<std::pair<std::string, const ir::Graph*>> by_role;
     for (const auto& c : ref.components) by_role.emplace_back(c.role, &c.graph);
     steps = greedy_steps(by_role, "the reference", ctx.out);
-    if (opt.memo) agreed = opt.memo->greedy(variant, ctx.prompts, ctx.artifact.tokens);
-    if (!agreed) tf = teacher_forcing(*steps->first, ctx.art.cache, ctx.vocab, ctx.prompts, ctx.artifact.tokens, so);
+    tf = teacher_forcing(*steps->first, ctx.art.cache, ctx.vocab, ctx.prompts, ctx.artifact.tokens, so);
   }
   std::vector<std::map<std::string, Tensor>> forced_outputs;
   for (const auto& rc : ref.components) {
@@ -166,11 +155,7 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
       if (progress) progress->advance(int64_t(std::min(end, cases.size()) - std::min(begin, cases.size())), 0);
     }
     if (progress) progress->finish();
-    for (size_t j = 0; j < cases.size(); ++j) {
-      CaseRun& r = ctx.runs[cases[j]];
-      r.expected = std::move(outs[j]);
-      if (opt.memo) opt.memo->keep_outputs(rc.role, variant, r.inputs, r.expected);
-    }
+    for (size_t j = 0; j < cases.size(); ++j) ctx.runs[cases[j]].expected = std::move(outs[j]);
     if (rows) forced_outputs.assign(std::make_move_iterator(outs.begin() + long(cases.size())), std::make_move_iterator(outs.end()));
   }
   const int64_t total = ctx.tokens * int64_t(ctx.prompts.size());
@@ -185,10 +170,7 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
   }
   if (!ctx.causal) return;
   Progress forced = Progress::steps("verify: greedy, checkpoint reference", total, "tokens");
-  if (!agreed && tf) {
-    agreed = teacher_forced_tokens(*tf, forced_outputs, ctx.vocab, ctx.prompts, ctx.artifact.tokens);
-    if (agreed && opt.memo) opt.memo->keep_greedy(variant, ctx.prompts, ctx.artifact.tokens, *agreed);
-  }
+  if (tf) agreed = teacher_forced_tokens(*tf, forced_outputs, ctx.vocab, ctx.prompts, ctx.artifact.tokens);
   if (agreed) {
     forced.advance(total, 0);
     forced.finish();
@@ -259,11 +241,7 @@ void build_verify_context(VerifyContext& ctx) {
                                       ctx.backend->precision_target(ctx.recipe, c.role));
   ctx.session = ctx.backend->verify_session({art, opt, opt.runtime, ctx.open_s});
   ctx.facts = ctx.session->facts();
-  // How the reference graphs are prepared: passes whose runtimes prepare them alike share answers.
-  std::string variant = ctx.format;
   if (ctx.facts.int8_activations.empty()) {
-    for (const auto& c : ref.components)
-      if (rounds_activations(c.graph)) variant = ctx.format + ", f32 activations";
     for (auto& c : ref.components) c.graph = with_f32_activations(c.graph);
     for (auto& c : art.components) c.graph = with_f32_activations(c.graph);
   }
@@ -271,7 +249,7 @@ void build_verify_context(VerifyContext& ctx) {
   ctx.causal = ref.task->generative();
   ctx.seq2seq = art.seq2seq();
 
-  // The shape cases per component, with the reference's outputs where the memo has them.
+  // The shape cases per component; the reference's side runs them after the artifact's (run_reference).
   uint64_t seed = 1;
   std::vector<PendingCases> pending;
   for (const auto& c : art.components) {
@@ -313,13 +291,8 @@ void build_verify_context(VerifyContext& ctx) {
       ctx.runs.push_back(std::move(r));
     }
     if (ctx.on_transformers) continue;
-    // The reference's outputs: from the memo, else run after the artifact's side (run_reference).
     std::vector<size_t> todo;
-    for (size_t i = first; i < ctx.runs.size(); ++i) {
-      CaseRun& r = ctx.runs[i];
-      if (const auto* known = opt.memo ? opt.memo->outputs(c.role, variant, r.inputs) : nullptr) r.expected = *known;
-      else todo.push_back(i);
-    }
+    for (size_t i = first; i < ctx.runs.size(); ++i) todo.push_back(i);
     if (!todo.empty()) pending.push_back({rc, std::move(todo)});
   }
   // $TMPDIR/hfx-verify-<pid>-XXXXXX, removed on return and on signals; one a SIGKILL left behind is
@@ -366,11 +339,11 @@ void build_verify_context(VerifyContext& ctx) {
   work.scratch = scratch;
   ctx.artifact = ctx.session->run(work);
   for (size_t i = 0; i < ctx.runs.size(); ++i) ctx.runs[i].actual = std::move(ctx.artifact.outputs.at(i));
-  if (!ctx.on_transformers) start_from_held_state(ctx, pending);
+  if (!ctx.on_transformers) start_from_held_state(ctx);
   ctx.runs_s = seconds_since(runs_start);
   // The reference's side last: its greedy rows are teacher-forced on the artifact's tokens, and run
   // with its shape cases in one pass.
-  if (!ctx.on_transformers) run_reference(ctx, pending, so, variant);
+  if (!ctx.on_transformers) run_reference(ctx, pending, so);
   if (hashed.valid()) {
     auto [mismatches, source] = hashed.get();
     for (auto& p : mismatches) ctx.checked.problems.push_back(std::move(p));

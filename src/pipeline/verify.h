@@ -16,7 +16,6 @@
 
 namespace hfx::pipeline {
 
-class ReferenceMemo;  // pipeline/reference_memo.h
 
 // --reference-weights auto in the export's built-in check holds a graph's weights up to this much (a
 // reference graph and an artifact graph together: 1 GiB), and streams them above it, so the check's
@@ -54,9 +53,6 @@ struct VerifyOptions {
   std::string oracle = "reference";
   // The source checkpoint, when not where the manifest says (the folder moved, another machine).
   std::filesystem::path model_dir;
-  // The reference's answers shared between the passes of one export's check (one per runtime), not
-  // owned; null: every pass runs the reference itself.
-  ReferenceMemo* memo = nullptr;
 };
 
 struct CheckResult {

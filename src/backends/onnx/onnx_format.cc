@@ -22,7 +22,6 @@
 #include "backends/onnx/onnx_verify.h"
 #include "pipeline/backend_support.h"
 #include "pipeline/manifest.h"
-#include "pipeline/reference_memo.h"
 #include "pipeline/runtime_probe.h"
 #include "pipeline/verify.h"
 #include "runtime/tested_runtimes.h"
@@ -42,9 +41,9 @@ constexpr const char* kNoGenaiForStaticCache =
     "attention_mask at the sequence's length, not max_cache_len, and has no cache_position input); export without "
     "--static-cache for onnxruntime-genai";
 
-// The runtimes the built-in check runs the written files on, and how its summary names them.
-struct CheckRuntimes {
-  std::vector<std::string> runtimes = {"reference"};
+// The runtime the built-in check runs the written files on, and how its summary names it.
+struct CheckRuntime {
+  std::string runtime = "reference";
   std::string python;   // the driver's interpreter for onnxruntime ("" = driver_python's default)
   std::string summary;  // "checked on ..."
 };
@@ -56,10 +55,10 @@ struct CheckRuntimes {
 // Where ONNX Runtime runs, the files do not also run on the reference executor: the runtime they are
 // written for is the proof, and the second pass cost more than the export (2.8 s against 2.3 s for the
 // f32 Qwen3-0.6B shape: the artifact's 2.3 GB of f32 weights read once per greedy step).
-CheckRuntimes check_runtimes(const ExportOptions& opt) {
-  CheckRuntimes plan;
+CheckRuntime check_runtime(const ExportOptions& opt) {
+  CheckRuntime plan;
   auto on_ort = [&](const std::string& python) {
-    plan.runtimes = {"onnxruntime"};
+    plan.runtime = "onnxruntime";
     plan.python = python;
     const auto version = onnxruntime_version(driver_python(python));
     plan.summary = fmt::format("checked on ONNX Runtime {}", version.value_or("(version unknown)"));
@@ -68,9 +67,6 @@ CheckRuntimes check_runtimes(const ExportOptions& opt) {
     plan.summary = "checked on hfx's reference executor only (--verify-runtime reference)";
   } else if (opt.verify_runtime == "onnxruntime") {
     on_ort("");
-  } else if (!opt.verify_runtime.empty()) {
-    plan.runtimes.push_back(opt.verify_runtime);
-    plan.summary = fmt::format("checked on the reference executor and on {}", opt.verify_runtime);
   } else if (const std::string python = export_check_python(); onnxruntime_version(python)) {
     on_ort(python);
   } else {
@@ -445,20 +441,17 @@ class OnnxBackend final : public Backend {
     vo.reexport = false;
     vo.full_shape_matrix = false;
     vo.rehash = false;  // this process hashed every file as it wrote it
-    const CheckRuntimes plan = check_runtimes(opt);
+    const CheckRuntime plan = check_runtime(opt);
     vo.python = plan.python;
     vo.model_dir = job.model.checkpoint->dir();  // the staged manifest's source.path is relative to the final folder
-    ReferenceMemo memo;  // the reference runs once, not once per runtime
-    vo.memo = &memo;
     size_t checks = 0;
-    // Each runtime against hfx's reference executor, then (--verify-oracle) the last runtime against
-    // Transformers: the summary names every oracle that ran.
+    // The runtime against hfx's reference executor, then (--verify-oracle) against Transformers: the
+    // summary names every oracle that ran.
     struct Pass {
       std::string runtime, oracle;
     };
-    std::vector<Pass> passes;
-    for (const auto& rt : plan.runtimes) passes.push_back({rt, "reference"});
-    if (opt.verify_oracle != "reference") passes.push_back({plan.runtimes.back(), opt.verify_oracle});
+    std::vector<Pass> passes = {{plan.runtime, "reference"}};
+    if (opt.verify_oracle != "reference") passes.push_back({plan.runtime, opt.verify_oracle});
     std::string oracles = "hfx's reference executor";
     for (const auto& [rt, oracle] : passes) {
       vo.runtime = rt;
