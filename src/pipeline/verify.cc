@@ -85,12 +85,6 @@ std::string VerifyReport::to_markdown() const {
 
 namespace {
 
-// A reference component's shape cases (indices into VerifyContext::runs), run after the artifact's side.
-struct PendingCases {
-  const tasks::Component* component;
-  std::vector<size_t> runs;
-};
-
 // A stateful case's step starts, on the reference's side too, from the state the artifact's runtime
 // held after the prefix when the runtime shows it (OpenVINO's variables): the step is then compared
 // alone. Otherwise the reference starts from its own state after the prefix, and a recurrent state's
@@ -109,12 +103,12 @@ void start_from_held_state(VerifyContext& ctx) {
   }
 }
 
-// The reference's side, after the artifact's: per component, its pending shape cases and, in the
+// The reference's side, after the artifact's: per component, its shape cases and, in the
 // decoder's (or prefill's) graph, the rows teacher-forced on the artifact's greedy tokens, all run in
 // lockstep groups (each weight read once per group: one pass over a streamed model for the check's
 // cases and greedy rows together). Where teacher forcing cannot stand for decoding, or the paths part,
 // the reference decodes step by step.
-void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending, const runtime::SamplingOptions& so) {
+void run_reference(VerifyContext& ctx, const runtime::SamplingOptions& so) {
   const VerifyOptions& opt = ctx.opt;
   const LoadedModel& ref = *ctx.ref;
   using Tokens = std::vector<std::vector<int64_t>>;
@@ -129,9 +123,9 @@ void run_reference(VerifyContext& ctx, const std::vector<PendingCases>& pending,
   }
   std::vector<std::map<std::string, Tensor>> forced_outputs;
   for (const auto& rc : ref.components) {
-    std::vector<size_t> cases;
-    for (const auto& p : pending)
-      if (p.component == &rc) cases = p.runs;
+    std::vector<size_t> cases;  // indices into ctx.runs
+    for (size_t i = 0; i < ctx.runs.size(); ++i)
+      if (ctx.runs[i].refc == &rc) cases.push_back(i);
     const bool rows = tf && !tf->rows.empty() && &rc.graph == steps->first;
     if (cases.empty() && !rows) continue;
     std::vector<const std::map<std::string, Tensor>*> inputs;
@@ -251,7 +245,6 @@ void build_verify_context(VerifyContext& ctx) {
 
   // The shape cases per component; the reference's side runs them after the artifact's (run_reference).
   uint64_t seed = 1;
-  std::vector<PendingCases> pending;
   for (const auto& c : art.components) {
     const tasks::Component* rc = nullptr;
     for (const auto& x : ref.components)
@@ -277,7 +270,6 @@ void build_verify_context(VerifyContext& ctx) {
     if (!skipped.empty())
       ctx.case_notes.push_back({"shape cases skipped: " + c.role, true, fmt::format("{}", fmt::join(skipped, "; ")),
                                 "every case inside the contract's bounds", {}});
-    const size_t first = ctx.runs.size();
     for (const auto& sc : cases) {
       CaseRun r{&c, rc, sc, {}, {}, {}, std::nullopt, stateful};
       if (stateful)
@@ -290,10 +282,6 @@ void build_verify_context(VerifyContext& ctx) {
                                ctx.on_transformers && art.cache.static_cache);
       ctx.runs.push_back(std::move(r));
     }
-    if (ctx.on_transformers) continue;
-    std::vector<size_t> todo;
-    for (size_t i = first; i < ctx.runs.size(); ++i) todo.push_back(i);
-    if (!todo.empty()) pending.push_back({rc, std::move(todo)});
   }
   // $TMPDIR/hfx-verify-<pid>-XXXXXX, removed on return and on signals; one a SIGKILL left behind is
   // removed by the next verify (D23).
@@ -343,7 +331,7 @@ void build_verify_context(VerifyContext& ctx) {
   ctx.runs_s = seconds_since(runs_start);
   // The reference's side last: its greedy rows are teacher-forced on the artifact's tokens, and run
   // with its shape cases in one pass.
-  if (!ctx.on_transformers) run_reference(ctx, pending, so);
+  if (!ctx.on_transformers) run_reference(ctx, so);
   if (hashed.valid()) {
     auto [mismatches, source] = hashed.get();
     for (auto& p : mismatches) ctx.checked.problems.push_back(std::move(p));

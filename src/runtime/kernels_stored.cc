@@ -98,8 +98,8 @@ HFX_INLINE void dot_tile(const T* w, int64_t k, const float* a, int64_t j, float
 
 // c[r][j, j + 16V) (+)= sum over the kb stored rows of a [k, n] block of a[r][kk] * W[kk][j, j + 16V) for
 // M rows of a (the [k, n] layout of an ONNX MatMul's weight): M x V vectors of outputs in registers, each
-// stored row's 16V columns loaded once (V = 8 for one or two rows, so 8 sums are under way at once). Each output is summed in k order onto what C held (accumulate:
-// earlier blocks) or 0, as the f32 kernels do.
+// stored row's 16V columns loaded once (V = 8 for one or two rows, so 8 sums are under way at once). Each
+// output is summed in k order onto what C held (accumulate: earlier blocks) or 0, as the f32 kernels do.
 template <int M, int V, typename T>
 HFX_INLINE void axpy_tile(const T* w, int64_t ldw, int64_t kb, int64_t j, const float* a, int64_t lda, float* c,
                           int64_t ldc, bool accumulate) {
@@ -170,14 +170,10 @@ HFX_SIMD_CLONES void few_rows_share(const T* block, int64_t rows, int64_t cols, 
   const bool accumulate = r0 > 0;
   const float* ar = a + r0;
   int64_t j = j0;
-  if (m <= 2) {  // a decode step: 128 columns a tile
+  if (m <= 2)  // a decode step: 128 columns a tile, then 64 as below
     for (; j + 128 <= j1; j += 128)
       m == 2 ? axpy_tile<2, 8>(block, cols, rows, j, ar, k, c, n, accumulate)
              : axpy_tile<1, 8>(block, cols, rows, j, ar, k, c, n, accumulate);
-    for (; j + 64 <= j1; j += 64)
-      m == 2 ? axpy_tile<2, 4>(block, cols, rows, j, ar, k, c, n, accumulate)
-             : axpy_tile<1, 4>(block, cols, rows, j, ar, k, c, n, accumulate);
-  }
   for (; j + 64 <= j1; j += 64)
     for (int64_t r = 0; r < m; r += 4) {
       float* cr = c + r * n;
@@ -205,7 +201,8 @@ void few_rows_product(const T* block, int64_t rows, int64_t cols, bool transpose
     few_rows_share(block, rows, cols, transposed, m, k, n, r0, a, c, t0 * tile, std::min(width, t1 * tile));
   };
   constexpr int64_t kSplitElements = 1 << 16;  // a block smaller than this is not worth a second thread
-  split_in_two(tiles, share, rows * cols < kSplitElements ? tiles + 1 : 2);
+  if (rows * cols < kSplitElements) return share(0, tiles);
+  split_in_two(tiles, share, 2);
 }
 
 // C[m, n] = A[m, k] x B, B given by the stored matrix: [k, n] as stored, or [n, k] stored and read

@@ -50,6 +50,7 @@ class KeptThread {
     if (!hold.owns_lock()) return false;
     fn_ = other;
     ctx_ = other_ctx;
+    other_failed_ = nullptr;
     state_.store(kPosted, std::memory_order_release);
     state_.notify_one();
     std::exception_ptr failed;
@@ -60,6 +61,7 @@ class KeptThread {
     }
     wait_while(state_, kPosted);
     state_.store(kIdle, std::memory_order_relaxed);
+    if (!failed) failed = other_failed_;
     if (failed) std::rethrow_exception(failed);
     return true;
   }
@@ -76,7 +78,11 @@ class KeptThread {
         wait_while(state_, now);
         continue;
       }
-      fn_(ctx_);
+      try {
+        fn_(ctx_);
+      } catch (...) {  // handed to the caller, not std::terminate on this thread
+        other_failed_ = std::current_exception();
+      }
       state_.store(kDone, std::memory_order_release);
       state_.notify_one();
     }
@@ -86,20 +92,28 @@ class KeptThread {
   std::atomic<uint32_t> state_{kIdle};
   void (*fn_)(void*) = nullptr;
   void* ctx_ = nullptr;
+  std::exception_ptr other_failed_;  // written by the kept thread before kDone, read by the caller after
 };
 
 }  // namespace
 
 void run_beside(void (*other)(void*), void* other_ctx, void (*own)(void*), void* own_ctx) {
   if (KeptThread::get().try_run_beside(other, other_ctx, own, own_ctx)) return;
-  std::thread helper([&] { other(other_ctx); });
-  std::exception_ptr failed;
+  std::exception_ptr failed, other_failed;
+  std::thread helper([&] {
+    try {
+      other(other_ctx);
+    } catch (...) {
+      other_failed = std::current_exception();
+    }
+  });
   try {
     own(own_ctx);
   } catch (...) {
     failed = std::current_exception();
   }
   helper.join();
+  if (!failed) failed = other_failed;
   if (failed) std::rethrow_exception(failed);
 }
 

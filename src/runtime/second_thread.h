@@ -9,7 +9,7 @@ namespace hfx::runtime::detail {
 
 // Runs other(other_ctx) on the kept thread while the caller runs own(own_ctx), and returns when both
 // are done. Where the kept thread is already serving another caller, `other` runs on a thread of its
-// own, as before. An exception from `own` is rethrown after `other` has finished.
+// own, as before. An exception from either is rethrown once both have finished (`own`'s first).
 void run_beside(void (*other)(void*), void* other_ctx, void (*own)(void*), void* own_ctx);
 
 // The same for two callables (lambdas), called by reference.

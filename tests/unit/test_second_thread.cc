@@ -28,6 +28,21 @@ TEST(SecondThread, BothHalvesRunOnTwoThreadsAndAreDoneOnReturn) {
   }
 }
 
+TEST(SecondThread, TheOtherHalfsExceptionComesOutInTheCaller) {
+  auto failing = [] { throw std::runtime_error("other half"); };
+  bool own_done = false;
+  auto own = [&] { own_done = true; };
+  EXPECT_THROW(run_beside(failing, own), std::runtime_error);  // kept thread: not std::terminate
+  EXPECT_TRUE(own_done);
+  auto nested = [&] { EXPECT_THROW(run_beside(failing, own), std::runtime_error); };  // a thread of its own
+  auto nothing = [] {};
+  run_beside(nested, nothing);
+  int after = 0;
+  auto set = [&] { after = 1; };
+  run_beside(set, nothing);
+  EXPECT_EQ(after, 1);
+}
+
 TEST(SecondThread, TheCallersExceptionComesOutAfterTheOtherHalfFinished) {
   std::atomic<bool> other_done{false};
   auto slow = [&] {

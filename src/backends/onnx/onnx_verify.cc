@@ -26,8 +26,7 @@ namespace {
 bool has_quantized_ops(const Artifact& artifact) {
   for (const auto& c : artifact.components)
     for (const auto& n : c.graph.nodes())
-      if (n.op == "MatMulNBits" || n.op == "GatherBlockQuantized" || n.op == "DequantizeLinear" || n.op == "MatMulInteger")
-        return true;
+      if (n.op == "MatMulNBits" || n.op == "GatherBlockQuantized" || n.op == "DequantizeLinear") return true;
   return false;
 }
 
