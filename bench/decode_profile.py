@@ -23,19 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
-from peer_bench import _session_options, ort_loop  # noqa: E402
+from peer_bench import _session_options, decode_setup, ort_loop  # noqa: E402
 
 
 def profile(model: Path, ckpt: Path, prompt_len: int, steps: int) -> tuple[dict[str, float], dict[str, float], int]:
     """(ms per decode step per op type, nodes run per step per op type, decode steps profiled)."""
-    import numpy as np
     import onnxruntime as ort
 
-    cfg = json.loads((ckpt / "config.json").read_text())
-    kv_heads = cfg["num_key_value_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    rng = np.random.default_rng(0)
-    prompt = [int(x) for x in rng.integers(10, cfg["vocab_size"] - 10, prompt_len)]
+    kv_heads, head_dim, prompt = decode_setup(ckpt, prompt_len)
     plain = ort.InferenceSession(str(model), _session_options(), providers=["CPUExecutionProvider"])
     ort_loop(plain, plain, prompt, 4, kv_heads, head_dim)  # warm-up, unprofiled
     del plain

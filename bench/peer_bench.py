@@ -214,15 +214,20 @@ class _TimedSession:
         return getattr(self._s, name)
 
 
-def worker_latency(kind: str, path: str, ckpt: str, prompt_len: int, n_new: int, repeat: int) -> None:
+def decode_setup(ckpt: str | Path, prompt_len: int) -> tuple[int, int, list[int]]:
+    """(kv heads, head dim, the prompt) every decode timing here runs: the same seeded prompt for every
+    artifact, token ids away from the special ids at the vocabulary's ends."""
     import numpy as np
 
     cfg = json.loads((Path(ckpt) / "config.json").read_text())
-    kv_heads = cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    rng = np.random.default_rng(0)
-    prompt = [int(x) for x in rng.integers(1000, cfg["vocab_size"] - 10, prompt_len)] \
-        if cfg["vocab_size"] > 2000 else [int(x) for x in rng.integers(10, cfg["vocab_size"] - 10, prompt_len)]
+    lo = 1000 if cfg["vocab_size"] > 2000 else 10
+    prompt = [int(x) for x in np.random.default_rng(0).integers(lo, cfg["vocab_size"] - 10, prompt_len)]
+    return cfg["num_key_value_heads"], head_dim, prompt
+
+
+def worker_latency(kind: str, path: str, ckpt: str, prompt_len: int, n_new: int, repeat: int) -> None:
+    kv_heads, head_dim, prompt = decode_setup(ckpt, prompt_len)
     t = time.perf_counter()
     first, nxt, gen = _artifact_sessions(kind, Path(path))
     load_s = time.perf_counter() - t
@@ -262,13 +267,7 @@ def worker_paired(kind_a: str, path_a: str, kind_b: str, path_b: str, ckpt: str,
     import gc
     import math
 
-    import numpy as np
-
-    cfg = json.loads((Path(ckpt) / "config.json").read_text())
-    kv_heads = cfg["num_key_value_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    rng = np.random.default_rng(0)
-    prompt = [int(x) for x in rng.integers(10, cfg["vocab_size"] - 10, prompt_len)]
+    kv_heads, head_dim, prompt = decode_setup(ckpt, prompt_len)
     specs = {"a": (kind_a, path_a), "b": (kind_b, path_b)}
     rates: dict[str, list[float]] = {"a": [], "b": []}
     order_ratios = []
@@ -300,10 +299,7 @@ def worker_genai(path: str, ckpt: str, prompt_len: int, n_new: int) -> None:
     import numpy as np
     import onnxruntime_genai as og
 
-    cfg = json.loads((Path(ckpt) / "config.json").read_text())
-    rng = np.random.default_rng(0)
-    lo = 1000 if cfg["vocab_size"] > 2000 else 10
-    prompt = [int(x) for x in rng.integers(lo, cfg["vocab_size"] - 10, prompt_len)]
+    _, _, prompt = decode_setup(ckpt, prompt_len)
     model = og.Model(path)
 
     def once(n):
