@@ -69,7 +69,7 @@ ROWS = {
     "int4": ("hfx export --quantize int4 --no-verify", ["--quantize", "int4", "--no-verify"]),
     "check": ("hfx export (its default check)", []),
     "check-int4": ("hfx export --quantize int4 (its default check)", ["--quantize", "int4"]),
-    # What a user with onnxruntime installed gets: the check also runs the graph on ONNX Runtime
+    # What a user with onnxruntime installed gets: the check runs the graph on ONNX Runtime
     # (HFX_PYTHON names this venv's Python, which has it).
     "check-ort": ("HFX_PYTHON=.venv/bin/python hfx export (its check, on ONNX Runtime)", []),
 }
