@@ -20,7 +20,8 @@ published, nothing downloaded) and exports it with:
 (b') hfx's fp32 and builder-recipe int4 artifacts beside the builder's at the same precision, both loaded
     in one process and their decode runs alternated (--paired-rounds), in both load orders (the session
     loaded second decodes up to 9 % faster, whichever it is): the separate processes of (b) run minutes
-    apart, and the machine drifts between them.
+    apart, and the machine drifts between them. --paired-processes N repeats that in N processes and
+    reports their geometric mean (one process's ratio moves by about 3 % with where its weights land).
 (c) a table and the ratios hfx / peer, and the issue's goals.
 
 A tool that fails is reported as failed with the last line of its error; the run goes on.
@@ -354,6 +355,25 @@ def child(args: list[str], err: Path, timeout: float = 3600, script: str = __fil
     return {"ok": False, "error": last_line(p.stderr or p.stdout)}
 
 
+def combine_pairings(results: list[dict]) -> dict:
+    """Several _paired processes as one result: the geometric mean of their ratios (each already the mean
+    of its two load orders), each process's ratio kept. One process's ratio moves by about 3 % with where
+    its weights land in memory; processes average that out, rounds within one process do not."""
+    import math
+
+    failed = [r for r in results if not r.get("ok")]
+    if failed:
+        return failed[0]
+    if len(results) == 1:
+        return results[0]
+    ratios = [r["ratio"] for r in results]
+    return {"ok": True, "ratio": math.exp(statistics.fmean(math.log(x) for x in ratios)), "process_ratios": ratios,
+            "a_tok_s": statistics.median(r["a_tok_s"] for r in results),
+            "b_tok_s": statistics.median(r["b_tok_s"] for r in results),
+            "order_ratios": [math.exp(statistics.fmean(math.log(r["order_ratios"][k]) for r in results)) for k in (0, 1)],
+            "rounds": sum(r["rounds"] for r in results)}
+
+
 def dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
 
@@ -427,6 +447,9 @@ def main() -> int:
     ap.add_argument("--paired-rounds", type=int, default=6,
                     help="rounds of the paired decode comparison with the builder (hfx's and the builder's artifact "
                          "in one process, runs alternated; 0 skips it)")
+    ap.add_argument("--paired-processes", type=int, default=1,
+                    help="processes of the paired comparison, each --paired-rounds rounds; their ratios' geometric mean "
+                         "is reported, and each one")
     ap.add_argument("--hfx-rows", default=",".join(HFX_ROWS),
                     help="comma-separated hfx rows to export and run (default all): " + ",".join(HFX_ROWS))
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown (for docs/benchmarks.md)")
@@ -551,9 +574,12 @@ def main() -> int:
             h, b = by_key.get(("hfx", hprec)), by_key.get(("builder", bprec))
             if not (h and b) or args.paired_rounds <= 0:
                 continue
-            print(f"paired decode hfx {hprec} / builder {bprec}: {args.paired_rounds} rounds ...", flush=True)
-            h["paired"] = child(["_paired", "hfx", str(h["dir"]), "builder", str(b["dir"]), str(ckpt), str(args.prompt),
-                                 str(args.new), str(args.paired_rounds)], logs / f"paired-{hprec}.log")
+            print(f"paired decode hfx {hprec} / builder {bprec}: {args.paired_processes} x {args.paired_rounds} rounds ...",
+                  flush=True)
+            h["paired"] = combine_pairings([
+                child(["_paired", "hfx", str(h["dir"]), "builder", str(b["dir"]), str(ckpt), str(args.prompt),
+                       str(args.new), str(args.paired_rounds)], logs / f"paired-{hprec}-{i}.log")
+                for i in range(args.paired_processes)])
 
         report(args, rows, flags, largest, cfg)
         (work / "results.json").write_text(json.dumps(
@@ -640,10 +666,11 @@ def report(args, rows, flags, largest, cfg) -> None:
         if not pr.get("ok"):
             print(f"  paired decode hfx {hprec} / builder {bprec}: FAILED: {pr['error']}")
             continue
-        print(f"  paired decode (one process, runs alternated, {pr['rounds']} rounds) hfx {hprec} / builder {bprec}: "
+        print(f"  paired decode (runs alternated in one process per pairing, {pr['rounds']} rounds) hfx {hprec} / builder {bprec}: "
               f"{pr['a_tok_s']:.2f} / {pr['b_tok_s']:.2f} tok/s, ratio {pr['ratio']:.3f} (hfx loaded first "
-              f"{pr['order_ratios'][0]:.3f}, second {pr['order_ratios'][1]:.3f}) "
-              f"(goal >= 1: {'met' if pr['ratio'] >= 1 else 'NOT met'})")
+              f"{pr['order_ratios'][0]:.3f}, second {pr['order_ratios'][1]:.3f}"
+              + (f"; processes {', '.join(f'{x:.3f}' for x in pr['process_ratios'])}" if "process_ratios" in pr else "")
+              + f") (goal >= 1: {'met' if pr['ratio'] >= 1 else 'NOT met'})")
     cap = (1 << 30) + 2 * largest
     for prec in HFX_ROWS:
         h = by.get(("hfx", prec))

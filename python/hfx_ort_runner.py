@@ -1,9 +1,9 @@
 """ONNX Runtime side of `hfx verify --runtime onnxruntime` (ONNX Runtime's C++ API is not on this
-machine; its Python wheel is). Reads a job file, writes a result file, both JSON:
+machine; its Python wheel is). Reads a job file, writes a result file, both JSON; the first run is
+profiled (the placements):
 
   {"runs": [{"model": "...onnx", "inputs": "in.safetensors", "outputs": "out.safetensors"}],
-   "generate": {"export": DIR, "prompts": [[...]], "max_new_tokens": N} | null,
-   "profile": "...onnx" | null}
+   "generate": {"export": DIR, "prompts": [[...]], "max_new_tokens": N} | null, "quantized": bool}
   -> {"placements": {"<op type>": {"<provider>": count}}, "generate": {"tokens": [[...]],
       "cold_start_s": .., "step_s": [..]}, "ort_version": ".."}
 
@@ -72,8 +72,9 @@ def session(path, config: dict, profile=False):
 
 def placements(sess, feeds):
     """Which execution provider ran each node, from ORT's own profile of one run of `sess` (opened with
-    profiling on); the profile ends with it, so later runs of the session are not profiled."""
-    sess.run(None, feeds)
+    profiling on), and that run's outputs; the profile ends with it, so later runs of the session are
+    not profiled."""
+    outs = sess.run(None, feeds)
     prof = sess.end_profiling()
     counts = defaultdict(lambda: defaultdict(int))
     events = json.loads(Path(prof).read_text())
@@ -87,7 +88,7 @@ def placements(sess, feeds):
             seen.add(node)
             counts[args.get("op_name", "?")][args["provider"]] += 1
     Path(prof).unlink(missing_ok=True)
-    return {op: dict(p) for op, p in sorted(counts.items())}
+    return {op: dict(p) for op, p in sorted(counts.items())}, outs
 
 
 def error_line(exc: BaseException) -> str:
@@ -118,14 +119,16 @@ def seq2seq_tokens(sessions, model, prompts, max_new_tokens):
 
 
 def run(job, result):
-    # One session per graph for the whole job: the cases, the profiled run and the generator share it
-    # (a model-sized graph loads in seconds, and sessions of one graph held together would hold its
-    # weights once each). The profiled graph's session is opened with profiling, which its first run ends.
+    # One session per graph for the whole job: the cases and the generator share it (a model-sized graph
+    # loads in seconds, and sessions of one graph held together would hold its weights once each). The
+    # first case's run is the profiled one (the placements), not a run of its own: its graph's session is
+    # opened with profiling, which that run ends.
     export = Path(job["generate"]["export"]) if job.get("generate") else None
     generated = [export / c["file"] for c in json.loads((export / "hfx.json").read_text())["components"]
                  if c["format"] == "onnx"] if export else []
-    profile = job.get("profile")
-    paths = [Path(c["model"]) for c in job.get("runs", [])] + generated + ([Path(profile["model"])] if profile else [])
+    runs = job.get("runs", [])
+    profiled = Path(runs[0]["model"]).resolve() if runs else None
+    paths = [Path(c["model"]) for c in runs] + generated
     config = session_config(*dict.fromkeys(paths), quantized=job.get("quantized"))
     sessions, load_s = {}, {}
 
@@ -133,17 +136,18 @@ def run(job, result):
         key = path.resolve()
         if key not in sessions:
             t0 = time.perf_counter()
-            sessions[key] = session(path, config, profile=bool(profile) and key == Path(profile["model"]).resolve())
+            sessions[key] = session(path, config, profile=key == profiled)
             load_s[key] = time.perf_counter() - t0
         return sessions[key]
 
-    if profile:
-        result["placements"] = placements(open_session(Path(profile["model"])), load_file(profile["inputs"]))
-    for case in job.get("runs", []):
+    for i, case in enumerate(runs):
         sess = open_session(Path(case["model"]))
-        feeds = load_file(case["inputs"])
-        wanted = {i.name for i in sess.get_inputs()}
-        outs = sess.run(None, {k: v for k, v in feeds.items() if k in wanted})
+        wanted = {x.name for x in sess.get_inputs()}
+        feeds = {k: v for k, v in load_file(case["inputs"]).items() if k in wanted}
+        if i == 0:
+            result["placements"], outs = placements(sess, feeds)
+        else:
+            outs = sess.run(None, feeds)
         save_file({o.name: np.ascontiguousarray(v) for o, v in zip(sess.get_outputs(), outs)}, case["outputs"])
         del outs
     if export:
