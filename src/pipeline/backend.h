@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -96,6 +97,10 @@ class Backend {
   // The quick check of the staged files against the reference executor before the export is
   // published: returns a one-line summary, fails with ErrorKind::Mismatch.
   virtual std::string check(ExportJob& job, const ExportOptions& options) const = 0;
+  // What check() can do before the files exist (probing its runtime: a Python start and an import),
+  // run by run_export beside the writing, which leaves a core idle while it waits on the disk; nothing
+  // by default.
+  virtual std::function<void()> check_prelude(const ExportOptions&) const { return {}; }
   // A step runner over one component of an export read back with open_artifact(dir, info().name).
   virtual std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& runtime) const = 0;
   // The I/O of a written component, per port (name, "dtype[dims]"); a dimension the format keeps

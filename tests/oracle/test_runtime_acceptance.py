@@ -202,3 +202,52 @@ def test_static_cache_writes_no_genai_config_genai_cannot_run(tiny_checkpoint, t
             gen.append_tokens([[3, 40, 77, 5, 9]])
             while not gen.is_done():
                 gen.generate_next_token()
+
+
+# (case, onnx profile): tied embeddings, whose lm_head reads the table through a Transpose that ORT's
+# ConstantFolding folds by default, in both profiles; a state-space model's carried conv and SSM states.
+DRIVER_CONFIG_CASES = [("qwen3", "ort"), ("phi-rotary16-tied", "ort"), ("llama-mha-tied", "portable"),
+                       ("mamba2-g1-tied", "portable")]
+
+
+@pytest.mark.parametrize("case,profile", DRIVER_CONFIG_CASES)
+def test_check_sessions_compute_what_default_sessions_do(case, profile, tiny_checkpoint, tmp_path):
+    """verify's ONNX Runtime driver opens f32 graphs without prepacking and without ConstantFolding
+    (python/hfx_ort_runner.py FEWER_COPIES: at model scale the fold of a tied lm_head's Transpose copies
+    the table three times at load). What it checks must be what a user's session with ORT's defaults
+    computes: a left-padded prompt and a decode step through the cache, every output bit for bit."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+    import decode_inputs
+    from hfx_ort import OrtGenerator, present_of
+    from hfx_ort_runner import session_config
+
+    out = tmp_path / "out"
+    proc = run_hfx_env(hfx_env(), "export", "--model", tiny_checkpoint(case), "--onnx-profile", profile, "--no-verify",
+                       "--quiet", out)
+    assert proc.returncode == 0, proc.stderr
+    config = session_config(quantized=False)
+    assert config["optimization.disable_specified_optimizers"] == "ConstantFolding"
+
+    def two_steps(gen):
+        vocab = gen.facts.manifest["model"]["vocab_size"]
+        ids, mask = decode_inputs.prompt(vocab)
+        feed = {"input_ids": ids, "attention_mask": mask, "position_ids": decode_inputs.positions(mask, ids.shape[1]),
+                **gen._empty_states(len(ids))}
+        outs = []
+        for step, sess in enumerate((gen.first, gen.next)):
+            wanted = {i.name for i in sess.get_inputs()}
+            names = [o.name for o in sess.get_outputs()]
+            outs.append(dict(zip(names, sess.run(None, {k: v for k, v in feed.items() if k in wanted}))))
+            mask = np.concatenate([mask, np.ones((len(ids), 1), np.int64)], axis=1)
+            feed = {"input_ids": decode_inputs.next_tokens(vocab, step, len(ids)), "attention_mask": mask,
+                    "position_ids": decode_inputs.positions(mask, 1),
+                    **{past: outs[-1][present_of(past)] for past, _, _ in gen.states}}
+        return outs
+
+    default, checked = two_steps(OrtGenerator(out)), two_steps(OrtGenerator(out, session_config=config))
+    for step, (d, c) in enumerate(zip(default, checked)):
+        assert d.keys() == c.keys()
+        for name in d:
+            assert np.array_equal(d[name], c[name]), (
+                f"{case} ({profile}) step {step} {name}: the check's session differs from ORT's defaults by "
+                f"{float(np.abs(d[name] - c[name]).max()):.3g}")

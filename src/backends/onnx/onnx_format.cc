@@ -492,6 +492,14 @@ class OnnxBackend final : public Backend {
     return fmt::format("{}; oracle: {}: {} checks passed", plan.summary, oracles, checks);
   }
 
+  // The probe check_runtime makes (remembered per process), made while the files are written.
+  std::function<void()> check_prelude(const ExportOptions& opt) const override {
+    if (opt.verify_runtime == "reference") return {};
+    return [python = opt.verify_runtime == "onnxruntime" ? driver_python("") : export_check_python()] {
+      onnxruntime_version(python);
+    };
+  }
+
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
     if (rt == "reference") return runtime::make_executor_runner(c.graph);
     unsupported("onnx: the {0} runtime runs through `hfx verify --runtime {0}` (python driver), not as a step runner "
