@@ -3,7 +3,8 @@ machine; its Python wheel is). Reads a job file, writes a result file, both JSON
 profiled (the placements):
 
   {"runs": [{"model": "...onnx", "inputs": "in.safetensors", "outputs": "out.safetensors"}],
-   "generate": {"export": DIR, "prompts": [[...]], "max_new_tokens": N} | null, "quantized": bool}
+   "generate": {"export": DIR, "prompts": [[...]], "max_new_tokens": N} | null, "quantized": bool,
+   "casts_weights": bool}
   -> {"placements": {"<op type>": {"<provider>": count}}, "generate": {"tokens": [[...]],
       "cold_start_s": .., "step_s": [..]}, "ort_version": ".."}
 
@@ -36,41 +37,48 @@ F32_CONFIG = {"session.qdq_matmulnbits_accuracy_level": "0"}
 
 QUANTIZED_OPS = {"MatMulNBits", "GatherBlockQuantized", "DequantizeLinear", "MatMulInteger"}
 
-# The f32 graphs' sessions: the same kernels on the same values as ORT's defaults, without copying the
-# weights at load.
+# Sessions of graphs without quantized products: the same kernels on the same values as ORT's
+# defaults, without copying the weights at load.
 #  - No prepacking (session_config's docstring).
-#  - No ConstantFolding. A tied lm_head reads the embedding table through a Transpose (as the
-#    onnxruntime-genai builder writes it too); folding it copies the table three times at load: 1.7-3.4 s
-#    and 1.2 GiB of the session's open on the Qwen3-0.6B shape, against 0.17 s without. Unfolded, ORT's
-#    MatmulTransposeFusion makes the pair one FusedMatMul(transB) instead, which packs the same B for the
-#    same MLAS kernel: the logits and the cache came out bit-identical on that shape, and
-#    tests/oracle/test_runtime_acceptance.py holds the check's sessions to ORT's defaults bit for bit on
-#    tiny models. Quantized graphs keep it, as they keep prepacking.
-FEWER_COPIES = {"session.disable_prepacking": "1", "optimization.disable_specified_optimizers": "ConstantFolding"}
+#  - No ConstantFolding where no weight is cast at use (NO_FOLDING). A tied lm_head reads the embedding
+#    table through a Transpose (as the onnxruntime-genai builder writes it too); folding it copies the
+#    table three times at load: 1.7-3.4 s and 1.2 GiB of the session's open on the Qwen3-0.6B shape,
+#    against 0.17 s without. Unfolded, ORT's MatmulTransposeFusion makes the pair one FusedMatMul(transB)
+#    instead, which feeds the same MLAS kernel: the logits and the cache came out bit-identical on that
+#    shape, and tests/oracle/test_runtime_acceptance.py holds these sessions to ORT's defaults bit for
+#    bit on tiny models. A graph that casts its weights at use (--dtype bf16: stored bf16, computed in
+#    f32) keeps the fold: unfolded, every run would cast the whole model again (a bf16 0.6B export's
+#    check took 11-18 s and 5.3 GiB so, against 8-11 s and 3 GiB folded).
+NO_PREPACKING = {"session.disable_prepacking": "1"}
+NO_FOLDING = {"optimization.disable_specified_optimizers": "ConstantFolding"}
 
 
-def session_config(*paths, quantized: bool | None = None) -> dict:
+def session_config(*paths, quantized: bool | None = None, casts_weights: bool | None = None) -> dict:
     """F32_CONFIG, and for graphs without quantized MatMuls no prepacking. Prepacking copies every f32
     MatMul weight into MLAS's packed layout when a session loads; the same kernels pack per call without
     it. verify opens several sessions of a model it runs for a few tokens, so the copies cost more than
     they save: on the Qwen3-0.6B shape a load took 7.8 s and 2.9 GiB with them, 1.6 s and 1.2 GiB without
     (the external data read in place). MatMulNBits keeps them: its int8-activation kernels (accuracy
-    level 4, which the reference rounds alike) run on prepacked weights only. Without the onnx package
-    the graphs cannot be looked at: ORT's defaults. `quantized`: what the caller already knows of the
-    graphs (hfx read them back: the job says), so they are not parsed again (0.75 s of a 1.3 s job's
-    set-up on the Qwen3-0.6B shape, whose graph carries its rotary tables inline).
-
-    The same graphs also skip ORT's ConstantFolding (FEWER_COPIES): see there."""
-    if quantized is not None:
-        return dict(F32_CONFIG) if quantized else {**F32_CONFIG, **FEWER_COPIES}
-    try:
-        import onnx
-    except ImportError:
-        return dict(F32_CONFIG)
-    for path in paths:
-        if {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node} & QUANTIZED_OPS:
+    level 4, which the reference rounds alike) run on prepacked weights only. Of those graphs, the ones
+    that cast no weight at use also skip ConstantFolding (NO_FOLDING above). `quantized`,
+    `casts_weights`: what the caller already knows of the graphs (hfx read them back: the job says), so
+    they are not parsed again (0.75 s of a 1.3 s job's set-up on the Qwen3-0.6B shape, whose graph
+    carries its rotary tables inline); without them and without the onnx package to look: ORT's
+    defaults."""
+    if quantized is None or casts_weights is None:
+        try:
+            import onnx
+        except ImportError:
             return dict(F32_CONFIG)
-    return {**F32_CONFIG, **FEWER_COPIES}
+        quantized, casts_weights = False, False
+        for path in paths:
+            g = onnx.load(str(path), load_external_data=False).graph
+            weights = {t.name for t in g.initializer}
+            quantized = quantized or any(n.op_type in QUANTIZED_OPS for n in g.node)
+            casts_weights = casts_weights or any(n.op_type == "Cast" and n.input[0] in weights for n in g.node)
+    if quantized:
+        return dict(F32_CONFIG)
+    return {**F32_CONFIG, **NO_PREPACKING, **({} if casts_weights else NO_FOLDING)}
 
 
 def session(path, config: dict, profile=False):
@@ -143,7 +151,7 @@ def run(job, result):
     runs = job.get("runs", [])
     profiled = Path(runs[0]["model"]).resolve() if runs else None
     paths = [Path(c["model"]) for c in runs] + generated
-    config = session_config(*dict.fromkeys(paths), quantized=job.get("quantized"))
+    config = session_config(*dict.fromkeys(paths), quantized=job.get("quantized"), casts_weights=job.get("casts_weights"))
     sessions, load_s = {}, {}
 
     def open_session(path: Path):

@@ -204,29 +204,34 @@ def test_static_cache_writes_no_genai_config_genai_cannot_run(tiny_checkpoint, t
                 gen.generate_next_token()
 
 
-# (case, onnx profile): tied embeddings, whose lm_head reads the table through a Transpose that ORT's
-# ConstantFolding folds by default, in both profiles; a state-space model's carried conv and SSM states.
-DRIVER_CONFIG_CASES = [("qwen3", "ort"), ("phi-rotary16-tied", "ort"), ("llama-mha-tied", "portable"),
-                       ("mamba2-g1-tied", "portable")]
+# (case, onnx profile, dtype): tied embeddings, whose lm_head reads the table through a Transpose that
+# ORT's ConstantFolding folds by default, in both profiles; a state-space model's carried conv and SSM
+# states; bf16 weights cast to f32 at use, whose sessions keep the fold.
+DRIVER_CONFIG_CASES = [("qwen3", "ort", "f32"), ("phi-rotary16-tied", "ort", "f32"), ("llama-mha-tied", "portable", "f32"),
+                       ("mamba2-g1-tied", "portable", "f32"), ("qwen3", "ort", "bf16")]
 
 
-@pytest.mark.parametrize("case,profile", DRIVER_CONFIG_CASES)
-def test_check_sessions_compute_what_default_sessions_do(case, profile, tiny_checkpoint, tmp_path):
-    """verify's ONNX Runtime driver opens f32 graphs without prepacking and without ConstantFolding
-    (python/hfx_ort_runner.py FEWER_COPIES: at model scale the fold of a tied lm_head's Transpose copies
-    the table three times at load). What it checks must be what a user's session with ORT's defaults
-    computes: a left-padded prompt and a decode step through the cache, every output bit for bit."""
+@pytest.mark.parametrize("case,profile,dtype", DRIVER_CONFIG_CASES)
+def test_check_sessions_compute_what_default_sessions_do(case, profile, dtype, tiny_checkpoint, tmp_path):
+    """verify's ONNX Runtime driver opens graphs without quantized products without prepacking, and
+    those that cast no weight at use without ConstantFolding (python/hfx_ort_runner.py NO_FOLDING: at
+    model scale the fold of a tied lm_head's Transpose copies the table three times at load). What it
+    checks must be what a user's session with ORT's defaults computes: a left-padded prompt and a
+    decode step through the cache, every output bit for bit."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
     import decode_inputs
     from hfx_ort import OrtGenerator, present_of
-    from hfx_ort_runner import session_config
+    from hfx_ort_runner import NO_FOLDING, session_config
 
     out = tmp_path / "out"
-    proc = run_hfx_env(hfx_env(), "export", "--model", tiny_checkpoint(case), "--onnx-profile", profile, "--no-verify",
-                       "--quiet", out)
+    proc = run_hfx_env(hfx_env(), "export", "--model", tiny_checkpoint(case), "--onnx-profile", profile, "--dtype", dtype,
+                       "--no-verify", "--quiet", out)
     assert proc.returncode == 0, proc.stderr
-    config = session_config(quantized=False)
-    assert config["optimization.disable_specified_optimizers"] == "ConstantFolding"
+    # The graphs looked at (the driver's path when hfx does not say): bf16 weights cast at use keep the fold.
+    config = session_config(out / "onnx" / "model.onnx")
+    assert config["session.disable_prepacking"] == "1"
+    assert (config.get("optimization.disable_specified_optimizers") == NO_FOLDING["optimization.disable_specified_optimizers"]) \
+        == (dtype == "f32"), config
 
     def two_steps(gen):
         vocab = gen.facts.manifest["model"]["vocab_size"]
@@ -249,5 +254,5 @@ def test_check_sessions_compute_what_default_sessions_do(case, profile, tiny_che
         assert d.keys() == c.keys()
         for name in d:
             assert np.array_equal(d[name], c[name]), (
-                f"{case} ({profile}) step {step} {name}: the check's session differs from ORT's defaults by "
+                f"{case} ({profile}, {dtype}) step {step} {name}: the check's session differs from ORT's defaults by "
                 f"{float(np.abs(d[name] - c[name]).max()):.3g}")

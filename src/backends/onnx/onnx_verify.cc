@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/files.h"
+#include "core/progress.h"
 #include "io/safetensors_write.h"
 #include "pipeline/runtime_probe.h"
 #include "pipeline/verify.h"
@@ -27,6 +28,16 @@ bool has_quantized_ops(const Artifact& artifact) {
   for (const auto& c : artifact.components)
     for (const auto& n : c.graph.nodes())
       if (n.op == "MatMulNBits" || n.op == "GatherBlockQuantized" || n.op == "DequantizeLinear") return true;
+  return false;
+}
+
+// Whether any graph casts a weight at use (--dtype bf16: stored bf16, computed in f32): the driver then
+// keeps ONNX Runtime's ConstantFolding, which casts them once at load instead of at every run; graphs
+// that cast none skip it (python/hfx_ort_runner.py NO_FOLDING).
+bool casts_weights(const Artifact& artifact) {
+  for (const auto& c : artifact.components)
+    for (const auto& n : c.graph.nodes())
+      if (n.op == "Cast" && c.graph.weight(n.input(0))) return true;
   return false;
 }
 
@@ -56,12 +67,16 @@ class OrtSession final : public VerifySession {
       job["runs"].push_back({{"model", c.component->file.string()}, {"inputs", in.string()}, {"outputs", o.string()}});
     }
     job["quantized"] = has_quantized_ops(ctx_.artifact);
+    job["casts_weights"] = casts_weights(ctx_.artifact);
     if (w.generate)
       job["generate"] = {{"export", fs::absolute(ctx_.artifact.dir).string()},
                          {"prompts", w.prompts},
                          {"max_new_tokens", w.sampling.max_new_tokens}};
     write_text_file(scratch / "job.json", job.dump());
+    Progress progress = Progress::steps("verify: ONNX Runtime on the artifact", 1, "driver runs");
     const nlohmann::json result = run_ort_driver(driver_python(ctx_.options.python), scratch / "job.json", scratch / "result.json");
+    progress.advance(1, 0);
+    progress.finish();
     runtime::warn_if_untested("onnxruntime", result.value("ort_version", "?"), runtime::kTestedOnnxRuntime);
     SessionResult r;
     for (size_t i = 0; i < w.cases.size(); ++i) r.outputs.push_back(io::load_safetensors(scratch / fmt::format("out{}.safetensors", i)));
