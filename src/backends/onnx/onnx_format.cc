@@ -48,6 +48,13 @@ struct CheckRuntime {
   std::string summary;  // "checked on ..."
 };
 
+// The interpreter check_runtime probes for onnxruntime ("" with --verify-runtime reference): the
+// driver's with --verify-runtime onnxruntime, else the one the user's shell runs.
+std::string probed_python(const ExportOptions& opt) {
+  if (opt.verify_runtime == "reference") return "";
+  return opt.verify_runtime == "onnxruntime" ? driver_python("") : export_check_python();
+}
+
 // --verify-runtime reference: the files run on the reference executor (the way to skip the real
 // runtime); onnxruntime: on ONNX Runtime, through the driver's interpreter, failing when it cannot run;
 // unset: on ONNX Runtime whenever $HFX_PYTHON (else python3) imports onnxruntime (probed once), else on
@@ -63,11 +70,12 @@ CheckRuntime check_runtime(const ExportOptions& opt) {
     const auto version = onnxruntime_version(driver_python(python));
     plan.summary = fmt::format("checked on ONNX Runtime {}", version.value_or("(version unknown)"));
   };
+  const std::string python = probed_python(opt);
   if (opt.verify_runtime == "reference") {
     plan.summary = "checked on hfx's reference executor only (--verify-runtime reference)";
   } else if (opt.verify_runtime == "onnxruntime") {
     on_ort("");
-  } else if (const std::string python = export_check_python(); onnxruntime_version(python)) {
+  } else if (onnxruntime_version(python)) {
     on_ort(python);
   } else {
     plan.summary = fmt::format("checked on hfx's reference executor only (ONNX Runtime not found for {}; set HFX_PYTHON "
@@ -494,10 +502,9 @@ class OnnxBackend final : public Backend {
 
   // The probe check_runtime makes (remembered per process), made while the files are written.
   std::function<void()> check_prelude(const ExportOptions& opt) const override {
-    if (opt.verify_runtime == "reference") return {};
-    return [python = opt.verify_runtime == "onnxruntime" ? driver_python("") : export_check_python()] {
-      onnxruntime_version(python);
-    };
+    const std::string python = probed_python(opt);
+    if (python.empty()) return {};
+    return [python] { onnxruntime_version(python); };
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {

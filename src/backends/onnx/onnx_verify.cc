@@ -20,25 +20,25 @@ namespace hfx::pipeline {
 
 namespace {
 
-// Whether any graph of the artifact holds a quantized product or table: the driver then keeps ONNX
-// Runtime's weight prepacking (MatMulNBits' int8-activation kernels run on prepacked weights only) and
-// turns it off otherwise. The graphs were read back from the files, so the driver is told rather than
-// parsing every model file again with the onnx package (0.75 s on the Qwen3-0.6B shape).
-bool has_quantized_ops(const Artifact& artifact) {
-  for (const auto& c : artifact.components)
-    for (const auto& n : c.graph.nodes())
-      if (n.op == "MatMulNBits" || n.op == "GatherBlockQuantized" || n.op == "DequantizeLinear") return true;
-  return false;
-}
+// What the driver is told of the graphs, so it does not parse every model file again with the onnx
+// package (0.75 s on the Qwen3-0.6B shape); the graphs were read back from the files.
+//  - quantized: a quantized product or table. The driver then keeps ONNX Runtime's weight prepacking
+//    (MatMulNBits' int8-activation kernels run on prepacked weights only) and turns it off otherwise.
+//  - casts_weights: a weight cast at use (--dtype bf16: stored bf16, computed in f32). The driver then
+//    keeps ConstantFolding, which casts them once at load instead of at every run; graphs that cast none
+//    skip it (python/hfx_ort_runner.py NO_FOLDING).
+struct GraphFacts {
+  bool quantized = false, casts_weights = false;
+};
 
-// Whether any graph casts a weight at use (--dtype bf16: stored bf16, computed in f32): the driver then
-// keeps ONNX Runtime's ConstantFolding, which casts them once at load instead of at every run; graphs
-// that cast none skip it (python/hfx_ort_runner.py NO_FOLDING).
-bool casts_weights(const Artifact& artifact) {
+GraphFacts graph_facts(const Artifact& artifact) {
+  GraphFacts f;
   for (const auto& c : artifact.components)
-    for (const auto& n : c.graph.nodes())
-      if (n.op == "Cast" && c.graph.weight(n.input(0))) return true;
-  return false;
+    for (const auto& n : c.graph.nodes()) {
+      f.quantized = f.quantized || n.op == "MatMulNBits" || n.op == "GatherBlockQuantized" || n.op == "DequantizeLinear";
+      f.casts_weights = f.casts_weights || (n.op == "Cast" && c.graph.weight(n.input(0)));
+    }
+  return f;
 }
 
 class OrtSession final : public VerifySession {
@@ -66,8 +66,9 @@ class OrtSession final : public VerifySession {
       io::write_safetensors(in, own_inputs(c.component->graph, c.inputs));
       job["runs"].push_back({{"model", c.component->file.string()}, {"inputs", in.string()}, {"outputs", o.string()}});
     }
-    job["quantized"] = has_quantized_ops(ctx_.artifact);
-    job["casts_weights"] = casts_weights(ctx_.artifact);
+    const GraphFacts facts = graph_facts(ctx_.artifact);
+    job["quantized"] = facts.quantized;
+    job["casts_weights"] = facts.casts_weights;
     if (w.generate)
       job["generate"] = {{"export", fs::absolute(ctx_.artifact.dir).string()},
                          {"prompts", w.prompts},
