@@ -178,6 +178,7 @@ void set_nibble(uint8_t* p, size_t i, int v) {
 }  // namespace
 
 void convert_elements(DType from, const void* src, DType to, void* dst, size_t count) {
+  if (count == 0) return;  // an empty tensor's data may be null, which memcpy must not be given
   auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
   if (from == to) {
