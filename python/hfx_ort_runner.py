@@ -40,8 +40,9 @@ QUANTIZED_OPS = {"MatMulNBits", "GatherBlockQuantized", "DequantizeLinear", "Mat
 # Sessions of graphs without quantized products: the same kernels on the same values as ORT's
 # defaults, without copying the weights at load.
 #  - No prepacking (session_config's docstring).
-#  - No ConstantFolding where no weight is cast at use (NO_FOLDING). A tied lm_head reads the embedding
-#    table through a Transpose (as the onnxruntime-genai builder writes it too); folding it copies the
+#  - No ConstantFolding where no weight is cast at use (NO_FOLDING). A portable graph's tied lm_head reads
+#    the embedding table through a Transpose (as the onnxruntime-genai builder writes it too; hfx's ort
+#    profile writes it as FusedMatMul(transB=1) over the table itself); folding it copies the
 #    table three times at load: 1.7-3.4 s and 1.2 GiB of the session's open on the Qwen3-0.6B shape,
 #    against 0.17 s without. Unfolded, ORT's MatmulTransposeFusion makes the pair one FusedMatMul(transB)
 #    instead, which feeds the same MLAS kernel: the logits and the cache came out bit-identical on that

@@ -465,6 +465,7 @@ void register_decompositions(std::vector<OpSchema>& table) {
       {"SsdScan", ssd_scan},
       {"CausalConvWithState", causal_conv_with_state},
       {"LinearAttention", linear_attention},
+      {"FusedMatMul", linear},  // transB=1: x @ W^T, a Linear without bias
       {"RecurrenceScan", recurrence_scan},
       {"PaddingBias", padding_bias},
       {"SimplifiedLayerNormalization", simplified_layer_norm},

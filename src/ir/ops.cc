@@ -353,7 +353,10 @@ std::vector<Value> infer_embedding(const Graph& g, const Node& n) {
 std::vector<Value> infer_linear(const Graph& g, const Node& n) {
   const auto& x = in(g, n, 0);
   const auto& w = in(g, n, 1);
-  HFX_CHECK(w.shape.size() == 2 && !x.shape.empty(), "{}: Linear of ranks {} and {}", n.name, x.shape.size(), w.shape.size());
+  // bad_input: a file's FusedMatMul reaches here whatever its operands' ranks.
+  if (w.shape.size() != 2 || x.shape.empty())
+    bad_input("{}: {} over an input of rank {} and a weight of rank {} (expected >= 1 and 2)", n.name, n.op,
+              x.shape.size(), w.shape.size());
   if (x.shape.back().is_fixed() && w.shape[1].is_fixed() && x.shape.back().value != w.shape[1].value)
     bad_input("{}: Linear input has {} features, weight expects {}", n.name, x.shape.back().value, w.shape[1].value);
   Shape out = x.shape;
@@ -535,6 +538,7 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("CausalConvWithState", 2, 4, 2, infer_causal_conv, true));
   t.push_back(make("LinearAttention", 3, 6, 2, infer_linear_attention, true));
   t.push_back(make("RecurrenceScan", 5, 6, 2, infer_recurrence_scan, true));
+  t.push_back(make("FusedMatMul", 2, 2, 1, infer_linear, true));
   // Target ops: ONNX opset-23 standard fused ops (passes/onnx_standard_ops.cc). Named apart from the
   // composites they replace where ONNX reuses a composite's name with other inputs.
   t.push_back(make("RMSNormalization", 2, 2, 1, same, true));
@@ -547,7 +551,7 @@ std::map<std::string, OpSchema> build_table() {
     if (s.name == "SimplifiedLayerNormalization" || s.name == "SkipSimplifiedLayerNormalization" ||
         s.name == "GroupQueryAttention" || s.name == "CausalConvWithState" || s.name == "LinearAttention" || s.name == "RecurrenceScan" ||
         s.name == "RMSNormalization" || s.name == "OnnxRotaryEmbedding" ||
-        s.name == "OnnxAttention" || s.name == "LayerNormalization" || s.name == "OnnxGelu")
+        s.name == "OnnxAttention" || s.name == "LayerNormalization" || s.name == "OnnxGelu" || s.name == "FusedMatMul")
       s.target_op = true;
   register_decompositions(t);
 

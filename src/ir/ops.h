@@ -69,6 +69,8 @@
 //       growing-cache semantics without left padding: new tokens sit at positions p + i (rotary from
 //       the cache rows), key j is visible to query i when j <= p + i and j <= seqlens_k[b] (and, with
 //       local_window_size > 0, p + i - j < local_window_size: ORT 1.31 CPU's count, Transformers' window)
+//   FusedMatMul(x[..., K], w[N, K]) -> [..., N] = Linear(x, w) without bias: com.microsoft FusedMatMul with
+//       transB=1 (alpha 1), over a Linear layer's weight as the checkpoint stores it (passes/ort_fused_matmul.cc)
 //
 // Target op of the ONNX backend's `--onnx-recurrence scan` (passes/scan_recurrences.cc), written as an
 // ONNX Scan over the time axis whose body is one step of the rule (backends/onnx/onnx_scan.h); its

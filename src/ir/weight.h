@@ -91,6 +91,9 @@ class WeightRef {
   // A 2-D weight's transpose with the transpose under its casts ("q^T(1,0) as f16" for "q as f16"): the
   // name ONNX gives a [K, N] weight that OpenVINO stores [N, K]; nullopt unless 2-D.
   std::optional<WeightRef> transposed_under_casts() const;
+  // A 2-D transpose under its casts (a folded Linear weight: the checkpoint's [N, K] read as [K, N]),
+  // whose transposed_under_casts() is then the stored layout.
+  bool is_transpose_under_casts() const;
   Tensor relaid_from(quant::Layout from, const std::vector<std::span<const uint8_t>>& parts) const;
   // A 2-D weight whose values are one stored tensor's, read in place (StoredMatrix); nullopt for any
   // other weight (a rounding cast, a concatenation, a quantized part, a constant).

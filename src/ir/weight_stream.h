@@ -17,10 +17,9 @@ namespace hfx::ir {
 using SeenBytes = std::function<void(std::span<const uint8_t>, int64_t)>;
 
 // Queues `w` on `out`:
-//   - the mapped checkpoint bytes themselves when no transform applies (zero copy), their pages
-//     released once written: returns true (the caller must not release them sooner);
-//   - else blocks of `block_rows(rows, row_bytes)` whole rows, converted from the mapped source as they
-//     are queued (a cast or transposed tensor never exists whole);
+//   - a constant's bytes themselves: returns true (the caller must not release them sooner);
+//   - else blocks of `block_rows(rows, row_bytes)` whole rows, copied or converted from the mapped
+//     source as they are queued (a cast or transposed tensor never exists whole);
 //   - else the tensor materialised once, kept until written.
 // Returns false in the last two cases: the source pages may be released as soon as this returns.
 bool stream_weight(const WeightRef& w, PipelinedFile& out, const std::function<int64_t(int64_t, size_t)>& block_rows,

@@ -18,6 +18,11 @@ std::optional<WeightRef> WeightRef::transposed_under_casts() const {
   return transposed({1, 0});
 }
 
+bool WeightRef::is_transpose_under_casts() const {
+  if (node_->kind == Node::Cast) return node_->children[0].is_transpose_under_casts();
+  return node_->kind == Node::Transpose && node_->perm == std::vector<int64_t>{1, 0};
+}
+
 std::optional<StoredMatrix> WeightRef::stored_matrix() const {
   const Node& n = *node_;
   if (n.shape.size() != 2) return std::nullopt;

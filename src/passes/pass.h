@@ -55,6 +55,11 @@ std::vector<std::string> ort_profile_blockers(const ir::Graph& graph);
 // as it is.
 ir::Graph ort_state_ops(const ir::Graph& graph);
 
+// The ONNX backend's `ort` profile, after the precision (ort_fused_matmul.cc): products over a Linear
+// layer's transposed f32 (or widened bf16) weight -> the target op FusedMatMul (x @ W^T) over the stored
+// [N, K] weight, com.microsoft FusedMatMul(transB=1) in the file.
+ir::Graph ort_fused_matmul(const ir::Graph& graph);
+
 // The ONNX backend's `--onnx-recurrence scan` (scan_recurrences.cc): GatedDeltaRule and SsdScan ->
 // RecurrenceScan, which the writer writes as an ONNX Scan over time; CausalConv is left as it is.
 ir::Graph scan_recurrences(const ir::Graph& graph);

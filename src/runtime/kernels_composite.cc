@@ -348,6 +348,7 @@ std::vector<Tensor> cache_update_kernel(const ir::Node& node, const KernelInputs
 void register_composite_kernels(KernelTable& t) {
   t["Embedding"] = embedding_kernel;
   t["Linear"] = linear_kernel;
+  t["FusedMatMul"] = linear_kernel;  // transB=1 (the ort profile's Linear layers): x @ W^T
   t["RMSNorm"] = rms_norm_kernel;
   t["SwiGLU"] = swiglu_kernel;
   t["RopeCosSin"] = rope_cos_sin_kernel;

@@ -284,20 +284,20 @@ std::vector<Tensor> lookup(const ir::Node& node, const KernelInputs& in, const i
 }  // namespace
 
 std::optional<size_t> stored_weight_input(const ir::Node& node) {
-  if (node.op == "MatMul" || node.op == "Linear") return 1;
+  if (node.op == "MatMul" || node.op == "Linear" || node.op == "FusedMatMul") return 1;
   if (node.op == "Embedding") return 0;
   if (node.op == "Gather" && node.attr_int("axis", 0) == 0) return 0;
   return std::nullopt;
 }
 
 bool reads_in_place(const ir::Node& node, const ir::StoredMatrix& w) {
-  return node.op == "MatMul" || node.op == "Linear" || !w.transposed;  // a lookup reads stored rows
+  return node.op == "MatMul" || node.op == "Linear" || node.op == "FusedMatMul" || !w.transposed;  // a lookup reads stored rows
 }
 
 std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w,
                                            bool stream) {
   if (node.op == "MatMul") return product(node, in, w, false, stream);
-  if (node.op == "Linear") return product(node, in, w, true, stream);
+  if (node.op == "Linear" || node.op == "FusedMatMul") return product(node, in, w, true, stream);
   HFX_CHECK(reads_in_place(node, w), "{}: a table read transposed is not read in place", node.name);
   return lookup(node, in, w);
 }

@@ -170,7 +170,7 @@ def test_every_node_on_cpu_with_contrib_kernels(case, ort_export, tmp_path):
 
 
 def qkv_matmuls_per_attention(model_path):
-    """For each GroupQueryAttention: the MatMul / MatMulNBits nodes its q, k, v inputs come from (walking
+    """For each GroupQueryAttention: the MatMul / FusedMatMul / MatMulNBits nodes its q, k, v inputs come from (walking
     back through the slices, reshapes and norms in between, stopping at the first matmul)."""
     import onnx
     graph = onnx.load(str(model_path), load_external_data=False).graph
@@ -183,7 +183,7 @@ def qkv_matmuls_per_attention(model_path):
             if n is None or n.name in seen:
                 continue
             seen.add(n.name)
-            if n.op_type in ("MatMul", "MatMulNBits"):
+            if n.op_type in ("MatMul", "FusedMatMul", "MatMulNBits"):
                 matmuls.add(n.name)
             else:
                 todo += [x for x in n.input if x]

@@ -96,7 +96,7 @@ std::vector<float> inv_freq(int64_t dim, double base) {
 
 TEST(Decompositions, CoverEveryCompositeOp) {
   // Keep this list in step with the tests below.
-  const std::set<std::string> tested = {"Embedding", "Linear", "RMSNorm", "SwiGLU", "RopeCosSin", "RotaryEmbedding",
+  const std::set<std::string> tested = {"Embedding", "Linear", "FusedMatMul", "RMSNorm", "SwiGLU", "RopeCosSin", "RotaryEmbedding",
                                         "AttentionBias", "Attention", "CacheUpdate"};
   // A composite op with a fused kernel must be tested against its decomposition here. One without a
   // fused kernel always runs its decomposition, which the oracle tests check against Transformers.
@@ -128,6 +128,15 @@ TEST(Decompositions, LinearWithAndWithoutBias) {
     auto out = c.compare();
     EXPECT_EQ(out.at("out0").shape(), (std::vector<int64_t>{2, 3, 5}));
   }
+}
+
+// The ort profile's FusedMatMul (transB=1) runs Linear's kernel over the same [N, K] weight.
+TEST(Decompositions, FusedMatMul) {
+  Case c;
+  auto x = c.input("x", c.random({2, 3, 16}), {Dim::sym("batch"), Dim::sym("seq"), Dim::fixed(16)});
+  c.op("FusedMatMul", {x, c.weight("w", c.random({5, 16}))});
+  auto out = c.compare();
+  EXPECT_EQ(out.at("out0").shape(), (std::vector<int64_t>{2, 3, 5}));
 }
 
 TEST(Decompositions, RMSNorm) {

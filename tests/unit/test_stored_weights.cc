@@ -11,6 +11,8 @@
 #include "core/mapped_file.h"
 #include "ir/builder.h"
 #include "ir/graph.h"
+#include "ir/rewrite.h"
+#include "passes/pass.h"
 #include "runtime/executor.h"
 
 using namespace hfx;
@@ -278,4 +280,60 @@ TEST(StoredWeights, RunsInLockstepMatchRunsInTurn) {
       EXPECT_EQ(together[r].at("y").shape()[0], inputs[r].at("x").shape()[0]);
     }
   }
+}
+
+// The onnx `ort` profile's last pass turns products over a transposed weight into FusedMatMul over the
+// stored [N, K] matrix (com.microsoft FusedMatMul(transB=1) in the file): the same numbers, the weight
+// read in place untransposed, nothing else left of the transpose; a weight stored [K, N] stays a MatMul.
+TEST(StoredWeights, OrtFusedMatMulReadsTheStoredLayout) {
+  const Tensor x = random_input({3, K}, 21);
+  const auto want = expected_product(x);
+  auto ops = [](const ir::Graph& g) {
+    std::map<std::string, int> n;
+    for (const auto& node : g.nodes()) ++n[node.op];
+    return n;
+  };
+  for (DType dt : {DType::F32, DType::BF16}) {
+    // Every form the pass rewrites: the ones run_product builds plus a weight widened at use after its
+    // folded transpose (a bf16 export's MatMul(x, Cast(W^T))) and a widened tied table.
+    for (int form = 0; form < 4; ++form) {
+      if (dt == DType::F32 && form >= 2) continue;  // no widening of an f32 weight
+      ir::Graph g("product");
+      ir::Builder b(g);
+      const ValueId in = g.add_input("x", DType::F32, fixed_shape(x.shape()));
+      const ir::WeightRef w = weights().weight(dt);
+      const auto perm = ir::Attrs{{"perm", std::vector<int64_t>{1, 0}}};
+      const auto to_f32 = ir::Attrs{{"to", std::string("f32")}};
+      ValueId operand = ir::kNone;
+      if (form == 0) operand = g.add_weight("w", w.cast(DType::F32).transposed({1, 0}));
+      if (form == 1) operand = b.add1("Transpose", {g.add_weight("w", w.cast(DType::F32))}, perm);
+      if (form == 2) operand = b.add1("Cast", {g.add_weight("w", w.transposed({1, 0}))}, to_f32);
+      if (form == 3) operand = b.add1("Cast", {b.add1("Transpose", {g.add_weight("w", w)}, perm)}, to_f32);
+      g.add_output(b.add1("MatMul", {in, operand}, {}, "y"));
+      const ir::Graph fused = passes::ort_fused_matmul(g);
+      const std::string what = fmt::format("{}, form {}", dtype_name(dt), form);
+      auto n = ops(fused);
+      EXPECT_EQ(n["FusedMatMul"], 1) << what;
+      EXPECT_EQ(n["MatMul"] + n["Transpose"], 0) << what;
+      // The product's weight, or the weight its operand widens.
+      ValueId stored = fused.nodes().back().inputs[1];
+      if (const ir::Node* cast = ir::producer(fused, stored)) stored = cast->inputs[0];
+      const ir::WeightRef* sw = fused.weight(stored);
+      ASSERT_TRUE(sw) << what;
+      ASSERT_TRUE(sw->stored_matrix()) << what;
+      EXPECT_FALSE(sw->stored_matrix()->transposed) << what << ": " << sw->describe();
+      EXPECT_EQ(sw->shape(), (std::vector<int64_t>{N, K})) << what;
+      for (bool stream : {false, true}) {
+        ExecOptions o;
+        o.cache_weights = !stream;
+        expect_close(Executor(fused, o).run({{"x", x}}).at("y"), want, what);
+      }
+    }
+  }
+  // Stored [K, N] already (GPT-2's Conv1D): MatMul reads it in place.
+  ir::Graph g("product");
+  ir::Builder b(g);
+  const ValueId in = g.add_input("x", DType::F32, {Dim::fixed(3), Dim::fixed(N)});
+  g.add_output(b.add1("MatMul", {in, g.add_weight("w", weights().weight(DType::F32))}, {}, "y"));
+  EXPECT_EQ(ops(passes::ort_fused_matmul(g))["MatMul"], 1);
 }

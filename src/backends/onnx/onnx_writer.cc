@@ -147,6 +147,29 @@ ir::Attrs raise_cast(const onnx::NodeProto& proto) {
   return attrs;
 }
 
+// The IR's FusedMatMul is x @ W^T, ORT's FusedMatMul with transB=1; a file's FusedMatMul is read only in
+// that form (alpha 1, no other transposition).
+void lower_fused_matmul(const ir::Node& node, onnx::NodeProto& proto) {
+  HFX_CHECK(node.attrs.empty(), "FusedMatMul node {}: attributes", node.name);
+  set_attr(proto, "transB", int64_t(1));
+}
+
+ir::Attrs raise_fused_matmul(const onnx::NodeProto& proto) {
+  if (proto.input_size() != 2) bad_input("FusedMatMul with {} inputs (expected 2)", proto.input_size());
+  for (const auto& [name, value] : raise_passthrough(proto)) {
+    const auto* i = std::get_if<int64_t>(&value);
+    const auto* f = std::get_if<double>(&value);
+    const bool as_linear = (name == "transB" && i && *i == 1) || (name == "alpha" && f && *f == 1.0) ||
+                           ((name == "transA" || name == "transBatchA" || name == "transBatchB") && i && *i == 0);
+    if (!as_linear)
+      unsupported("FusedMatMul attribute `{}` of this value (hfx reads FusedMatMul(transB=1, alpha=1): a Linear layer's product)", name);
+  }
+  bool trans_b = false;
+  for (const auto& a : proto.attribute()) trans_b = trans_b || a.name() == "transB";
+  if (!trans_b) unsupported("FusedMatMul without transB=1 (hfx reads FusedMatMul(transB=1, alpha=1): a Linear layer's product)");
+  return {};
+}
+
 // --- model building ---------------------------------------------------------------------------
 
 void set_type(onnx::ValueInfoProto& info, const ir::Value& v) {
@@ -218,8 +241,7 @@ class OutFile {
 
 // One weight into the external data file, hashed and queued while the writer thread writes the
 // previous blocks; its bytes are scanned for NaN / Inf on the way (`non_finite`). Returns true when
-// the queued bytes are the mapped source itself (the writer thread then releases its pages once
-// written).
+// the queued bytes are a constant's own (ir::stream_weight): no source pages to release.
 bool write_external(const ir::WeightRef& w, PipelinedFile& out, ir::NonFiniteCount& non_finite) {
   return ir::stream_weight(w, out, onnx_block_rows, [&](std::span<const uint8_t> bytes, int64_t first) {
     ir::count_non_finite(bytes, w.dtype(), first, non_finite);
@@ -333,6 +355,8 @@ const std::map<std::string, OpLowering>& onnx_lowering_table() {
       l.onnx_op = "GatherBlockQuantized";  // a quantized embedding table (shared with a tied lm_head)
       t["GatherBlockQuantized"] = l;
     }
+    // A Linear layer over its stored [N, K] weight (the `ort` profile's ort-fused-matmul pass).
+    t["FusedMatMul"] = OpLowering{"FusedMatMul", lower_fused_matmul, raise_fused_matmul, "com.microsoft"};
     // ONNX Runtime's fused ops (the `ort` profile): SimplifiedLayerNormalization is registered in
     // ORT's ai.onnx domain, the others in com.microsoft.
     t["SimplifiedLayerNormalization"] = OpLowering{"SimplifiedLayerNormalization", lower_passthrough, raise_passthrough};
