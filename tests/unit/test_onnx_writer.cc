@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -465,4 +466,70 @@ TEST(OnnxReader, RejectsHostileFiles) {
   }
   write_bytes(model, "this is not a protobuf");
   EXPECT_NE(read_error(model).describe().find(model.string()), std::string::npos);
+}
+
+// The ort profile's FusedMatMul (x @ W^T over a [N, K] weight) is written as com.microsoft
+// FusedMatMul(transB=1) and read back as the same op; any other FusedMatMul (another transposition, a
+// scale, a weight of another rank) is refused as the user's file, never as an internal error.
+TEST(OnnxReader, FusedMatMulRoundTripsInItsOneForm) {
+  TempDir dir;
+  ir::Graph g("fused");
+  ir::Builder b(g);
+  auto x = g.add_input("x", DType::F32, {Dim::sym("n"), Dim::fixed(4)});
+  Tensor w(DType::F32, {3, 4});
+  for (int64_t i = 0; i < w.numel(); ++i) w.as<float>()[i] = float(i);
+  g.add_output(b.add1("FusedMatMul", {x, b.weight("w", ir::WeightRef::constant(w))}, {}, "y"));
+  auto res = write_onnx(g, dir.path() / "out", {});
+  onnx::ModelProto m = parse_model(res.model_path);
+  ASSERT_EQ(m.graph().node_size(), 1);
+  const onnx::NodeProto& node = m.graph().node(0);
+  EXPECT_EQ(node.op_type(), "FusedMatMul");
+  EXPECT_EQ(node.domain(), "com.microsoft");
+  ASSERT_EQ(node.attribute_size(), 1);
+  EXPECT_EQ(node.attribute(0).name(), "transB");
+  EXPECT_EQ(node.attribute(0).i(), 1);
+  ir::Graph r = read_onnx(res.model_path);
+  ASSERT_EQ(r.nodes().size(), 1u);
+  EXPECT_EQ(r.nodes()[0].op, "FusedMatMul");
+  EXPECT_EQ(r.value(r.outputs()[0]).shape, (Shape{Dim::sym("n"), Dim::fixed(3)}));
+
+  struct Case {
+    std::string what;
+    std::function<void(onnx::ModelProto&)> edit;
+    ErrorKind kind;
+    std::string message;
+  };
+  auto attr = [](onnx::ModelProto& p) { return p.mutable_graph()->mutable_node(0)->mutable_attribute(0); };
+  const std::vector<Case> cases = {
+      {"transB=0", [&](onnx::ModelProto& p) { attr(p)->set_i(0); }, ErrorKind::Unsupported, "transB"},
+      {"no transB", [&](onnx::ModelProto& p) { p.mutable_graph()->mutable_node(0)->clear_attribute(); },
+       ErrorKind::Unsupported, "without transB=1"},
+      {"alpha 2",
+       [&](onnx::ModelProto& p) {
+         auto* a = p.mutable_graph()->mutable_node(0)->add_attribute();
+         a->set_name("alpha");
+         a->set_type(onnx::AttributeProto::FLOAT);
+         a->set_f(2.0f);
+       },
+       ErrorKind::Unsupported, "alpha"},
+      {"1-D weight",
+       [&](onnx::ModelProto& p) {
+         auto* t = p.mutable_graph()->mutable_initializer(0);
+         t->clear_dims();
+         t->add_dims(12);
+       },
+       ErrorKind::BadInput, "weight of rank 1"},
+  };
+  const fs::path edited = dir.path() / "out" / "edited.onnx";
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    onnx::ModelProto p = m;
+    c.edit(p);
+    std::string bytes;
+    ASSERT_TRUE(p.SerializeToString(&bytes));
+    write_bytes(edited, bytes);
+    Error e = read_error(edited);
+    EXPECT_EQ(e.kind(), c.kind) << e.describe();
+    EXPECT_NE(e.describe().find(c.message), std::string::npos) << e.describe();
+  }
 }

@@ -365,7 +365,7 @@ class OnnxBackend final : public Backend {
       g = with_context(c.role, [&] { return passes::apply_precision(g, precision, precision_target(job.recipe, c.role)); });
       passes_run.push_back("apply-precision");
     }
-    if (profile == "ort" && !getenv("HFX_NO_FMM")) {  // after the precision: what stays an f32 product reads its stored [N, K] weight
+    if (profile == "ort") {  // after the precision: what stays an f32 product reads its stored [N, K] weight
       g = with_context(c.role + ": pass ort-fused-matmul", [&] { return passes::ort_fused_matmul(g); });
       passes_run.push_back("ort-fused-matmul");
     }
