@@ -129,6 +129,10 @@ struct StoredMatrix {
   bool transposed = false;  // the weight is the stored matrix's transpose: [cols, rows]
 };
 
+// A checkpoint's float matrix (not a constant the graph computes with): what the precision pass and the
+// ort profile's FusedMatMul treat as a Linear layer's weight; false for nullptr.
+bool is_checkpoint_matrix(const WeightRef* w);
+
 struct WeightBlock {
   WeightRef part;
   size_t offset = 0, run_bytes = 0, stride = 0;

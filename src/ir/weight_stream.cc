@@ -17,7 +17,7 @@ bool stream_weight(const WeightRef& w, PipelinedFile& out, const std::function<i
   // hashed and written while it is in cache.
   if (auto raw = w.raw_bytes(); raw && w.source_bytes() == 0) {
     if (seen) seen(*raw, 0);
-    out.write(*raw, [w] { w.release_source_pages(); });
+    out.write(*raw, [w] {});  // the constant's tensor lives as long as `w`
     return true;
   }
   if (w.streamable() && w.row_bytes() > 0) {

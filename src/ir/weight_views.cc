@@ -18,6 +18,10 @@ std::optional<WeightRef> WeightRef::transposed_under_casts() const {
   return transposed({1, 0});
 }
 
+bool is_checkpoint_matrix(const WeightRef* w) {
+  return w && !w->is_constant() && w->shape().size() == 2 && is_float(w->dtype());
+}
+
 bool WeightRef::is_transpose_under_casts() const {
   if (node_->kind == Node::Cast) return node_->children[0].is_transpose_under_casts();
   return node_->kind == Node::Transpose && node_->perm == std::vector<int64_t>{1, 0};

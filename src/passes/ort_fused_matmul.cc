@@ -64,10 +64,9 @@ class FusedMatMul {
   bool is_f32(ValueId v) const { return src_.value(v).dtype == DType::F32; }
   bool sole_use(ValueId v) const { return uses_[size_t(v)] == 1; }
 
-  // A checkpoint matrix (not a constant the graph computes with).
   const ir::WeightRef* matrix(ValueId v) const {
     const ir::WeightRef* w = src_.weight(v);
-    return w && !w->is_constant() && w->shape().size() == 2 && is_float(w->dtype()) ? w : nullptr;
+    return ir::is_checkpoint_matrix(w) ? w : nullptr;
   }
 
   // How `b`, a [K, N] operand, is read as [N, K]; nullopt when it is not a transpose.

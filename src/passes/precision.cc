@@ -18,10 +18,6 @@ bool keeps_f32(const ir::Node& node) {
   return node.name.find(fmt::format("/{}/", ir::Builder::kKeepF32Scope)) != std::string::npos;
 }
 
-bool is_checkpoint_matrix(const ir::WeightRef* w) {
-  return w && !w->is_constant() && w->shape().size() == 2 && is_float(w->dtype());
-}
-
 class Precision {
  public:
   Precision(const ir::Graph& g, const quant::PrecisionSpec& spec, PrecisionTarget target)
@@ -33,20 +29,20 @@ class Precision {
       std::optional<ir::ValueId> y;
       with_context("apply-precision: " + node.name, [&] {
         if (node.op == "Linear" && node.inputs.size() >= 2) {
-          if (const auto* w = src_.weight(node.inputs[1]); is_checkpoint_matrix(w) && target_ == PrecisionTarget::ExecuTorch) {
+          if (const auto* w = src_.weight(node.inputs[1]); ir::is_checkpoint_matrix(w) && target_ == PrecisionTarget::ExecuTorch) {
             y = kept_linear(node, n.inputs[0], *w, node.inputs[1]);
             if (y && n.input(2) != ir::kNone) y = r_.builder().plus(*y, n.inputs[2]);
-          } else if (is_checkpoint_matrix(w)) {
+          } else if (ir::is_checkpoint_matrix(w)) {
             y = linear(node, n.inputs[0], w->transposed({1, 0}), src_.value(node.inputs[1]).name + ".T");
             if (y && n.input(2) != ir::kNone) y = r_.builder().plus(*y, n.inputs[2]);
           }
         } else if (node.op == "MatMul") {
-          if (const auto* w = src_.weight(node.inputs[1]); is_checkpoint_matrix(w))
+          if (const auto* w = src_.weight(node.inputs[1]); ir::is_checkpoint_matrix(w))
             y = linear(node, n.inputs[0], *w, src_.value(node.inputs[1]).name);
           else if (const auto table = transposed_weight(node.inputs[1]))  // a tied lm_head (fold-weight-transforms)
             y = linear(node, n.inputs[0], src_.weight(*table)->transposed({1, 0}), src_.value(*table).name + ".T", table);
         } else if (node.op == "Embedding" || (node.op == "Gather" && node.attr_int("axis", 0) == 0)) {
-          if (const auto* w = src_.weight(node.inputs[0]); is_checkpoint_matrix(w)) {
+          if (const auto* w = src_.weight(node.inputs[0]); ir::is_checkpoint_matrix(w)) {
             if (spec_.quantize_embeddings && spec_.quant.enabled()) {
               y = quantized_embedding(node, n.inputs[1], *w, node.inputs[0]);
             } else if (spec_.dtype != DType::F32) {
@@ -76,7 +72,7 @@ class Precision {
     if (p < 0) return std::nullopt;
     const ir::Node& t = src_.nodes()[size_t(p)];
     if (t.op != "Transpose" || t.attr_ints("perm") != std::vector<int64_t>{1, 0}) return std::nullopt;
-    if (!is_checkpoint_matrix(src_.weight(t.inputs[0]))) return std::nullopt;
+    if (!ir::is_checkpoint_matrix(src_.weight(t.inputs[0]))) return std::nullopt;
     return t.inputs[0];
   }
 

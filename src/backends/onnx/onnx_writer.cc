@@ -156,6 +156,7 @@ void lower_fused_matmul(const ir::Node& node, onnx::NodeProto& proto) {
 
 ir::Attrs raise_fused_matmul(const onnx::NodeProto& proto) {
   if (proto.input_size() != 2) bad_input("FusedMatMul with {} inputs (expected 2)", proto.input_size());
+  bool trans_b = false;
   for (const auto& [name, value] : raise_passthrough(proto)) {
     const auto* i = std::get_if<int64_t>(&value);
     const auto* f = std::get_if<double>(&value);
@@ -163,9 +164,8 @@ ir::Attrs raise_fused_matmul(const onnx::NodeProto& proto) {
                            ((name == "transA" || name == "transBatchA" || name == "transBatchB") && i && *i == 0);
     if (!as_linear)
       unsupported("FusedMatMul attribute `{}` of this value (hfx reads FusedMatMul(transB=1, alpha=1): a Linear layer's product)", name);
+    trans_b = trans_b || name == "transB";
   }
-  bool trans_b = false;
-  for (const auto& a : proto.attribute()) trans_b = trans_b || a.name() == "transB";
   if (!trans_b) unsupported("FusedMatMul without transB=1 (hfx reads FusedMatMul(transB=1, alpha=1): a Linear layer's product)");
   return {};
 }
