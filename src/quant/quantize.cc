@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/simd.h"
 
 namespace hfx::quant {
 
@@ -148,78 +149,172 @@ float round_to(DType dtype, float v) {
   }
 }
 
+namespace {
+
+using simd::f32x16;
+using simd::i32x16;
+using simd::u32x16;
+using simd::u8x16;
+
+// Lane l of v moved to lane l ^ D (D a power of two below 16).
+template <int D>
+HFX_INLINE f32x16 lanes_swapped(f32x16 v) {
+  return __builtin_shufflevector(v, v, 0 ^ D, 1 ^ D, 2 ^ D, 3 ^ D, 4 ^ D, 5 ^ D, 6 ^ D, 7 ^ D, 8 ^ D, 9 ^ D, 10 ^ D,
+                                 11 ^ D, 12 ^ D, 13 ^ D, 14 ^ D, 15 ^ D);
+}
+
+// The smallest and largest of v[0, count), NaNs skipped, as a scan in order finds them: 16 lanes at a
+// time, then the lanes. Values that compare equal are the same float except for ±0, so only an extreme
+// of zero could take another sign than the scan's first: such a block is scanned again in order.
+HFX_INLINE void block_range(const float* v, int64_t count, float& mn, float& mx) {
+  mn = std::numeric_limits<float>::max();
+  mx = -mn;
+  int64_t i = 0;
+  if (count % 16 == 0) {
+    f32x16 lo = simd::splat(mn), hi = simd::splat(mx);
+    for (; i < count; i += 16) {
+      const f32x16 x = simd::load16(v + i);
+      lo = simd::select(x < lo, x, lo);
+      hi = simd::select(x > hi, x, hi);
+    }
+    // The lanes halved four times (the order does not matter: no lane holds a NaN).
+    lo = simd::select(lanes_swapped<8>(lo) < lo, lanes_swapped<8>(lo), lo);
+    hi = simd::select(lanes_swapped<8>(hi) > hi, lanes_swapped<8>(hi), hi);
+    lo = simd::select(lanes_swapped<4>(lo) < lo, lanes_swapped<4>(lo), lo);
+    hi = simd::select(lanes_swapped<4>(hi) > hi, lanes_swapped<4>(hi), hi);
+    lo = simd::select(lanes_swapped<2>(lo) < lo, lanes_swapped<2>(lo), lo);
+    hi = simd::select(lanes_swapped<2>(hi) > hi, lanes_swapped<2>(hi), hi);
+    mn = lo[1] < lo[0] ? lo[1] : lo[0];
+    mx = hi[1] > hi[0] ? hi[1] : hi[0];
+    if (mn != 0.0f && mx != 0.0f) return;
+    mn = std::numeric_limits<float>::max();
+    mx = -mn;
+    i = 0;
+  }
+  for (; i < count; ++i) {
+    if (v[i] < mn) mn = v[i];
+    if (v[i] > mx) mx = v[i];
+  }
+}
+
+// q = clamp(roundf(v * rs + zp), 0, qmax) for v[0, count), without a libm call per weight: inside
+// (0, qmax), y + 0.5f is exact or rounds only across a power of two, so its truncation is roundf's
+// half-away-from-zero; NaN gives 0. The product and the sum round apart (this file is compiled with
+// -ffp-contract=off), so every clone writes the same bytes.
+HFX_INLINE void block_values(const float* v, int64_t count, float rs, float zp, int bits, uint8_t* dst) {
+  using i32x8 = int32_t __attribute__((vector_size(32)));
+  using u8x8 = uint8_t __attribute__((vector_size(8)));
+  const int qmax = (1 << bits) - 1;
+  const float top = float(qmax);
+  int64_t i = 0;
+  const f32x16 r = simd::splat(rs), z = simd::splat(zp), t = simd::splat(top), half = simd::splat(0.5f), zero{};
+  for (; i + 16 <= count; i += 16) {
+    f32x16 y = simd::load16(v + i) * r + z;
+    y = simd::select(y > zero, y, zero);  // NaN fails the comparison too
+    y = simd::select(y < t, y, t);
+    const i32x16 q = __builtin_convertvector(y + half, i32x16);
+    if (bits == 8) {
+      const u8x16 bytes = __builtin_convertvector(q, u8x16);
+      std::memcpy(dst + i, &bytes, sizeof bytes);
+    } else {  // two values a byte, the even one in the low nibble
+      const i32x8 even = __builtin_shufflevector(q, q, 0, 2, 4, 6, 8, 10, 12, 14);
+      const i32x8 odd = __builtin_shufflevector(q, q, 1, 3, 5, 7, 9, 11, 13, 15);
+      const u8x8 bytes = __builtin_convertvector(even | (odd << 4), u8x8);
+      std::memcpy(dst + i / 2, &bytes, sizeof bytes);
+    }
+  }
+  uint8_t q[16];
+  const int64_t tail = count - i;
+  for (int64_t k = 0; k < tail; ++k) {
+    const float y = v[i + k] * rs + zp;
+    q[k] = !(y > 0.0f) ? 0 : y >= top ? uint8_t(qmax) : uint8_t(int(y + 0.5f));
+  }
+  if (bits == 8) {
+    std::memcpy(dst + i, q, size_t(tail));
+  } else {  // i is even: the tail starts a byte; an odd count leaves the last high nibble 0
+    for (int64_t k = 0; k < tail; k += 2) dst[(i + k) / 2] = uint8_t(q[k] | (k + 1 < tail ? q[k + 1] << 4 : 0));
+  }
+}
+
+struct BlockwiseJob {
+  const float* w;
+  int64_t K, N;
+  int bits;
+  int64_t block;
+  bool symmetric;
+  DType scale_dtype;
+  int64_t k_stride, n_stride;  // element (k, n) of W[K, N] is w[k * k_stride + n * n_stride]
+  Quantized* out;
+};
+
+// Columns [n_begin, n_end) of the job: each writes only its own blocks, scales and zero-point bytes.
+HFX_SIMD_CLONES void quantize_columns(const BlockwiseJob& j, int64_t n_begin, int64_t n_end) {
+  const int64_t kb = k_blocks(j.K, j.block), blob = blob_bytes(j.bits, j.block);
+  const int64_t zb = zero_point_bytes_per_column(j.bits, j.K, j.block);
+  const int qmax = (1 << j.bits) - 1, mid = 1 << (j.bits - 1);
+  const float qmax_f = float(qmax);
+  Quantized& out = *j.out;
+  float gathered[256];  // a block of a [K, N] layout, whose column is strided
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    for (int64_t b = 0; b < kb; ++b) {
+      const int64_t k0 = b * j.block, count = std::min(j.K, k0 + j.block) - k0;
+      const float* v = j.w + k0 * j.k_stride + n * j.n_stride;
+      if (j.k_stride != 1) {
+        for (int64_t k = 0; k < count; ++k) gathered[k] = v[k * j.k_stride];
+        v = gathered;
+      }
+      float mn, mx;
+      block_range(v, count, mn, mx);
+      float scale = 0;
+      int zp = mid;
+      if (j.symmetric) {
+        const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
+        scale = round_to(j.scale_dtype, -m / float(mid));
+      } else {
+        mn = std::min(mn, 0.0f);
+        mx = std::max(mx, 0.0f);
+        const float s = (mx - mn) / qmax_f;
+        float zp_f = mn;
+        if (s != 0.0f) zp_f = 0.0f - mn / s;
+        zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
+        scale = round_to(j.scale_dtype, s);
+        uint8_t& z = out.zero_points[size_t(n * zb + b * j.bits / 8)];
+        if (j.bits == 8)
+          z = uint8_t(zp);
+        else
+          z = uint8_t((z & ~(0xF << (4 * (b % 2)))) | (zp << (4 * (b % 2))));
+      }
+      out.scales[size_t(n * kb + b)] = scale;
+      block_values(v, count, scale != 0.0f ? 1.0f / scale : 0.0f, float(zp), j.bits,
+                   out.data.data() + size_t((n * kb + b) * blob));
+    }
+  }
+}
+
+}  // namespace
+
 Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
                              DType scale_dtype, bool w_is_nk) {
   HFX_CHECK(bits == 4 || bits == 8, "quantize_blockwise: {} bits", bits);
   HFX_CHECK(block >= 16 && block <= 256 && block % 8 == 0, "quantize_blockwise: block {}", block);
-  const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
-  const int qmax = (1 << bits) - 1, mid = 1 << (bits - 1);
-  const float qmax_f = float(qmax);
+  const int64_t kb = k_blocks(K, block);
   Quantized out;
-  out.data.assign(size_t(N * kb * blob), 0);
+  out.data.assign(size_t(N * kb * blob_bytes(bits, block)), 0);
   out.scales.assign(size_t(N * kb), 0.f);
   // An odd block count leaves the last high nibble unused: it holds the default zero point 8, as in
   // ONNX Runtime's output.
-  if (!symmetric) out.zero_points.assign(size_t(N * zb), bits == 4 ? 0x88 : 0);
-  // Element (k, n) of W[K, N] in either layout.
-  const int64_t k_stride = w_is_nk ? 1 : N, n_stride = w_is_nk ? K : 1;
-  // Each column n writes only its own blocks, scales and zero-point bytes: columns split over threads.
-  auto columns = [&](int64_t n_begin, int64_t n_end) {
-    for (int64_t n = n_begin; n < n_end; ++n) {
-      for (int64_t b = 0; b < kb; ++b) {
-        const int64_t k0 = b * block, k1 = std::min(K, k0 + block);
-        float mn = std::numeric_limits<float>::max(), mx = -mn;
-        for (int64_t k = k0; k < k1; ++k) {
-          const float v = w[k * k_stride + n * n_stride];
-          if (v < mn) mn = v;
-          if (v > mx) mx = v;
-        }
-        float scale = 0;
-        int zp = mid;
-        if (symmetric) {
-          const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
-          scale = round_to(scale_dtype, -m / float(mid));
-        } else {
-          mn = std::min(mn, 0.0f);
-          mx = std::max(mx, 0.0f);
-          const float s = (mx - mn) / qmax_f;
-          float zp_f = mn;
-          if (s != 0.0f) zp_f = 0.0f - mn / s;
-          zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
-          scale = round_to(scale_dtype, s);
-          uint8_t& z = out.zero_points[size_t(n * zb + b * bits / 8)];
-          if (bits == 8)
-            z = uint8_t(zp);
-          else
-            z = uint8_t((z & ~(0xF << (4 * (b % 2)))) | (zp << (4 * (b % 2))));
-        }
-        out.scales[size_t(n * kb + b)] = scale;
-        const float rs = scale != 0.0f ? 1.0f / scale : 0.0f;
-        uint8_t* dst = out.data.data() + size_t((n * kb + b) * blob);
-        // q = clamp(roundf(y), 0, qmax) without a libm call per weight (half the quantizer's time):
-        // inside (0, qmax), y + 0.5f is exact or rounds only across a power of two, so its truncation is
-        // roundf's half-away-from-zero; NaN gives 0.
-        uint8_t q[256];
-        const float zp_f = float(zp);
-        for (int64_t k = k0; k < k1; ++k) {
-          const float y = w[k * k_stride + n * n_stride] * rs + zp_f;
-          q[k - k0] = !(y > 0.0f) ? 0 : y >= qmax_f ? uint8_t(qmax) : uint8_t(int(y + 0.5f));
-        }
-        if (bits == 8) {
-          std::memcpy(dst, q, size_t(k1 - k0));
-        } else {
-          for (int64_t i = 0; i + 1 < k1 - k0; i += 2) dst[i / 2] = uint8_t(q[i] | (q[i + 1] << 4));
-          if ((k1 - k0) % 2) dst[(k1 - k0) / 2] = q[k1 - k0 - 1];
-        }
-      }
-    }
-  };
-  parallel_columns(N, K, columns);
+  if (!symmetric) out.zero_points.assign(size_t(N * zero_point_bytes_per_column(bits, K, block)), bits == 4 ? 0x88 : 0);
+  const BlockwiseJob job{w, K, N, bits, block, symmetric, scale_dtype, w_is_nk ? 1 : N, w_is_nk ? K : 1, &out};
+  parallel_columns(N, K, [&](int64_t n_begin, int64_t n_end) { quantize_columns(job, n_begin, n_end); });
   return out;
 }
 
-void dequantize_column(const uint8_t* data, const float* scales, const uint8_t* zero_points, int64_t K, int64_t n,
-                       int bits, int64_t block, float* w) {
+// 16 values of a block at a time: 4-bit ones from 8 bytes (the even value in the low nibble), 8-bit
+// ones from 16; w = float(q - zp) * scale, as the scalar tail computes it.
+HFX_SIMD_CLONES void dequantize_column(const uint8_t* data, const float* scales, const uint8_t* zero_points, int64_t K,
+                                       int64_t n, int bits, int64_t block, float* w) {
+  using u8x8 = uint8_t __attribute__((vector_size(8)));
+  using i32x8 = int32_t __attribute__((vector_size(32)));
   const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
   for (int64_t b = 0; b < kb; ++b) {
     const float scale = scales[n * kb + b];
@@ -231,10 +326,23 @@ void dequantize_column(const uint8_t* data, const float* scales, const uint8_t* 
     const uint8_t* src = data + (n * kb + b) * blob;
     const int64_t k0 = b * block, count = std::min(K, k0 + block) - k0;
     float* dst = w + k0;
+    int64_t i = 0;
+    const f32x16 s = simd::splat(scale);
     if (bits == 8) {
-      for (int64_t i = 0; i < count; ++i) dst[i] = float(int(src[i]) - zp) * scale;
+      for (; i + 16 <= count; i += 16) {
+        u8x16 q;
+        std::memcpy(&q, src + i, sizeof q);
+        simd::store16(dst + i, __builtin_convertvector(__builtin_convertvector(q, i32x16) - zp, f32x16) * s);
+      }
+      for (; i < count; ++i) dst[i] = float(int(src[i]) - zp) * scale;
     } else {  // two values a byte, the even one in the low nibble
-      int64_t i = 0;
+      for (; i + 16 <= count; i += 16) {
+        u8x8 bytes;
+        std::memcpy(&bytes, src + i / 2, sizeof bytes);
+        const i32x8 wide = __builtin_convertvector(bytes, i32x8);
+        const i32x16 q = __builtin_shufflevector(wide & 0xF, wide >> 4, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+        simd::store16(dst + i, __builtin_convertvector(q - zp, f32x16) * s);
+      }
       for (; i + 1 < count; i += 2) {
         dst[i] = float(int(src[i / 2] & 0xF) - zp) * scale;
         dst[i + 1] = float(int(src[i / 2] >> 4) - zp) * scale;

@@ -365,13 +365,26 @@ struct Executor::Impl {
     const ir::Node& node = exec->nodes()[i];
     std::vector<Tensor> outs = with_context(fmt::format("node {} ({})", node.name, node.op), [&] {
       const TensorBudget budget(options.max_tensor_bytes);  // what the kernel allocates, not the weights
-      if (stored[i]) return detail::run_with_stored_weight(node, args, stored[i]->matrix, !options.cache_weights);
+      if (stored[i]) return std::move(detail::run_with_stored_weight(node, {args}, stored[i]->matrix, !options.cache_weights).front());
       return kernels[i](node, args);
     });
     // Read again next run: RSS stays near one layer's weights.
     if (release && stored[i] && !options.cache_weights) stored[i]->weight->release_source_pages();
     HFX_CHECK(outs.size() == node.outputs.size(), "kernel {} gave {} outputs for {}", node.op, outs.size(),
               node.outputs.size());
+    return outs;
+  }
+
+  // Node i for every run of a group (run_many): each run's outputs.
+  std::vector<std::vector<Tensor>> run_group(size_t i, const std::vector<detail::KernelInputs>& args) {
+    const ir::Node& node = exec->nodes()[i];
+    auto outs = with_context(fmt::format("node {} ({})", node.name, node.op), [&] {
+      const TensorBudget budget(options.max_tensor_bytes);
+      if (stored[i]) return detail::run_with_stored_weight(node, args, stored[i]->matrix, !options.cache_weights);
+      return detail::group_kernel(node)(node, args);
+    });
+    for (const auto& o : outs)
+      HFX_CHECK(o.size() == node.outputs.size(), "kernel {} gave {} outputs for {}", node.op, o.size(), node.outputs.size());
     return outs;
   }
 
@@ -437,15 +450,17 @@ struct Executor::Impl {
     for (const auto* in : inputs) runs.push_back(start_run(*in));
     const auto& nodes = exec->nodes();
     const bool streamed = !options.cache_weights;
-    detail::KernelInputs args;
+    std::vector<detail::KernelInputs> group_args;  // each run's inputs of the node
     // A streamed run's constant inputs, computed for this node only and shared by the runs.
     std::vector<std::shared_ptr<const Tensor>> streamed_args;
     for (size_t i = 0; i < nodes.size(); ++i) {
       const ir::Node& node = nodes[i];
       if (!needed[i] || ((folded || streamed) && constant_node[i])) continue;  // cached, or computed where read
       streamed_args.assign(node.inputs.size(), nullptr);
-      for (auto& r : runs) {
-        args.clear();
+      group_args.assign(runs.size(), {});
+      for (size_t k = 0; k < runs.size(); ++k) {
+        RunState& r = runs[k];
+        detail::KernelInputs& args = group_args[k];
         for (size_t j = 0; j < node.inputs.size(); ++j) {
           const ir::ValueId in = node.inputs[j];
           if (in == ir::kNone || input_read_in_place(i, j)) {
@@ -461,7 +476,14 @@ struct Executor::Impl {
           if (!slot) slot = constant_value(in);
           args.push_back(slot.get());
         }
-        std::vector<Tensor> outs = run_node(i, args, /*release=*/false);
+      }
+      // A node that reads a weight in place, or whose kernel shares its weight's work between runs,
+      // runs once for the group.
+      std::vector<std::vector<Tensor>> group_outs;
+      if (runs.size() > 1 && (stored[i] || detail::group_kernel(node))) group_outs = run_group(i, group_args);
+      for (size_t k = 0; k < runs.size(); ++k) {
+        RunState& r = runs[k];
+        std::vector<Tensor> outs = group_outs.empty() ? run_node(i, group_args[k], /*release=*/false) : std::move(group_outs[k]);
         for (size_t o = 0; o < outs.size(); ++o) {
           if (options.check_declared_shapes) check_declared(node, node.outputs[o], outs[o], r.bound);
           auto& slot = r.vals[size_t(node.outputs[o])];

@@ -34,6 +34,12 @@ void register_matmul_kernels(KernelTable& table);
 void register_quant_kernels(KernelTable& table);  // DequantizeLinear, MatMulNBits
 void register_composite_kernels(KernelTable& table);
 
+// A kernel for the runs of a group (Executor::run_many): each run's inputs, each run's outputs, as
+// the node's kernel gives them run by run, the work on the node's weight shared (MatMulNBits
+// dequantizes each block of B once for the group, kernels_quant.cc). nullptr: run by run.
+using GroupKernelFn = std::vector<std::vector<Tensor>> (*)(const ir::Node& node, const std::vector<KernelInputs>& runs);
+GroupKernelFn group_kernel(const ir::Node& node);
+
 // Nodes that can read a weight in place (kernels_stored.cc): the input that may be such a weight
 // (MatMul's and Linear's weight, Gather's table on axis 0, Embedding's table), and the node run with
 // that input read from `w` (in[that input] is not read); `stream`: each block of the weight's pages is
@@ -47,8 +53,20 @@ bool reads_packed_bytes(const ir::Node& node, size_t i);
 // Whether the node can read that input from `w` (a lookup reads the table's stored rows, so not a
 // transposed one).
 bool reads_in_place(const ir::Node& node, const ir::StoredMatrix& w);
-std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w,
-                                           bool stream);
+// For each run of a group (Executor::run_many; one run alone is a group of one): a product reads each
+// block of `w` once for the whole group, each run's numbers those it gets alone.
+std::vector<std::vector<Tensor>> run_with_stored_weight(const ir::Node& node, const std::vector<KernelInputs>& runs,
+                                                        const ir::StoredMatrix& w, bool stream);
+
+// A product with at most this many rows (a decode step, a short shape case) reads each block of a
+// weight once per 4 rows, the block still in cache after the first (few_rows_linear): sgemm would
+// pack all of B for them, which costs more than the products themselves (a third of a model-sized
+// check's CPU was OpenBLAS packing weights for cases of 8 to 16 rows).
+constexpr int64_t kFewRows = 16;
+// c[:, r0, r0 + rows) = a[m, k] x w^T for an f32 block w[rows, k] of a Linear's weight (output columns
+// r0 onwards of c[m, n]), on two threads: each output summed as the f32 kernels' reference order
+// fixes it, so a row's numbers do not depend on the rows it runs with.
+void few_rows_linear(const float* w, int64_t rows, int64_t k, int64_t m, int64_t n, int64_t r0, const float* a, float* c);
 
 // Linear's optional bias (in[2], [n]) added to each of the `rows` rows of c[rows, n].
 void add_linear_bias(const ir::Node& node, const KernelInputs& in, float* c, int64_t rows, int64_t n);

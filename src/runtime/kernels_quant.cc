@@ -55,46 +55,32 @@ struct NBitsWeight {
   }
 };
 
-// out[r][n] = sum_k a[r][k] * w[k] for one dequantized column w: 16 partial sums per product, then added.
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void dot_column(const float* w, int64_t k, int64_t m, const float* a, float* c, int64_t ldc) {
-  constexpr int kLanes = 16;
-  for (int64_t r = 0; r < m; ++r) {
-    const float* x = a + r * k;
-    float acc[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= k; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) acc[l] += x[i + l] * w[i + l];
-    float sum = 0.0f;
-    for (; i < k; ++i) sum += x[i] * w[i];
-    for (int l = 0; l < kLanes; ++l) sum += acc[l];
-    c[r * ldc] = sum;
-  }
-}
+// One product C[m, N] = A[m, K] x W of a group (a run of Executor::run_many).
+struct NBitsProduct {
+  int64_t m;
+  const float* a;
+  float* c;
+};
 
-// C[m, N] = A[m, K] x W with W dequantized from its packed columns a block of columns at a time (no
-// f32 copy of W: a vocabulary-sized lm_head would be 600 MB). A few rows (a decode step): each column
-// dequantized and dotted with the rows, the columns split between two threads. More rows: blocks of
-// columns dequantized (on two threads) and multiplied by sgemm.
-void nbits_product(const NBitsWeight& w, int64_t m, const float* a, float* c) {
-  constexpr int64_t kRowsForDots = 4, kColumnsPerBlock = 256;
-  if (m <= kRowsForDots) {
-    split_in_two(w.N, [&](int64_t n0, int64_t n1) {
-      std::vector<float> col(size_t(w.K));
-      for (int64_t n = n0; n < n1; ++n) {
-        w.column(n, col.data());
-        dot_column(col.data(), w.K, m, a, c + n, w.N);
-      }
-    });
-    return;
-  }
+// Every product of a group against one W, dequantized from its packed columns a block of 256 columns
+// at a time (no f32 copy of W: a vocabulary-sized lm_head would be 600 MB), each block once for the
+// whole group, on two threads. A product of a few rows (a decode step, a short case) reads the block
+// once per 4 rows (few_rows_linear); more rows: sgemm against the block. A product's numbers do not
+// depend on the group it ran in.
+void nbits_products(const NBitsWeight& w, const std::vector<NBitsProduct>& products) {
+  constexpr int64_t kColumnsPerBlock = 256;
   std::vector<float> block(size_t(kColumnsPerBlock * w.K));
   for (int64_t n0 = 0; n0 < w.N; n0 += kColumnsPerBlock) {
     const int64_t cols = std::min(kColumnsPerBlock, w.N - n0);
     split_in_two(cols, [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j) w.column(n0 + j, block.data() + j * w.K);
     });
-    gemm(false, true, m, cols, w.K, 1.0f, a, w.K, block.data(), w.K, c + n0, w.N);
+    for (const NBitsProduct& p : products) {
+      if (p.m <= kFewRows)
+        few_rows_linear(block.data(), cols, w.K, p.m, w.N, n0, p.a, p.c);
+      else
+        gemm(false, true, p.m, cols, w.K, 1.0f, p.a, w.K, block.data(), w.K, p.c + n0, w.N);
+    }
   }
 }
 
@@ -118,14 +104,22 @@ void quantize_activations_int8(float* a, int64_t rows, int64_t K, int64_t block)
     }
 }
 
-std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs& in) {
-  const Tensor& a = arg(node, in, 0);
-  expect_dtype(node, a, DType::F32, "input A");
+// MatMulNBits for the runs of a group: B (its bytes, scales and zero points) read from the first run's
+// inputs and dequantized once for all (a graph whose B differs between runs, computed from its
+// inputs, runs one by one).
+std::vector<std::vector<Tensor>> matmul_nbits_group(const ir::Node& node, const std::vector<KernelInputs>& runs) {
+  const KernelInputs& in = runs.front();
+  for (const KernelInputs& other : runs)
+    for (size_t j = 1; j < std::max(in.size(), other.size()); ++j)
+      if ((j < in.size() ? in[j] : nullptr) != (j < other.size() ? other[j] : nullptr)) {
+        std::vector<std::vector<Tensor>> outs;
+        for (const KernelInputs& one : runs) outs.push_back(std::move(matmul_nbits_group(node, {one}).front()));
+        return outs;
+      }
   const int64_t K = node.attr_int("K"), N = node.attr_int("N"), bits = node.attr_int("bits", 4),
                 block = node.attr_int("block_size");
   if (bits != 4 && bits != 8) unsupported("{}: MatMulNBits with bits = {} (the reference executor runs 4 and 8)", node.name, bits);
   if (block < 16 || (block & (block - 1)) != 0) bad_input("{}: MatMulNBits block_size {} is not a power of 2 >= 16", node.name, block);
-  if (a.rank() < 1 || a.shape().back() != K) bad_input("{}: MatMulNBits input {} does not end in K = {}", node.name, shape_string(a.shape()), K);
   const int64_t kb = quant::k_blocks(K, block), blob = quant::blob_bytes(int(bits), block);
   const PackedBytes b = bytes_of(node, arg(node, in, 1), "B");
   const Tensor& s = arg(node, in, 2);
@@ -140,24 +134,37 @@ std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs
     if (int64_t(zp.size) != N * zp_bytes) bad_input("{}: MatMulNBits zero points have {} bytes", node.name, zp.size);
   }
   const NBitsWeight w{b.data, s.as<float>(), zp.data, K, N, bits, block};
-  std::vector<int64_t> out_shape = a.shape();
-  out_shape.back() = N;
-  Tensor out(DType::F32, out_shape);
-  const int64_t rows = K ? a.numel() / K : 0;
-  const float* lhs = a.as<float>();
-  std::vector<float> int8_a;
-  if (node.attr_int("accuracy_level", 0) == 4) {
-    int8_a.assign(lhs, lhs + a.numel());
-    quantize_activations_int8(int8_a.data(), rows, K, block);
-    lhs = int8_a.data();
+  const bool int8_activations = node.attr_int("accuracy_level", 0) == 4;
+  std::vector<std::vector<Tensor>> outs;
+  std::vector<std::vector<float>> int8_a(runs.size());
+  std::vector<NBitsProduct> products;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const Tensor& a = arg(node, runs[r], 0);
+    expect_dtype(node, a, DType::F32, "input A");
+    if (a.rank() < 1 || a.shape().back() != K)
+      bad_input("{}: MatMulNBits input {} does not end in K = {}", node.name, shape_string(a.shape()), K);
+    std::vector<int64_t> out_shape = a.shape();
+    out_shape.back() = N;
+    Tensor out(DType::F32, out_shape);
+    const int64_t rows = K ? a.numel() / K : 0;
+    const float* lhs = a.as<float>();
+    if (int8_activations) {
+      int8_a[r].assign(lhs, lhs + a.numel());
+      quantize_activations_int8(int8_a[r].data(), rows, K, block);
+      lhs = int8_a[r].data();
+    }
+    if (K == 0)
+      std::fill(out.as<float>(), out.as<float>() + out.numel(), 0.0f);
+    else if (out.numel() > 0)
+      products.push_back({rows, lhs, out.as<float>()});
+    outs.emplace_back().push_back(std::move(out));
   }
-  if (out.numel() == 0) return {std::move(out)};
-  if (K == 0) {
-    std::fill(out.as<float>(), out.as<float>() + out.numel(), 0.0f);
-    return {std::move(out)};
-  }
-  nbits_product(w, rows, lhs, out.as<float>());
-  return {std::move(out)};
+  if (!products.empty()) nbits_products(w, products);
+  return outs;
+}
+
+std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs& in) {
+  return std::move(matmul_nbits_group(node, {in}).front());
 }
 
 // y = (x - zero_point) * scale, the scale (and zero point) per tensor, per `axis` index, or per block of
@@ -247,6 +254,8 @@ std::vector<Tensor> gather_block_quantized_kernel(const ir::Node& node, const Ke
 bool reads_packed_bytes(const ir::Node& node, size_t i) {
   return (node.op == "MatMulNBits" && (i == 1 || i == 3)) || (node.op == "GatherBlockQuantized" && (i == 0 || i == 3));
 }
+
+GroupKernelFn group_kernel(const ir::Node& node) { return node.op == "MatMulNBits" ? matmul_nbits_group : nullptr; }
 
 void register_quant_kernels(KernelTable& t) {
   t["MatMulNBits"] = matmul_nbits_kernel;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/simd.h"
 #include "runtime/kernels.h"
 
 namespace hfx::runtime::detail {
@@ -14,19 +15,11 @@ namespace {
 
 // Stored rows read per block: about 4 MiB of them.
 constexpr size_t kBlockBytes = size_t(4) << 20;
-// A product with at most this many rows (a decode step, a short shape case) reads each block of the
-// weight once per 4 rows, the block still in cache after the first (few_rows_product): sgemm would
-// pack all of B for them, which costs more than the products themselves (a third of a model-sized
-// check's CPU was OpenBLAS packing weights for cases of 8 to 16 rows).
-constexpr int64_t kFewRows = 16;
 
-// The kernels below are compiled for AVX-512, AVX2 and the baseline, picked at load time. Clang (the
-// fuzzing build) does not multiversion templates yet: there they take the build's baseline.
-#if defined(__clang__)
-#define HFX_SIMD_CLONES
-#else
-#define HFX_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
+// The kernels below are compiled for AVX-512, AVX2 and the baseline, picked at load time (core/simd.h).
+using simd::f32x16;
+using simd::load16;
+using simd::store16;
 
 // A stored element widened to f32 (exact): f32 as is, bf16 as the high half of an f32.
 inline float widen(float x) { return x; }
@@ -37,30 +30,8 @@ inline float widen(uint16_t bits) {
   return f;
 }
 
-// 16 floats in registers (one zmm; two ymm or four xmm in the other clones). GCC's vector extension,
-// so the one source compiles to every clone's instruction set.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"  // vectors passed between inlined helpers only
-using f32x16 = float __attribute__((vector_size(64)));
-using u16x16 = uint16_t __attribute__((vector_size(32)));
-using u32x16 = uint32_t __attribute__((vector_size(64)));
-
-#define HFX_INLINE inline __attribute__((always_inline))
-
-HFX_INLINE f32x16 load16(const float* p) {
-  f32x16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-HFX_INLINE f32x16 load16(const uint16_t* p) {  // 16 bf16 widened
-  u16x16 h;
-  std::memcpy(&h, p, sizeof h);
-  const u32x16 w = __builtin_convertvector(h, u32x16) << 16;
-  f32x16 v;
-  std::memcpy(&v, &w, sizeof v);
-  return v;
-}
-HFX_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 
 // c[r][j + jj] = sum_i a[r][i] * W[j + jj][i] for M rows of a and J rows of a stored [n, k] matrix (a
 // Linear's weight, or a MatMul's read transposed): M x J sums of 16 lanes in registers, each weight
@@ -205,61 +176,95 @@ void few_rows_product(const T* block, int64_t rows, int64_t cols, bool transpose
   split_in_two(tiles, share, 2);
 }
 
-// C[m, n] = A[m, k] x B, B given by the stored matrix: [k, n] as stored, or [n, k] stored and read
-// transposed. It is read in blocks of stored rows (output columns, or a range of k summed into C),
-// each widened when it is half precision. Streamed, the block's pages fault in as it is read (the
-// kernel maps 16 at a time; mapping each block in one MADV_POPULATE_READ call cost a third more CPU,
-// measured on a Qwen3-0.6B-shaped check), and the executor releases the weight's pages after the
-// node: releasing block by block would cost a TLB flush on every thread per block.
-void gemm_stored(int64_t m, int64_t k, int64_t n, const float* a, const ir::StoredMatrix& s, bool b_transposed, float* c,
-                 bool stream) {
-  const size_t es = dtype_size(s.dtype), row_bytes = size_t(s.cols) * es;
-  int64_t block_rows = std::clamp<int64_t>(int64_t(kBlockBytes / std::max<size_t>(row_bytes, 1)), 1, std::max<int64_t>(s.rows, 1));
-  if (s.dtype == DType::F32 && !stream && m > kFewRows) block_rows = s.rows;  // in place, whole: no copy at all
+// One product C[m, n] = A[m, k] x B of a group (a run of Executor::run_many).
+struct StoredProduct {
+  int64_t m;
+  const float* a;
+  float* c;
+};
+
+// The stored rows a product reads at a time: about 4 MiB, or an f32 weight held in place whole for
+// sgemm (no copy at all).
+int64_t stored_block_rows(const ir::StoredMatrix& s, int64_t m, bool stream) {
+  const size_t row_bytes = size_t(s.cols) * dtype_size(s.dtype);
+  if (s.dtype == DType::F32 && !stream && m > kFewRows) return std::max<int64_t>(s.rows, 1);
+  return std::clamp<int64_t>(int64_t(kBlockBytes / std::max<size_t>(row_bytes, 1)), 1, std::max<int64_t>(s.rows, 1));
+}
+
+// C[m, n] = A[m, k] x B for each product, B given by the stored matrix: [k, n] as stored, or [n, k]
+// stored and read transposed. It is read in blocks of stored rows (output columns, or a range of k
+// summed into C), each widened when it is half precision, and each block serves every product of the
+// group while it is in cache (products that would read it in blocks of different sizes run one by
+// one: a product's numbers do not depend on its group). Streamed, the block's pages fault in as it is
+// read (the kernel maps 16 at a time; mapping each block in one MADV_POPULATE_READ call cost a third
+// more CPU, measured on a Qwen3-0.6B-shaped check), and the executor releases the weight's pages after
+// the node: releasing block by block would cost a TLB flush on every thread per block.
+void gemm_stored(const std::vector<StoredProduct>& products, int64_t k, int64_t n, const ir::StoredMatrix& s,
+                 bool b_transposed, bool stream) {
+  if (products.empty()) return;
+  const int64_t block_rows = stored_block_rows(s, products.front().m, stream);
+  for (const StoredProduct& p : products)
+    if (stored_block_rows(s, p.m, stream) != block_rows) {
+      for (const StoredProduct& one : products) gemm_stored({one}, k, n, s, b_transposed, stream);
+      return;
+    }
+  const size_t row_bytes = size_t(s.cols) * dtype_size(s.dtype);
   thread_local std::vector<float> widened;
   for (int64_t r0 = 0; r0 < s.rows; r0 += block_rows) {
     const int64_t rows = std::min(block_rows, s.rows - r0);
     const uint8_t* src = s.data + size_t(r0) * row_bytes;
-    if (m <= kFewRows && s.dtype == DType::BF16) {  // read as stored
-      few_rows_product(reinterpret_cast<const uint16_t*>(src), rows, s.cols, b_transposed, m, k, n, r0, a, c);
-      continue;
+    const float* block = nullptr;  // the block in f32, widened once for the products that need it
+    for (const StoredProduct& p : products) {
+      if (p.m <= kFewRows && s.dtype == DType::BF16) {  // read as stored
+        few_rows_product(reinterpret_cast<const uint16_t*>(src), rows, s.cols, b_transposed, p.m, k, n, r0, p.a, p.c);
+        continue;
+      }
+      if (!block && s.dtype == DType::F32) block = reinterpret_cast<const float*>(src);
+      if (!block) {
+        widened.resize(size_t(rows * s.cols));
+        convert_elements(s.dtype, src, DType::F32, widened.data(), size_t(rows * s.cols));
+        block = widened.data();
+      }
+      if (p.m <= kFewRows)
+        few_rows_product(block, rows, s.cols, b_transposed, p.m, k, n, r0, p.a, p.c);
+      else if (b_transposed)  // stored rows are output columns [r0, r0 + rows)
+        gemm(false, true, p.m, rows, k, 1.0f, p.a, k, block, k, p.c + r0, n, false);
+      else  // stored rows are k in [r0, r0 + rows): summed into C
+        gemm(false, false, p.m, n, rows, 1.0f, p.a + r0, k, block, n, p.c, n, r0 > 0);
     }
-    const float* block = reinterpret_cast<const float*>(src);
-    if (s.dtype != DType::F32) {
-      widened.resize(size_t(rows * s.cols));
-      convert_elements(s.dtype, src, DType::F32, widened.data(), size_t(rows * s.cols));
-      block = widened.data();
-    }
-    if (m <= kFewRows)
-      few_rows_product(block, rows, s.cols, b_transposed, m, k, n, r0, a, c);
-    else if (b_transposed)  // stored rows are output columns [r0, r0 + rows)
-      gemm(false, true, m, rows, k, 1.0f, a, k, block, k, c + r0, n, false);
-    else  // stored rows are k in [r0, r0 + rows): summed into C
-      gemm(false, false, m, n, rows, 1.0f, a + r0, k, block, n, c, n, r0 > 0);
   }
 }
 
-// MatMul(x, W) with W [k, n], and Linear(x, W, bias?) with W [n, k]: one product over all of x's rows.
-std::vector<Tensor> product(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w, bool linear,
-                            bool stream) {
-  const Tensor& x = arg(node, in, 0);
-  expect_dtype(node, x, DType::F32, "input 0");
+// MatMul(x, W) with W [k, n], and Linear(x, W, bias?) with W [n, k], for each run of a group: one
+// product over all of a run's rows.
+std::vector<std::vector<Tensor>> products(const ir::Node& node, const std::vector<KernelInputs>& runs,
+                                          const ir::StoredMatrix& w, bool linear, bool stream) {
   // The weight as the product reads it: B [k, n], stored or stored transposed.
   const bool b_transposed = linear ? !w.transposed : w.transposed;
   const int64_t k = b_transposed ? w.cols : w.rows, n = b_transposed ? w.rows : w.cols;
-  if (x.rank() < 1 || x.shape().back() != k)
-    bad_input("{}: input {} does not match the weight's {} inputs", node.op, shape_string(x.shape()), k);
-  std::vector<int64_t> shape = x.shape();
-  const bool vector = shape.size() == 1;
-  shape.back() = n;
-  if (vector && !linear) shape = {n};  // MatMul of a 1-D input drops the row dim
-  Tensor out(DType::F32, shape);
-  const int64_t rows = x.numel() / std::max<int64_t>(k, 1);
-  if (out.numel() == 0) return {std::move(out)};
-  float* c = out.as<float>();
-  gemm_stored(rows, k, n, x.as<float>(), w, b_transposed, c, stream);
-  if (linear) add_linear_bias(node, in, c, rows, n);
-  return {std::move(out)};
+  std::vector<std::vector<Tensor>> outs;
+  std::vector<StoredProduct> group;
+  std::vector<int64_t> rows_of;
+  for (const KernelInputs& in : runs) {
+    const Tensor& x = arg(node, in, 0);
+    expect_dtype(node, x, DType::F32, "input 0");
+    if (x.rank() < 1 || x.shape().back() != k)
+      bad_input("{}: input {} does not match the weight's {} inputs", node.op, shape_string(x.shape()), k);
+    std::vector<int64_t> shape = x.shape();
+    const bool vector = shape.size() == 1;
+    shape.back() = n;
+    if (vector && !linear) shape = {n};  // MatMul of a 1-D input drops the row dim
+    Tensor out(DType::F32, shape);
+    const int64_t rows = x.numel() / std::max<int64_t>(k, 1);
+    if (out.numel() > 0) group.push_back({rows, x.as<float>(), out.as<float>()});
+    rows_of.push_back(out.numel() > 0 ? rows : -1);
+    outs.emplace_back().push_back(std::move(out));
+  }
+  gemm_stored(group, k, n, w, b_transposed, stream);
+  if (linear)
+    for (size_t r = 0; r < runs.size(); ++r)
+      if (rows_of[r] >= 0) add_linear_bias(node, runs[r], outs[r][0].as<float>(), rows_of[r], n);
+  return outs;
 }
 
 // Gather(table, indices) on axis 0 (Embedding(table, indices)): each looked-up row widened.
@@ -283,6 +288,10 @@ std::vector<Tensor> lookup(const ir::Node& node, const KernelInputs& in, const i
 
 }  // namespace
 
+void few_rows_linear(const float* w, int64_t rows, int64_t k, int64_t m, int64_t n, int64_t r0, const float* a, float* c) {
+  few_rows_product(w, rows, k, /*transposed=*/true, m, k, n, r0, a, c);
+}
+
 std::optional<size_t> stored_weight_input(const ir::Node& node) {
   if (node.op == "MatMul" || node.op == "Linear" || node.op == "FusedMatMul") return 1;
   if (node.op == "Embedding") return 0;
@@ -294,12 +303,14 @@ bool reads_in_place(const ir::Node& node, const ir::StoredMatrix& w) {
   return node.op == "MatMul" || node.op == "Linear" || node.op == "FusedMatMul" || !w.transposed;  // a lookup reads stored rows
 }
 
-std::vector<Tensor> run_with_stored_weight(const ir::Node& node, const KernelInputs& in, const ir::StoredMatrix& w,
-                                           bool stream) {
-  if (node.op == "MatMul") return product(node, in, w, false, stream);
-  if (node.op == "Linear" || node.op == "FusedMatMul") return product(node, in, w, true, stream);
+std::vector<std::vector<Tensor>> run_with_stored_weight(const ir::Node& node, const std::vector<KernelInputs>& runs,
+                                                        const ir::StoredMatrix& w, bool stream) {
+  if (node.op == "MatMul") return products(node, runs, w, false, stream);
+  if (node.op == "Linear" || node.op == "FusedMatMul") return products(node, runs, w, true, stream);
   HFX_CHECK(reads_in_place(node, w), "{}: a table read transposed is not read in place", node.name);
-  return lookup(node, in, w);
+  std::vector<std::vector<Tensor>> outs;
+  for (const KernelInputs& in : runs) outs.push_back(lookup(node, in, w));
+  return outs;
 }
 
 }  // namespace hfx::runtime::detail

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -216,13 +218,143 @@ TEST(Quantize, ChunkedQuantizationOfATallWeightEqualsTheWhole) {
   }
 }
 
+// The quantizer as written before it ran 16 lanes at a time: one value at a time, in k order.
+quant::Quantized scalar_quantize(const std::vector<float>& w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
+                                 DType scale_dtype) {
+  const int64_t kb = quant::k_blocks(K, block), blob = quant::blob_bytes(bits, block);
+  const int64_t zb = quant::zero_point_bytes_per_column(bits, K, block);
+  const int qmax = (1 << bits) - 1, mid = 1 << (bits - 1);
+  const float qmax_f = float(qmax);
+  quant::Quantized out;
+  out.data.assign(size_t(N * kb * blob), 0);
+  out.scales.assign(size_t(N * kb), 0.f);
+  if (!symmetric) out.zero_points.assign(size_t(N * zb), bits == 4 ? 0x88 : 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < kb; ++b) {
+      const int64_t k0 = b * block, k1 = std::min(K, k0 + block);
+      float mn = std::numeric_limits<float>::max(), mx = -mn;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = w[size_t(k * N + n)];
+        if (v < mn) mn = v;
+        if (v > mx) mx = v;
+      }
+      float scale = 0;
+      int zp = mid;
+      if (symmetric) {
+        const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
+        scale = quant::round_to(scale_dtype, -m / float(mid));
+      } else {
+        mn = std::min(mn, 0.0f);
+        mx = std::max(mx, 0.0f);
+        const float s = (mx - mn) / qmax_f;
+        float zp_f = mn;
+        if (s != 0.0f) zp_f = 0.0f - mn / s;
+        zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
+        scale = quant::round_to(scale_dtype, s);
+        uint8_t& z = out.zero_points[size_t(n * zb + b * bits / 8)];
+        z = bits == 8 ? uint8_t(zp) : uint8_t((z & ~(0xF << (4 * (b % 2)))) | (zp << (4 * (b % 2))));
+      }
+      out.scales[size_t(n * kb + b)] = scale;
+      const float rs = scale != 0.0f ? 1.0f / scale : 0.0f;
+      uint8_t* dst = out.data.data() + size_t((n * kb + b) * blob);
+      for (int64_t k = k0; k < k1; ++k) {
+        const float y = w[size_t(k * N + n)] * rs + float(zp);
+        const uint8_t q = !(y > 0.0f) ? 0 : y >= qmax_f ? uint8_t(qmax) : uint8_t(int(y + 0.5f));
+        if (bits == 8) dst[k - k0] = q;
+        else dst[(k - k0) / 2] |= uint8_t(q << (4 * ((k - k0) % 2)));
+      }
+    }
+  return out;
+}
+
+// Bytes as floats compare them: -0.0 and NaN too.
+std::vector<uint32_t> float_bits(const std::vector<float>& v) {
+  std::vector<uint32_t> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size() * 4);
+  return out;
+}
+
+TEST(Quantize, SixteenLanesWriteTheScalarQuantizersBytes) {
+  // Blocks the vector path takes whole (16 to 256 values), the tails it leaves to the scalar one (K 40
+  // with blocks of 32: 8 values; K 56: 16 then 8), and values that could tell the two apart: zeros of
+  // both signs as a block's extremes (scanned in order again), NaN, infinities, huge values, denormals,
+  // constant blocks, half-way values; in the checkpoint's [N, K] layout and the strided [K, N] one.
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 1e30f, -1e30f, 1e-40f, -1e-40f, 0.5f, -0.5f};
+  for (int64_t K : {16, 40, 56, 256, 264})
+    for (int kind = 0; kind < 5; ++kind) {
+      const int64_t N = 24;
+      std::vector<float> w(size_t(K * N));
+      for (size_t i = 0; i < w.size(); ++i) {
+        const int64_t n = int64_t(i) % N;
+        if (kind == 0) w[i] = normal(gen);
+        else if (kind == 1) w[i] = n % 3 == 0 ? 0.25f : gen() % 5 == 0 ? specials[gen() % std::size(specials)] : normal(gen);
+        else if (kind == 4)  // a block of zeros after a NaN: only the scan in order says which zero is first
+          w[i] = i < size_t(N) ? std::numeric_limits<float>::quiet_NaN() : (int64_t(i) / N) % 16 == 1 ? -0.0f : 0.0f;
+        else {  // zeros of both signs as the maxima (2) or the minima (3); odd columns all zeros
+          const float zero = gen() % 2 ? 0.0f : -0.0f, x = std::fabs(normal(gen));
+          w[i] = n % 2 || gen() % 3 == 0 ? zero : kind == 2 ? -x : x;
+        }
+      }
+      std::vector<float> w_nk(w.size());  // the same W stored [N, K]
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) w_nk[size_t(n * K + k)] = w[size_t(k * N + n)];
+      for (int bits : {4, 8})
+        for (int64_t block : {16, 32, 64, 128, 256})
+          for (bool sym : {true, false})
+            for (DType scales : {DType::F32, DType::F16, DType::BF16}) {
+              const std::string what = fmt::format("K {}, values {}, int{} block {} {} scales {}", K, kind, bits, block,
+                                                   sym ? "sym" : "asym", dtype_name(scales));
+              const auto want = scalar_quantize(w, K, N, bits, block, sym, scales);
+              for (bool nk : {false, true}) {
+                const auto got = quant::quantize_blockwise(nk ? w_nk.data() : w.data(), K, N, bits, block, sym, scales, nk);
+                ASSERT_EQ(got.data, want.data) << what << (nk ? " [N, K]" : " [K, N]");
+                ASSERT_EQ(float_bits(got.scales), float_bits(want.scales)) << what;
+                ASSERT_EQ(got.zero_points, want.zero_points) << what;
+              }
+            }
+    }
+}
+
+TEST(Quantize, DequantizedColumnsAreTheScalarFormula) {
+  // w = float(q - zero point) * scale for every value: blocks of 16 values at a time and the tail
+  // (K 41 with blocks of 32: 9 values, an odd last one), odd blocks' zero points in the high nibble.
+  std::mt19937 gen(3);
+  for (int bits : {4, 8})
+    for (int64_t K : {32, 41, 256})
+      for (bool sym : {true, false}) {
+        const int64_t N = 5, block = 32, kb = quant::k_blocks(K, block), blob = quant::blob_bytes(bits, block);
+        const int64_t zb = quant::zero_point_bytes_per_column(bits, K, block);
+        std::vector<uint8_t> data(size_t(N * kb * blob)), zp(size_t(N * zb));
+        for (auto& b : data) b = uint8_t(gen());
+        for (auto& b : zp) b = uint8_t(gen());
+        std::vector<float> scales(size_t(N * kb));
+        for (auto& s : scales) s = float(int(gen() % 2001) - 1000) / 4096.0f;
+        std::vector<float> column(static_cast<size_t>(K));
+        for (int64_t n = 0; n < N; ++n) {
+          quant::dequantize_column(data.data(), scales.data(), sym ? nullptr : zp.data(), K, n, bits, block, column.data());
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t b = k / block, i = k % block;
+            const uint8_t byte = data[size_t((n * kb + b) * blob + (bits == 8 ? i : i / 2))];
+            const int q = bits == 8 ? byte : (byte >> (4 * (i % 2))) & 0xF;
+            const uint8_t z = sym ? 0 : zp[size_t(n * zb + b * bits / 8)];
+            const int zero = sym ? 1 << (bits - 1) : bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF;
+            ASSERT_EQ(column[size_t(k)], float(q - zero) * scales[size_t(n * kb + b)])
+                << bits << " bits, K " << K << (sym ? " sym" : " asym") << ", column " << n << ", k " << k;
+          }
+        }
+      }
+}
+
 TEST(QuantKernels, MatMulNBitsEqualsMatMulOfTheDequantizedWeight) {
-  // Rows: a decode step's dot products (1) and sgemm on blocks of dequantized columns (6); N: one
+  // Rows: a decode step (1), a few rows read against each block (6) and sgemm on it (20); N: one
   // thread (6) and columns split between two threads across more than one block of 256 (300); K: whole
   // blocks (48) and a partial, odd last block (41).
   for (bool sym : {true, false})
     for (int bits : {4, 8})
-      for (int64_t rows : {1, 6})
+      for (int64_t rows : {1, 6, 20})
         for (int64_t N : {6, 300})
           for (int64_t K : {48, 41}) {
             const std::string what = fmt::format("{} bits, {}, {} rows, N {}, K {}", bits, sym ? "sym" : "asym", rows, N, K);
@@ -246,6 +378,33 @@ TEST(QuantKernels, MatMulNBitsEqualsMatMulOfTheDequantizedWeight) {
                 ASSERT_NEAR(y.as<float>()[r * N + n], want, 1e-4) << what << " at row " << r << ", column " << n;
               }
           }
+}
+
+TEST(QuantKernels, MatMulNBitsRunInAGroupComputeWhatTheyComputeAlone) {
+  // Executor::run_many dequantizes each block of B once for all its runs (the group kernel): each
+  // run's numbers are those it gets alone, bit for bit, whether it reads the block as a decode step,
+  // a few rows or sgemm.
+  const int64_t K = 48, N = 300;
+  for (bool sym : {true, false}) {
+    auto w = random_matrix(K, N, 5);
+    auto parts = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w)).quantized({4, 16, sym, DType::F32});
+    ir::Graph g;
+    ir::Builder b(g);
+    auto a = g.add_input("a", DType::F32, {Dim::sym("rows"), Dim::fixed(K)});
+    std::vector<ir::ValueId> ins = {a, b.weight("B", parts[0]), b.weight("scales", parts[1])};
+    if (!sym) ins.push_back(b.weight("zp", parts[2]));
+    g.add_output(b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(4)}, {"block_size", int64_t(16)}}, "y"));
+    std::vector<std::map<std::string, Tensor>> inputs;
+    for (int64_t rows : {1, 6, 20})
+      inputs.push_back({{"a", Tensor::from_vector<float>(DType::F32, {rows, K}, random_matrix(rows, K, uint32_t(rows)))}});
+    runtime::Executor group(g), alone(g);
+    const auto together = group.run_many({&inputs[0], &inputs[1], &inputs[2]});
+    for (size_t r = 0; r < inputs.size(); ++r) {
+      const Tensor y = alone.run(inputs[r]).at("y"),& z = together[r].at("y");
+      ASSERT_EQ(y.shape(), z.shape());
+      ASSERT_EQ(0, std::memcmp(y.data(), z.data(), y.nbytes())) << (sym ? "sym" : "asym") << ", run " << r;
+    }
+  }
 }
 
 TEST(QuantKernels, DequantizeLinearPerAxisAndBlocked) {

@@ -248,7 +248,9 @@ TEST(StoredWeights, ATransposedTableIsGatheredFromItsMaterialisedForm) {
 
 TEST(StoredWeights, RunsInLockstepMatchRunsInTurn) {
   // y = Linear(x, W) + bias, z = Transpose(Cast(W))-MatMul of y's first K columns: two stored weights,
-  // a value (y) read by two nodes, runs of different row counts through a symbolic dim.
+  // a value (y) read by two nodes, runs of different row counts through a symbolic dim. Each block of a
+  // weight serves every run of the group (gemm_stored): read as stored for a few rows, widened once
+  // for the runs sgemm takes (20 rows).
   ir::Graph g("lockstep");
   ir::Builder b(g);
   const ValueId in = g.add_input("x", DType::F32, {Dim::sym("rows"), Dim::fixed(K)});
@@ -262,12 +264,13 @@ TEST(StoredWeights, RunsInLockstepMatchRunsInTurn) {
   g.add_output(y);
   g.add_output(b.add1("MatMul", {cut, b.add1("Transpose", {w16}, {{"perm", std::vector<int64_t>{1, 0}}})}, {}, "z"));
   const std::vector<std::map<std::string, Tensor>> inputs{
-      {{"x", random_input({1, K}, 11)}}, {{"x", random_input({6, K}, 12)}}, {{"x", random_input({2, K}, 13)}}};
+      {{"x", random_input({1, K}, 11)}}, {{"x", random_input({6, K}, 12)}}, {{"x", random_input({2, K}, 13)}},
+      {{"x", random_input({20, K}, 14)}}};
   for (bool stream : {false, true}) {
     ExecOptions o;
     o.cache_weights = !stream;
     Executor one_by_one(g, o), lockstep(g, o);
-    const auto together = lockstep.run_many({&inputs[0], &inputs[1], &inputs[2]});
+    const auto together = lockstep.run_many({&inputs[0], &inputs[1], &inputs[2], &inputs[3]});
     ASSERT_EQ(together.size(), inputs.size());
     for (size_t r = 0; r < inputs.size(); ++r) {
       const auto alone = one_by_one.run(inputs[r]);
