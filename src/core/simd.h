@@ -27,6 +27,15 @@ using u32x16 = uint32_t __attribute__((vector_size(64)));
 using u16x16 = uint16_t __attribute__((vector_size(32)));
 using u8x16 = uint8_t __attribute__((vector_size(16)));
 
+// A stored element widened to f32 (exact): f32 as is, bf16 (its bits) as the high half of an f32.
+HFX_INLINE float widen(float x) { return x; }
+HFX_INLINE float widen(uint16_t bits) {
+  const uint32_t wide = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
+}
+
 HFX_INLINE f32x16 load16(const float* p) {
   f32x16 v;
   std::memcpy(&v, p, sizeof v);

@@ -514,13 +514,19 @@ bool quantized_in_chunks(const WeightRef::Node& n) {
 
 quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t N, const WeightRef::QuantParams& p) {
   const int64_t chunk = std::max<int64_t>(1, int64_t(kQuantChunkBytes) / std::max<int64_t>(1, K * 4));
+  // A bf16 checkpoint's weight only widened (the usual chain) is quantized as stored: the same bytes
+  // as from its f32 copy, which is not made.
+  const bool widened_from_bf16 =
+      u.nk.dtype() == DType::BF16 && std::all_of(u.casts.begin(), u.casts.end(), [](DType c) { return c == DType::F32; });
   quant::Quantized all;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t n1 = std::min(N, n0 + chunk);
     Tensor rows(u.nk.dtype(), {n1 - n0, K});
     u.nk.write_rows(n0, n1, static_cast<uint8_t*>(rows.data()), u.nk.row_bytes());
-    const Tensor w = with_casts_f32(std::move(rows), u.casts);
-    auto part = quant::quantize_blockwise(w.as<float>(), K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype, true);
+    auto part = widened_from_bf16
+                    ? quant::quantize_blockwise_bf16_nk(rows.as<uint16_t>(), K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype)
+                    : quant::quantize_blockwise(with_casts_f32(std::move(rows), u.casts).as<float>(), K, n1 - n0, p.bits,
+                                                p.block, p.symmetric, p.scale_dtype, true);
     all.data.insert(all.data.end(), part.data.begin(), part.data.end());
     all.scales.insert(all.scales.end(), part.scales.begin(), part.scales.end());
     all.zero_points.insert(all.zero_points.end(), part.zero_points.begin(), part.zero_points.end());

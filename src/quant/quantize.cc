@@ -166,7 +166,8 @@ HFX_INLINE f32x16 lanes_swapped(f32x16 v) {
 // The smallest and largest of v[0, count), NaNs skipped, as a scan in order finds them: 16 lanes at a
 // time, then the lanes. Values that compare equal are the same float except for ±0, so only an extreme
 // of zero could take another sign than the scan's first: such a block is scanned again in order.
-HFX_INLINE void block_range(const float* v, int64_t count, float& mn, float& mx) {
+template <typename T>
+HFX_INLINE void block_range(const T* v, int64_t count, float& mn, float& mx) {
   mn = std::numeric_limits<float>::max();
   mx = -mn;
   int64_t i = 0;
@@ -192,8 +193,9 @@ HFX_INLINE void block_range(const float* v, int64_t count, float& mn, float& mx)
     i = 0;
   }
   for (; i < count; ++i) {
-    if (v[i] < mn) mn = v[i];
-    if (v[i] > mx) mx = v[i];
+    const float x = simd::widen(v[i]);
+    if (x < mn) mn = x;
+    if (x > mx) mx = x;
   }
 }
 
@@ -201,7 +203,8 @@ HFX_INLINE void block_range(const float* v, int64_t count, float& mn, float& mx)
 // (0, qmax), y + 0.5f is exact or rounds only across a power of two, so its truncation is roundf's
 // half-away-from-zero; NaN gives 0. The product and the sum round apart (this file is compiled with
 // -ffp-contract=off), so every clone writes the same bytes.
-HFX_INLINE void block_values(const float* v, int64_t count, float rs, float zp, int bits, uint8_t* dst) {
+template <typename T>
+HFX_INLINE void block_values(const T* v, int64_t count, float rs, float zp, int bits, uint8_t* dst) {
   using i32x8 = int32_t __attribute__((vector_size(32)));
   using u8x8 = uint8_t __attribute__((vector_size(8)));
   const int qmax = (1 << bits) - 1;
@@ -226,7 +229,7 @@ HFX_INLINE void block_values(const float* v, int64_t count, float rs, float zp, 
   uint8_t q[16];
   const int64_t tail = count - i;
   for (int64_t k = 0; k < tail; ++k) {
-    const float y = v[i + k] * rs + zp;
+    const float y = simd::widen(v[i + k]) * rs + zp;
     q[k] = !(y > 0.0f) ? 0 : y >= top ? uint8_t(qmax) : uint8_t(int(y + 0.5f));
   }
   if (bits == 8) {
@@ -236,8 +239,11 @@ HFX_INLINE void block_values(const float* v, int64_t count, float rs, float zp, 
   }
 }
 
+// W[K, N] to quantize: f32 in either layout, or bf16 stored [N, K] (a Linear layer's checkpoint tensor,
+// read as stored: each value widened in registers, exact).
+template <typename T>
 struct BlockwiseJob {
-  const float* w;
+  const T* w;
   int64_t K, N;
   int bits;
   int64_t block;
@@ -247,54 +253,58 @@ struct BlockwiseJob {
   Quantized* out;
 };
 
-// Columns [n_begin, n_end) of the job: each writes only its own blocks, scales and zero-point bytes.
-HFX_SIMD_CLONES void quantize_columns(const BlockwiseJob& j, int64_t n_begin, int64_t n_end) {
+// Block b of column n, its `count` values contiguous at v: the scale, the zero point and the values.
+template <typename V, typename T>
+HFX_INLINE void quantize_block(const V* v, int64_t count, const BlockwiseJob<T>& j, int64_t n, int64_t b) {
   const int64_t kb = k_blocks(j.K, j.block), blob = blob_bytes(j.bits, j.block);
-  const int64_t zb = zero_point_bytes_per_column(j.bits, j.K, j.block);
   const int qmax = (1 << j.bits) - 1, mid = 1 << (j.bits - 1);
   const float qmax_f = float(qmax);
   Quantized& out = *j.out;
-  float gathered[256];  // a block of a [K, N] layout, whose column is strided
-  for (int64_t n = n_begin; n < n_end; ++n) {
-    for (int64_t b = 0; b < kb; ++b) {
-      const int64_t k0 = b * j.block, count = std::min(j.K, k0 + j.block) - k0;
-      const float* v = j.w + k0 * j.k_stride + n * j.n_stride;
-      if (j.k_stride != 1) {
-        for (int64_t k = 0; k < count; ++k) gathered[k] = v[k * j.k_stride];
-        v = gathered;
-      }
-      float mn, mx;
-      block_range(v, count, mn, mx);
-      float scale = 0;
-      int zp = mid;
-      if (j.symmetric) {
-        const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
-        scale = round_to(j.scale_dtype, -m / float(mid));
-      } else {
-        mn = std::min(mn, 0.0f);
-        mx = std::max(mx, 0.0f);
-        const float s = (mx - mn) / qmax_f;
-        float zp_f = mn;
-        if (s != 0.0f) zp_f = 0.0f - mn / s;
-        zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
-        scale = round_to(j.scale_dtype, s);
-        uint8_t& z = out.zero_points[size_t(n * zb + b * j.bits / 8)];
-        if (j.bits == 8)
-          z = uint8_t(zp);
-        else
-          z = uint8_t((z & ~(0xF << (4 * (b % 2)))) | (zp << (4 * (b % 2))));
-      }
-      out.scales[size_t(n * kb + b)] = scale;
-      block_values(v, count, scale != 0.0f ? 1.0f / scale : 0.0f, float(zp), j.bits,
-                   out.data.data() + size_t((n * kb + b) * blob));
-    }
+  float mn, mx;
+  block_range(v, count, mn, mx);
+  float scale = 0;
+  int zp = mid;
+  if (j.symmetric) {
+    const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
+    scale = round_to(j.scale_dtype, -m / float(mid));
+  } else {
+    mn = std::min(mn, 0.0f);
+    mx = std::max(mx, 0.0f);
+    const float s = (mx - mn) / qmax_f;
+    float zp_f = mn;
+    if (s != 0.0f) zp_f = 0.0f - mn / s;
+    zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
+    scale = round_to(j.scale_dtype, s);
+    uint8_t& z = out.zero_points[size_t(n * zero_point_bytes_per_column(j.bits, j.K, j.block) + b * j.bits / 8)];
+    if (j.bits == 8)
+      z = uint8_t(zp);
+    else
+      z = uint8_t((z & ~(0xF << (4 * (b % 2)))) | (zp << (4 * (b % 2))));
   }
+  out.scales[size_t(n * kb + b)] = scale;
+  block_values(v, count, scale != 0.0f ? 1.0f / scale : 0.0f, float(zp), j.bits, out.data.data() + size_t((n * kb + b) * blob));
 }
 
-}  // namespace
+// Columns [n_begin, n_end) of the job: each writes only its own blocks, scales and zero-point bytes.
+template <typename T>
+HFX_SIMD_CLONES void quantize_columns(const BlockwiseJob<T>& j, int64_t n_begin, int64_t n_end) {
+  float gathered[256];  // a block of a [K, N] layout, whose column is strided
+  for (int64_t n = n_begin; n < n_end; ++n)
+    for (int64_t b = 0; b < k_blocks(j.K, j.block); ++b) {
+      const int64_t k0 = b * j.block, count = std::min(j.K, k0 + j.block) - k0;
+      const T* v = j.w + k0 * j.k_stride + n * j.n_stride;
+      if (j.k_stride == 1) {
+        quantize_block(v, count, j, n, b);
+        continue;
+      }
+      for (int64_t k = 0; k < count; ++k) gathered[k] = simd::widen(v[k * j.k_stride]);
+      quantize_block(gathered, count, j, n, b);
+    }
+}
 
-Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
-                             DType scale_dtype, bool w_is_nk) {
+template <typename T>
+Quantized quantize_blockwise_of(const T* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
+                                DType scale_dtype, bool w_is_nk) {
   HFX_CHECK(bits == 4 || bits == 8, "quantize_blockwise: {} bits", bits);
   HFX_CHECK(block >= 16 && block <= 256 && block % 8 == 0, "quantize_blockwise: block {}", block);
   const int64_t kb = k_blocks(K, block);
@@ -304,9 +314,21 @@ Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int
   // An odd block count leaves the last high nibble unused: it holds the default zero point 8, as in
   // ONNX Runtime's output.
   if (!symmetric) out.zero_points.assign(size_t(N * zero_point_bytes_per_column(bits, K, block)), bits == 4 ? 0x88 : 0);
-  const BlockwiseJob job{w, K, N, bits, block, symmetric, scale_dtype, w_is_nk ? 1 : N, w_is_nk ? K : 1, &out};
+  const BlockwiseJob<T> job{w, K, N, bits, block, symmetric, scale_dtype, w_is_nk ? 1 : N, w_is_nk ? K : 1, &out};
   parallel_columns(N, K, [&](int64_t n_begin, int64_t n_end) { quantize_columns(job, n_begin, n_end); });
   return out;
+}
+
+}  // namespace
+
+Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
+                             DType scale_dtype, bool w_is_nk) {
+  return quantize_blockwise_of(w, K, N, bits, block, symmetric, scale_dtype, w_is_nk);
+}
+
+Quantized quantize_blockwise_bf16_nk(const uint16_t* w_nk, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
+                                     DType scale_dtype) {
+  return quantize_blockwise_of(w_nk, K, N, bits, block, symmetric, scale_dtype, true);
 }
 
 // 16 values of a block at a time: 4-bit ones from 8 bytes (the even value in the low nibble), 8-bit

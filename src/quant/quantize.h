@@ -97,6 +97,10 @@ inline int64_t zero_point_bytes_per_column(int bits, int64_t K, int64_t block) {
 // hardware_concurrency() threads; the result does not depend on their number.
 Quantized quantize_blockwise(const float* w, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
                              DType scale_dtype, bool w_is_nk = false);
+// The same for W^T[N, K] stored bf16 (uint16_t bits), row major: the bytes quantize_blockwise writes for
+// its values widened to f32 (exact), without the f32 copy.
+Quantized quantize_blockwise_bf16_nk(const uint16_t* w_nk, int64_t K, int64_t N, int bits, int64_t block, bool symmetric,
+                                     DType scale_dtype);
 // W[K, N] row major back from the blockwise layout (zero_points nullptr: 2^(bits-1)).
 std::vector<float> dequantize_blockwise(const uint8_t* data, const float* scales, const uint8_t* zero_points,
                                         int64_t K, int64_t N, int bits, int64_t block);

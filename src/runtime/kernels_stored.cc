@@ -21,14 +21,7 @@ using simd::f32x16;
 using simd::load16;
 using simd::store16;
 
-// A stored element widened to f32 (exact): f32 as is, bf16 as the high half of an f32.
-inline float widen(float x) { return x; }
-inline float widen(uint16_t bits) {
-  const uint32_t wide = uint32_t(bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, 4);
-  return f;
-}
+using simd::widen;
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"  // vectors passed between inlined helpers only

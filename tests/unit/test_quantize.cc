@@ -278,7 +278,8 @@ TEST(Quantize, SixteenLanesWriteTheScalarQuantizersBytes) {
   // Blocks the vector path takes whole (16 to 256 values), the tails it leaves to the scalar one (K 40
   // with blocks of 32: 8 values; K 56: 16 then 8), and values that could tell the two apart: zeros of
   // both signs as a block's extremes (scanned in order again), NaN, infinities, huge values, denormals,
-  // constant blocks, half-way values; in the checkpoint's [N, K] layout and the strided [K, N] one.
+  // constant blocks, half-way values; in the checkpoint's [N, K] layout and the strided [K, N] one, and
+  // from bf16 [N, K] read as stored.
   std::mt19937 gen(7);
   std::normal_distribution<float> normal(0.0f, 0.05f);
   const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
@@ -299,8 +300,18 @@ TEST(Quantize, SixteenLanesWriteTheScalarQuantizersBytes) {
         }
       }
       std::vector<float> w_nk(w.size());  // the same W stored [N, K]
+      std::vector<uint16_t> w16_nk(w.size());  // and stored [N, K] in bf16 (its high halves)
+      std::vector<float> w16_widened(w.size());  // those bf16 values, [K, N] in f32
       for (int64_t k = 0; k < K; ++k)
-        for (int64_t n = 0; n < N; ++n) w_nk[size_t(n * K + k)] = w[size_t(k * N + n)];
+        for (int64_t n = 0; n < N; ++n) {
+          const float x = w[size_t(k * N + n)];
+          w_nk[size_t(n * K + k)] = x;
+          uint32_t bits;
+          std::memcpy(&bits, &x, 4);
+          w16_nk[size_t(n * K + k)] = uint16_t(bits >> 16);
+          bits &= 0xFFFF0000u;
+          std::memcpy(&w16_widened[size_t(k * N + n)], &bits, 4);
+        }
       for (int bits : {4, 8})
         for (int64_t block : {16, 32, 64, 128, 256})
           for (bool sym : {true, false})
@@ -314,6 +325,12 @@ TEST(Quantize, SixteenLanesWriteTheScalarQuantizersBytes) {
                 ASSERT_EQ(float_bits(got.scales), float_bits(want.scales)) << what;
                 ASSERT_EQ(got.zero_points, want.zero_points) << what;
               }
+              // bf16 stored [N, K], read as stored: the bytes of its values widened to f32.
+              const auto want16 = scalar_quantize(w16_widened, K, N, bits, block, sym, scales);
+              const auto got16 = quant::quantize_blockwise_bf16_nk(w16_nk.data(), K, N, bits, block, sym, scales);
+              ASSERT_EQ(got16.data, want16.data) << what << " bf16";
+              ASSERT_EQ(float_bits(got16.scales), float_bits(want16.scales)) << what << " bf16";
+              ASSERT_EQ(got16.zero_points, want16.zero_points) << what << " bf16";
             }
     }
 }
