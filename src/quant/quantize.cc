@@ -480,35 +480,75 @@ Quantized relayout_between(const Quantized& q, int64_t K, int64_t N, int bits, i
   return relayout(mnb, K, N, bits, block, symmetric, to);
 }
 
+namespace {
+
+// rint (half to even) of a float, as the default rounding mode does it, without a libm call: below 2^23
+// in magnitude, adding and taking back 2^23 leaves the integer nearest (ties to even); at or above it,
+// or NaN, the value is already what rint gives.
+HFX_INLINE f32x16 rint16(f32x16 x) {
+  const f32x16 big = simd::splat(8388608.0f), zero{};
+  const f32x16 magnitude = simd::select(x < zero, -x, x);
+  const f32x16 rounded = simd::select(x < zero, (x - big) + big, (x + big) - big);
+  return simd::select(magnitude < big, rounded, x);
+}
+
+// Row k of W[K, N] quantized per column: q = clamp(rint(w / scale) (+ zp)), as the scalar tail does.
+HFX_SIMD_CLONES void per_channel_row(const float* w, const float* scales, const float* zps, int64_t N, bool symmetric,
+                                     uint8_t* out) {
+  using i8x16 = int8_t __attribute__((vector_size(16)));
+  const f32x16 lo = simd::splat(symmetric ? -127.0f : 0.0f), hi = simd::splat(symmetric ? 127.0f : 255.0f);
+  int64_t n = 0;
+  for (; n + 16 <= N; n += 16) {
+    f32x16 r = rint16(simd::load16(w + n) / simd::load16(scales + n));
+    if (!symmetric) r += simd::load16(zps + n);
+    r = simd::select(r < lo, lo, r);  // std::clamp's order: NaN stays NaN
+    r = simd::select(hi < r, hi, r);
+    const i32x16 q = __builtin_convertvector(r, i32x16);
+    if (symmetric) {
+      const i8x16 b = __builtin_convertvector(q, i8x16);
+      std::memcpy(out + n, &b, sizeof b);
+    } else {
+      const u8x16 b = __builtin_convertvector(q, u8x16);
+      std::memcpy(out + n, &b, sizeof b);
+    }
+  }
+  for (; n < N; ++n) {
+    const float r = std::nearbyint(w[n] / scales[n]);
+    out[n] = symmetric ? uint8_t(int8_t(std::clamp(r, -127.0f, 127.0f))) : uint8_t(std::clamp(r + zps[n], 0.0f, 255.0f));
+  }
+}
+
+}  // namespace
+
 Quantized quantize_per_channel_int8(const float* w, int64_t K, int64_t N, bool symmetric, DType scale_dtype) {
   Quantized out;
   out.data.assign(size_t(K * N), 0);
   out.scales.assign(size_t(N), 1.f);
   if (!symmetric) out.zero_points.assign(size_t(N), 0);
-  std::vector<int> zps(size_t(N), 0);
-  for (int64_t n = 0; n < N; ++n) {
-    float mn = 0, mx = 0;  // the range always includes 0
-    for (int64_t k = 0; k < K; ++k) {
-      mn = std::min(mn, w[k * N + n]);
-      mx = std::max(mx, w[k * N + n]);
+  // Each column's range, rows in order (the same sequence of min/max as a column at a time, read row by
+  // row so it vectorises): it always includes 0.
+  std::vector<float> mn(size_t(N), 0.0f), mx(size_t(N), 0.0f), zps(size_t(N), 0.0f);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) {
+      mn[size_t(n)] = std::min(mn[size_t(n)], w[k * N + n]);
+      mx[size_t(n)] = std::max(mx[size_t(n)], w[k * N + n]);
     }
-    float scale = symmetric ? std::max(std::fabs(mn), std::fabs(mx)) / 127.0f : (mx - mn) / 255.0f;
+  for (int64_t n = 0; n < N; ++n) {
+    float scale = symmetric ? std::max(std::fabs(mn[size_t(n)]), std::fabs(mx[size_t(n)])) / 127.0f
+                            : (mx[size_t(n)] - mn[size_t(n)]) / 255.0f;
     scale = round_to(scale_dtype, scale);
     if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;
     out.scales[size_t(n)] = scale;
     if (!symmetric) {
-      zps[size_t(n)] = int(std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f));
-      out.zero_points[size_t(n)] = uint8_t(zps[size_t(n)]);
+      const int zp = int(std::clamp(std::nearbyint(0.0f - mn[size_t(n)] / scale), 0.0f, 255.0f));
+      zps[size_t(n)] = float(zp);
+      out.zero_points[size_t(n)] = uint8_t(zp);
     }
   }
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n) {
-      const float r = std::nearbyint(w[k * N + n] / out.scales[size_t(n)]);
-      if (symmetric)
-        out.data[size_t(k * N + n)] = uint8_t(int8_t(std::clamp(r, -127.0f, 127.0f)));
-      else
-        out.data[size_t(k * N + n)] = uint8_t(std::clamp(r + float(zps[size_t(n)]), 0.0f, 255.0f));
-    }
+  parallel_columns(K, N, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k)
+      per_channel_row(w + k * N, out.scales.data(), zps.data(), N, symmetric, out.data.data() + k * N);
+  });
   return out;
 }
 

@@ -335,6 +335,45 @@ TEST(Quantize, SixteenLanesWriteTheScalarQuantizersBytes) {
     }
 }
 
+TEST(Quantize, PerChannelSixteenLanesWriteTheScalarBytes) {
+  // int8:channel's values 16 columns at a time against the value-at-a-time quantizer it replaced
+  // (rint by libm): half-way values both sides of even integers, NaN, infinities, zeros of both signs,
+  // values past the clamp, N not a multiple of 16.
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 1e30f, -1e30f, 1e-40f};
+  for (int64_t N : {16, 21, 48})
+    for (bool sym : {true, false}) {
+      const int64_t K = 37;
+      std::vector<float> w(size_t(K * N));
+      for (size_t i = 0; i < w.size(); ++i) w[i] = normal(gen);
+      for (int64_t k = 0; k < K; ++k) w[size_t(k * N)] = float(k - K / 2) * 0.5f * (0.1f / 127.0f);  // exact halves
+      for (int64_t n = 1; n < N; n += 7) w[size_t((n % K) * N + n)] = specials[size_t(n) % std::size(specials)];
+      const auto got = quant::quantize_per_channel_int8(w.data(), K, N, sym, DType::F32);
+      for (int64_t n = 0; n < N; ++n) {
+        float mn = 0, mx = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          mn = std::min(mn, w[size_t(k * N + n)]);
+          mx = std::max(mx, w[size_t(k * N + n)]);
+        }
+        float scale = sym ? std::max(std::fabs(mn), std::fabs(mx)) / 127.0f : (mx - mn) / 255.0f;
+        if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;
+        ASSERT_EQ(float_bits({got.scales[size_t(n)]}), float_bits({scale})) << "column " << n;
+        const int zp = sym ? 0 : int(std::clamp(std::nearbyint(0.0f - mn / scale), 0.0f, 255.0f));
+        if (!sym) {
+          ASSERT_EQ(got.zero_points[size_t(n)], zp) << "column " << n;
+        }
+        for (int64_t k = 0; k < K; ++k) {
+          const float r = std::nearbyint(w[size_t(k * N + n)] / scale);
+          const float c = sym ? std::clamp(r, -127.0f, 127.0f) : std::clamp(r + float(zp), 0.0f, 255.0f);
+          const uint8_t want = std::isnan(c) ? 0 : sym ? uint8_t(int8_t(c)) : uint8_t(c);
+          ASSERT_EQ(got.data[size_t(k * N + n)], want) << (sym ? "sym" : "asym") << " N " << N << " at k " << k << ", n " << n;
+        }
+      }
+    }
+}
+
 TEST(Quantize, DequantizedColumnsAreTheScalarFormula) {
   // w = float(q - zero point) * scale for every value: blocks of 16 values at a time and the tail
   // (K 41 with blocks of 32: 9 values, an odd last one), odd blocks' zero points in the high nibble.
