@@ -156,6 +156,25 @@ using simd::i32x16;
 using simd::u32x16;
 using simd::u8x16;
 
+}  // namespace
+
+BlockScale block_scale(float mn, float mx, int bits, bool symmetric, DType scale_dtype) {
+  const int qmax = (1 << bits) - 1, mid = 1 << (bits - 1);
+  const float qmax_f = float(qmax);
+  if (symmetric) {
+    const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
+    return {round_to(scale_dtype, -m / float(mid)), mid};
+  }
+  mn = std::min(mn, 0.0f);
+  mx = std::max(mx, 0.0f);
+  const float s = (mx - mn) / qmax_f;
+  float zp_f = mn;
+  if (s != 0.0f) zp_f = 0.0f - mn / s;
+  return {round_to(scale_dtype, s), zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f))};
+}
+
+namespace {
+
 // Lane l of v moved to lane l ^ D (D a power of two below 16).
 template <int D>
 HFX_INLINE f32x16 lanes_swapped(f32x16 v) {
@@ -257,24 +276,11 @@ struct BlockwiseJob {
 template <typename V, typename T>
 HFX_INLINE void quantize_block(const V* v, int64_t count, const BlockwiseJob<T>& j, int64_t n, int64_t b) {
   const int64_t kb = k_blocks(j.K, j.block), blob = blob_bytes(j.bits, j.block);
-  const int qmax = (1 << j.bits) - 1, mid = 1 << (j.bits - 1);
-  const float qmax_f = float(qmax);
   Quantized& out = *j.out;
   float mn, mx;
   block_range(v, count, mn, mx);
-  float scale = 0;
-  int zp = mid;
-  if (j.symmetric) {
-    const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
-    scale = round_to(j.scale_dtype, -m / float(mid));
-  } else {
-    mn = std::min(mn, 0.0f);
-    mx = std::max(mx, 0.0f);
-    const float s = (mx - mn) / qmax_f;
-    float zp_f = mn;
-    if (s != 0.0f) zp_f = 0.0f - mn / s;
-    zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
-    scale = round_to(j.scale_dtype, s);
+  const auto [scale, zp] = block_scale(mn, mx, j.bits, j.symmetric, j.scale_dtype);
+  if (!j.symmetric) {
     uint8_t& z = out.zero_points[size_t(n * zero_point_bytes_per_column(j.bits, j.K, j.block) + b * j.bits / 8)];
     if (j.bits == 8)
       z = uint8_t(zp);

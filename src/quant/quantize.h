@@ -91,6 +91,14 @@ inline int64_t zero_point_bytes_per_column(int bits, int64_t K, int64_t block) {
   return (k_blocks(K, block) * bits + 7) / 8;
 }
 
+// A block's scale, rounded to `scale_dtype`, and zero point from its smallest and largest value (NaNs
+// skipped), as ONNX Runtime's MlasQuantizeBlockwise computes them (docs/quantization.md).
+struct BlockScale {
+  float scale;
+  int zero_point;
+};
+BlockScale block_scale(float mn, float mx, int bits, bool symmetric, DType scale_dtype);
+
 // `w` is W[K, N] row major, or with `w_is_nk` its transpose W^T[N, K] row major (a Linear layer's
 // checkpoint layout: each block then reads contiguous memory and no transposed copy is made).
 // `scale_dtype` (F32 or F16) is the dtype the scales are stored in. Columns are quantized on up to

@@ -223,7 +223,7 @@ quant::Quantized scalar_quantize(const std::vector<float>& w, int64_t K, int64_t
                                  DType scale_dtype) {
   const int64_t kb = quant::k_blocks(K, block), blob = quant::blob_bytes(bits, block);
   const int64_t zb = quant::zero_point_bytes_per_column(bits, K, block);
-  const int qmax = (1 << bits) - 1, mid = 1 << (bits - 1);
+  const int qmax = (1 << bits) - 1;
   const float qmax_f = float(qmax);
   quant::Quantized out;
   out.data.assign(size_t(N * kb * blob), 0);
@@ -238,19 +238,10 @@ quant::Quantized scalar_quantize(const std::vector<float>& w, int64_t K, int64_t
         if (v < mn) mn = v;
         if (v > mx) mx = v;
       }
-      float scale = 0;
-      int zp = mid;
-      if (symmetric) {
-        const float m = std::fabs(mx) > std::fabs(mn) ? mx : mn;
-        scale = quant::round_to(scale_dtype, -m / float(mid));
-      } else {
-        mn = std::min(mn, 0.0f);
-        mx = std::max(mx, 0.0f);
-        const float s = (mx - mn) / qmax_f;
-        float zp_f = mn;
-        if (s != 0.0f) zp_f = 0.0f - mn / s;
-        zp = zp_f < 0.0f ? 0 : zp_f > qmax_f ? qmax : int(std::roundf(zp_f));
-        scale = quant::round_to(scale_dtype, s);
+      // The scale from the range, scalar on both sides (the known-value tests and the ONNX Runtime
+      // comparison hold it).
+      const auto [scale, zp] = quant::block_scale(mn, mx, bits, symmetric, scale_dtype);
+      if (!symmetric) {
         uint8_t& z = out.zero_points[size_t(n * zb + b * bits / 8)];
         z = bits == 8 ? uint8_t(zp) : uint8_t((z & ~(0xF << (4 * (b % 2)))) | (zp << (4 * (b % 2))));
       }
