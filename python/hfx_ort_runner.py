@@ -59,8 +59,9 @@ def session_config(*paths, quantized: bool | None = None, casts_weights: bool | 
     MatMul weight into MLAS's packed layout when a session loads; the same kernels pack per call without
     it. verify opens several sessions of a model it runs for a few tokens, so the copies cost more than
     they save: on the Qwen3-0.6B shape a load took 7.8 s and 2.9 GiB with them, 1.6 s and 1.2 GiB without
-    (the external data read in place). MatMulNBits keeps them: its int8-activation kernels (accuracy
-    level 4, which the reference rounds alike) run on prepacked weights only. Of those graphs, the ones
+    (the external data read in place). MatMulNBits keeps them: it computes from its packed form (unpacked,
+    the Qwen3-0.6B int4 file's runs took 7x as long and moved the logits by 1e-5; its int8-activation
+    kernels, accuracy level 4, which the reference rounds alike, run on prepacked weights only). Of those graphs, the ones
     that cast no weight at use also skip ConstantFolding (NO_FOLDING above). `quantized`,
     `casts_weights`: what the caller already knows of the graphs (hfx read them back: the job says), so
     they are not parsed again (0.75 s of a 1.3 s job's set-up on the Qwen3-0.6B shape, whose graph
