@@ -153,7 +153,6 @@ namespace {
 
 using simd::f32x16;
 using simd::i32x16;
-using simd::u32x16;
 using simd::u8x16;
 
 }  // namespace
