@@ -247,7 +247,8 @@ std::optional<std::span<const uint8_t>> WeightRef::raw_bytes() const {
 
 namespace {
 
-Tensor transpose_tensor(const Tensor& in, const std::vector<int64_t>& perm) {
+// Out of line: inlined into materialize(), GCC 12 misreads its index vector's delete (-Wfree-nonheap-object).
+[[gnu::noinline]] Tensor transpose_tensor(const Tensor& in, const std::vector<int64_t>& perm) {
   const auto& ish = in.shape();
   const size_t rank = ish.size();
   std::vector<int64_t> osh(rank);
@@ -512,18 +513,43 @@ bool quantized_in_chunks(const WeightRef::Node& n) {
   return u && u->nk.streamable();
 }
 
+// X as the bf16 tensor it widens, when its f32 values are exactly bf16 values widened: a bf16 tensor, a
+// cast of one to f32 (a Linear weight cast before its transpose), or a concatenation on axis 0 of such
+// (packed q|k|v). nullopt for anything else, or when the bf16 rows cannot be streamed.
+std::optional<WeightRef> bf16_before_widening(const WeightRef& x) {
+  const WeightRef::Node& n = *x.node();
+  std::optional<WeightRef> bf16;
+  if (x.dtype() == DType::BF16) {
+    bf16 = x;
+  } else if (n.kind == WeightRef::Node::Cast && n.dtype == DType::F32) {
+    if (n.children[0].dtype() == DType::BF16) bf16 = n.children[0];
+  } else if (n.kind == WeightRef::Node::Concat && n.axis == 0 && x.dtype() == DType::F32) {
+    std::vector<WeightRef> parts;
+    for (const auto& c : n.children) {
+      auto part = bf16_before_widening(c);
+      if (!part) return std::nullopt;
+      parts.push_back(std::move(*part));
+    }
+    bf16 = WeightRef::concat(std::move(parts), 0);
+  }
+  if (bf16 && !bf16->streamable()) return std::nullopt;
+  return bf16;
+}
+
 quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t N, const WeightRef::QuantParams& p) {
   const int64_t chunk = std::max<int64_t>(1, int64_t(kQuantChunkBytes) / std::max<int64_t>(1, K * 4));
-  // A bf16 checkpoint's weight only widened (the usual chain) is quantized as stored: the same bytes
-  // as from its f32 copy, which is not made.
-  const bool widened_from_bf16 =
-      u.nk.dtype() == DType::BF16 && std::all_of(u.casts.begin(), u.casts.end(), [](DType c) { return c == DType::F32; });
+  // A bf16 checkpoint's weight only widened (the usual chain, the widening before or after the
+  // transpose) is quantized as stored: the same bytes as from its f32 copy, which is not made.
+  const std::optional<WeightRef> bf16 =
+      std::all_of(u.casts.begin(), u.casts.end(), [](DType c) { return c == DType::F32; }) ? bf16_before_widening(u.nk)
+                                                                                            : std::nullopt;
+  const WeightRef& nk = bf16 ? *bf16 : u.nk;
   quant::Quantized all;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t n1 = std::min(N, n0 + chunk);
-    Tensor rows(u.nk.dtype(), {n1 - n0, K});
-    u.nk.write_rows(n0, n1, static_cast<uint8_t*>(rows.data()), u.nk.row_bytes());
-    auto part = widened_from_bf16
+    Tensor rows(nk.dtype(), {n1 - n0, K});
+    nk.write_rows(n0, n1, static_cast<uint8_t*>(rows.data()), nk.row_bytes());
+    auto part = bf16
                     ? quant::quantize_blockwise_bf16_nk(rows.as<uint16_t>(), K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype)
                     : quant::quantize_blockwise(with_casts_f32(std::move(rows), u.casts).as<float>(), K, n1 - n0, p.bits,
                                                 p.block, p.symmetric, p.scale_dtype, true);

@@ -176,7 +176,9 @@ struct Executor::Impl {
     for (size_t i = 0; i < nodes.size(); ++i) {
       auto at = detail::stored_weight_input(nodes[i]);
       if (constant_node[i] || !at || *at >= nodes[i].inputs.size() || nodes[i].inputs[*at] == ir::kNone) continue;
-      if (auto m = stored_operand(nodes[i].inputs[*at]); m && detail::reads_in_place(nodes[i], m->first))
+      const ir::ValueId operand = nodes[i].inputs[*at];
+      if (auto m = nodes[i].op == "MatMulNBits" ? packed_operand(operand) : stored_operand(operand);
+          m && detail::reads_in_place(nodes[i], m->first))
         stored[i] = StoredInput{*at, m->first, m->second};
     }
     mark_needed();
@@ -234,6 +236,17 @@ struct Executor::Impl {
       if (to && (*to == DType::F32 || *to == inner->first.dtype)) return inner;
     }
     return std::nullopt;
+  }
+
+  // The weight `id` is when it is packed bytes as stored (U8, no transform): those bytes as a matrix of one
+  // row per index of the first axis (MatMulNBits' B: a row of blocks per column of W).
+  std::optional<std::pair<ir::StoredMatrix, const ir::WeightRef*>> packed_operand(ir::ValueId id) const {
+    const ir::WeightRef* w = exec->weight(id);
+    if (!w || w->dtype() != DType::U8 || w->shape().empty()) return std::nullopt;
+    const auto raw = w->raw_bytes();
+    if (!raw || w->shape()[0] == 0) return std::nullopt;
+    const int64_t rows = w->shape()[0];
+    return std::make_pair(ir::StoredMatrix{raw->data(), DType::U8, rows, int64_t(raw->size()) / rows, false}, w);
   }
 
   // A node is needed when a result depends on it through a value that is not read in place: the

@@ -41,17 +41,21 @@ using GroupKernelFn = std::vector<std::vector<Tensor>> (*)(const ir::Node& node,
 GroupKernelFn group_kernel(const ir::Node& node);
 
 // Nodes that can read a weight in place (kernels_stored.cc): the input that may be such a weight
-// (MatMul's and Linear's weight, Gather's table on axis 0, Embedding's table), and the node run with
-// that input read from `w` (in[that input] is not read); `stream`: each block of the weight's pages is
-// released once read (ExecOptions::cache_weights false).
+// (MatMul's and Linear's weight, Gather's table on axis 0, Embedding's table, MatMulNBits' packed B),
+// and the node run with that input read from `w` (in[that input] is not read); `stream`: each block of
+// the weight's pages is released once read (ExecOptions::cache_weights false).
 std::optional<size_t> stored_weight_input(const ir::Node& node);
+// MatMulNBits with B's packed bytes read from `b` (a U8 matrix, one row of blocks per column of W) instead
+// of in[1] (kernels_quant.cc): a decode step copies none of the model's packed weights.
+std::vector<std::vector<Tensor>> matmul_nbits_stored(const ir::Node& node, const std::vector<KernelInputs>& runs,
+                                                     const ir::StoredMatrix& b);
 
 // Whether the kernel of `node` reads input `i` as packed uint8 bytes (MatMulNBits' B and zero points,
 // GatherBlockQuantized's table and zero points): the executor keeps such a weight as its bytes, not
 // widened to I64 like other integers (8x the bytes: a quantized vocabulary-sized table would be 600 MB).
 bool reads_packed_bytes(const ir::Node& node, size_t i);
-// Whether the node can read that input from `w` (a lookup reads the table's stored rows, so not a
-// transposed one).
+// Whether the node can read that input from `w`: a product or a lookup a float matrix (a lookup reads
+// the table's stored rows, so not a transposed one), MatMulNBits its B's bytes as they lie.
 bool reads_in_place(const ir::Node& node, const ir::StoredMatrix& w);
 // For each run of a group (Executor::run_many; one run alone is a group of one): a product reads each
 // block of `w` once for the whole group, each run's numbers those it gets alone.

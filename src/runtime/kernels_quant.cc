@@ -5,8 +5,10 @@
 // the packed weights these two read as their uint8 bytes; an I64 operand is narrowed back to bytes.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "core/simd.h"
 #include "quant/quantize.h"
 #include "runtime/kernels.h"
 
@@ -62,20 +64,162 @@ struct NBitsProduct {
   float* c;
 };
 
-// Every product of a group against one W, dequantized from its packed columns a block of 256 columns
-// at a time (no f32 copy of W: a vocabulary-sized lm_head would be 600 MB), each block once for the
-// whole group, on two threads. A product of a few rows (a decode step, a short case) reads the block
-// once per 4 rows (few_rows_linear); more rows: sgemm against the block. A product's numbers do not
-// depend on the group it ran in.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors passed between inlined helpers only
+
+// The 4-bit few-row product reads W's packed bytes 64 at a time as 16 lanes of 4 bytes: lane j holds the
+// 8 values 8j .. 8j + 7 of the run of 128, nibble t of the lane (bits 4t .. 4t + 3) value 8j + t. So the
+// 16 values 8j + t of the 16 lanes come out of one shift and one mask, with no byte widening (which
+// GCC 12 compiles to a byte at a time). A's rows are put in that order: each run of 128 values at a
+// multiple of 128 (inside K) as 8 runs of 16, run t holding values 8j + t; the K % 128 values past the
+// last such run as they are.
+constexpr int64_t kNibbleRun = 128;
+std::vector<float> nibble_order(const float* a, int64_t m, int64_t K) {
+  std::vector<float> out(size_t(m * K));
+  for (int64_t r = 0; r < m; ++r) {
+    const float* src = a + r * K;
+    float* dst = out.data() + r * K;
+    int64_t k = 0;
+    for (; k + kNibbleRun <= K; k += kNibbleRun)
+      for (int t = 0; t < 8; ++t)
+        for (int j = 0; j < 16; ++j) dst[k + 16 * t + j] = src[k + 8 * j + t];
+    std::copy(src + k, src + K, dst + k);
+  }
+  return out;
+}
+
+// c[r][n] for R rows of A (in nibble_order) and column n of a 4-bit W (blocks of a power of 2 >= 16
+// values), straight from its packed bytes: each value (q - zero point) * scale as dequantize_column gives
+// it, made in registers (each lane's 8 values lie in one block: its scale and zero point) and multiplied
+// there. Two sets of 16 lane sums (even and odd t), in k order, then the values past the last run of 128,
+// then the lanes in order: a row's numbers do not depend on the rows it runs with.
+template <int R>
+HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, float* c, int64_t ldc) {
+  using simd::f32x16;
+  using simd::i32x16;
+  using simd::u32x16;
+  const int64_t K = w.K, kb = quant::k_blocks(K, w.block);
+  const int64_t zb = quant::zero_point_bytes_per_column(4, K, w.block);
+  const float* scales = w.scales + n * kb;
+  const uint8_t* column = w.data + n * kb * quant::blob_bytes(4, w.block);  // the blocks' bytes, back to back
+  auto zero_point = [&](int64_t b) { return w.zero_points ? (w.zero_points[n * zb + b / 2] >> (4 * (b % 2))) & 0xF : 8; };
+  // block is a power of 2 (MatMulNBits checks): lane j of the run at k is in block (k >> shift) + (j >> lane_shift)
+  const int shift = __builtin_ctzll(uint64_t(w.block)), lane_shift = shift - 3;
+  f32x16 even[R] = {}, odd[R] = {};
+  int64_t k = 0;
+  for (; k + kNibbleRun <= K; k += kNibbleRun) {
+    f32x16 s;
+    i32x16 zp;
+    if (w.block >= kNibbleRun) {  // one block
+      s = simd::splat(scales[k >> shift]);
+      zp = i32x16{} + zero_point(k >> shift);
+    } else {
+      float lane_scale[16];
+      int32_t lane_zp[16];
+      for (int j = 0; j < 16; ++j) {
+        const int64_t b = (k >> shift) + (j >> lane_shift);
+        lane_scale[j] = scales[b];
+        lane_zp[j] = zero_point(b);
+      }
+      s = simd::load16(lane_scale);
+      std::memcpy(&zp, lane_zp, sizeof zp);
+    }
+    u32x16 bytes;
+    std::memcpy(&bytes, column + k / 2, sizeof bytes);
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) {
+      const i32x16 q = i32x16((bytes >> (4 * t)) & 0xF) - zp;
+      const f32x16 v = __builtin_convertvector(q, f32x16) * s;
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const f32x16 av = simd::load16(a + r * K + k + 16 * t);
+        if (t % 2 == 0) even[r] += av * v;
+        else odd[r] += av * v;
+      }
+    }
+  }
+  float tail[R] = {};
+  for (; k < K; ++k) {
+    const int64_t b = k / w.block, i = k - b * w.block;
+    const uint8_t byte = column[b * quant::blob_bytes(4, w.block) + i / 2];
+    const float v = float(int((byte >> (4 * (i % 2))) & 0xF) - zero_point(b)) * scales[b];
+    for (int r = 0; r < R; ++r) tail[r] += a[r * K + k] * v;
+  }
+  for (int r = 0; r < R; ++r) {
+    float lanes[32];
+    simd::store16(lanes, even[r]);
+    simd::store16(lanes + 16, odd[r]);
+    float sum = tail[r];
+    for (float l : lanes) sum += l;
+    c[r * ldc + n] = sum;
+  }
+}
+
+// C[:, n0, n1) = A x W for m rows of A (in nibble_order), 4 rows a pass over each column's bytes.
+HFX_SIMD_CLONES void nibble_products(const NBitsWeight& w, const float* a, int64_t m, float* c, int64_t n0, int64_t n1) {
+  // Columns lie back to back, but the hardware prefetchers stop at each 4 KiB page (8 columns of
+  // K = 1024): the bytes of the column kAhead on are asked for while this one is multiplied.
+  constexpr int64_t kAhead = 4;
+  const int64_t column_bytes = quant::k_blocks(w.K, w.block) * quant::blob_bytes(4, w.block);
+  for (int64_t n = n0; n < n1; ++n) {
+    if (n + kAhead < n1)
+      for (int64_t line = 0; line < column_bytes; line += 64)
+        __builtin_prefetch(w.data + (n + kAhead) * column_bytes + line);
+    for (int64_t r = 0; r < m; r += 4) {
+      const float* ar = a + r * w.K;
+      float* cr = c + r * w.N;
+      switch (std::min<int64_t>(m - r, 4)) {
+        case 4: nibble_dot<4>(w, n, ar, cr, w.N); break;
+        case 3: nibble_dot<3>(w, n, ar, cr, w.N); break;
+        case 2: nibble_dot<2>(w, n, ar, cr, w.N); break;
+        default: nibble_dot<1>(w, n, ar, cr, w.N); break;
+      }
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
+// Whether a product reads W's packed bytes directly (nibble_products): up to 4 rows (a decode step)
+// of a 4-bit W, one pass over the bytes. More rows would widen each byte once
+// per 4 rows: they multiply W dequantized a block at a time, once for the group.
+constexpr int64_t kNibbleRows = 4;
+bool reads_nibbles(const NBitsWeight& w, const NBitsProduct& p) {
+  return w.bits == 4 && p.m <= kNibbleRows;
+}
+
+// Every product of a group against one W. A product of a few rows of a 4-bit W reads the packed bytes
+// (nibble_products): a quarter of the bytes of W in f32, nothing written. The others get W dequantized
+// from its packed columns a block of 256 columns at a time (no f32 copy of W: a vocabulary-sized lm_head
+// would be 600 MB), each block once for the whole group; a few rows (8 bits, small blocks) read the
+// block once per 4 rows (few_rows_linear), more rows go to sgemm. All on two threads; a product's numbers
+// do not depend on the group it ran in.
 void nbits_products(const NBitsWeight& w, const std::vector<NBitsProduct>& products) {
+  std::vector<std::vector<float>> nibble_a(products.size());
+  bool any_dequantized = false;
+  for (size_t i = 0; i < products.size(); ++i) {
+    if (reads_nibbles(w, products[i])) nibble_a[i] = nibble_order(products[i].a, products[i].m, w.K);
+    else any_dequantized = true;
+  }
+  if (!any_dequantized) {
+    for (size_t i = 0; i < products.size(); ++i)
+      split_in_two(w.N, [&](int64_t n0, int64_t n1) {
+        nibble_products(w, nibble_a[i].data(), products[i].m, products[i].c, n0, n1);
+      });
+    return;
+  }
   constexpr int64_t kColumnsPerBlock = 256;
   std::vector<float> block(size_t(kColumnsPerBlock * w.K));
   for (int64_t n0 = 0; n0 < w.N; n0 += kColumnsPerBlock) {
     const int64_t cols = std::min(kColumnsPerBlock, w.N - n0);
     split_in_two(cols, [&](int64_t j0, int64_t j1) {
       for (int64_t j = j0; j < j1; ++j) w.column(n0 + j, block.data() + j * w.K);
+      for (size_t i = 0; i < products.size(); ++i)
+        if (!nibble_a[i].empty()) nibble_products(w, nibble_a[i].data(), products[i].m, products[i].c, n0 + j0, n0 + j1);
     });
-    for (const NBitsProduct& p : products) {
+    for (size_t i = 0; i < products.size(); ++i) {
+      const NBitsProduct& p = products[i];
+      if (!nibble_a[i].empty()) continue;
       if (p.m <= kFewRows)
         few_rows_linear(block.data(), cols, w.K, p.m, w.N, n0, p.a, p.c);
       else
@@ -105,15 +249,17 @@ void quantize_activations_int8(float* a, int64_t rows, int64_t K, int64_t block)
 }
 
 // MatMulNBits for the runs of a group: B (its bytes, scales and zero points) read from the first run's
-// inputs and dequantized once for all (a graph whose B differs between runs, computed from its
-// inputs, runs one by one).
-std::vector<std::vector<Tensor>> matmul_nbits_group(const ir::Node& node, const std::vector<KernelInputs>& runs) {
+// inputs, or B's bytes where they lie in the mapped file (`stored_b`: the executor's in-place read), and
+// dequantized once for all (a graph whose B differs between runs, computed from its inputs, runs one by
+// one).
+std::vector<std::vector<Tensor>> matmul_nbits_runs(const ir::Node& node, const std::vector<KernelInputs>& runs,
+                                                   const ir::StoredMatrix* stored_b) {
   const KernelInputs& in = runs.front();
   for (const KernelInputs& other : runs)
-    for (size_t j = 1; j < std::max(in.size(), other.size()); ++j)
+    for (size_t j = stored_b ? 2 : 1; j < std::max(in.size(), other.size()); ++j)
       if ((j < in.size() ? in[j] : nullptr) != (j < other.size() ? other[j] : nullptr)) {
         std::vector<std::vector<Tensor>> outs;
-        for (const KernelInputs& one : runs) outs.push_back(std::move(matmul_nbits_group(node, {one}).front()));
+        for (const KernelInputs& one : runs) outs.push_back(std::move(matmul_nbits_runs(node, {one}, stored_b).front()));
         return outs;
       }
   const int64_t K = node.attr_int("K"), N = node.attr_int("N"), bits = node.attr_int("bits", 4),
@@ -121,7 +267,13 @@ std::vector<std::vector<Tensor>> matmul_nbits_group(const ir::Node& node, const 
   if (bits != 4 && bits != 8) unsupported("{}: MatMulNBits with bits = {} (the reference executor runs 4 and 8)", node.name, bits);
   if (block < 16 || (block & (block - 1)) != 0) bad_input("{}: MatMulNBits block_size {} is not a power of 2 >= 16", node.name, block);
   const int64_t kb = quant::k_blocks(K, block), blob = quant::blob_bytes(int(bits), block);
-  const PackedBytes b = bytes_of(node, arg(node, in, 1), "B");
+  PackedBytes b;
+  if (stored_b) {
+    b.data = stored_b->data;
+    b.size = size_t(stored_b->rows * stored_b->cols);
+  } else {
+    b = bytes_of(node, arg(node, in, 1), "B");
+  }
   const Tensor& s = arg(node, in, 2);
   expect_dtype(node, s, DType::F32, "scales");
   if (int64_t(b.size) != N * kb * blob || s.numel() != N * kb)
@@ -163,8 +315,12 @@ std::vector<std::vector<Tensor>> matmul_nbits_group(const ir::Node& node, const 
   return outs;
 }
 
+std::vector<std::vector<Tensor>> matmul_nbits_group(const ir::Node& node, const std::vector<KernelInputs>& runs) {
+  return matmul_nbits_runs(node, runs, nullptr);
+}
+
 std::vector<Tensor> matmul_nbits_kernel(const ir::Node& node, const KernelInputs& in) {
-  return std::move(matmul_nbits_group(node, {in}).front());
+  return std::move(matmul_nbits_runs(node, {in}, nullptr).front());
 }
 
 // y = (x - zero_point) * scale, the scale (and zero point) per tensor, per `axis` index, or per block of
@@ -256,6 +412,12 @@ bool reads_packed_bytes(const ir::Node& node, size_t i) {
 }
 
 GroupKernelFn group_kernel(const ir::Node& node) { return node.op == "MatMulNBits" ? matmul_nbits_group : nullptr; }
+
+std::vector<std::vector<Tensor>> matmul_nbits_stored(const ir::Node& node, const std::vector<KernelInputs>& runs,
+                                                     const ir::StoredMatrix& b) {
+  HFX_CHECK(b.dtype == DType::U8 && !b.transposed, "{}: MatMulNBits reads B in place as its bytes", node.name);
+  return matmul_nbits_runs(node, runs, &b);
+}
 
 void register_quant_kernels(KernelTable& t) {
   t["MatMulNBits"] = matmul_nbits_kernel;

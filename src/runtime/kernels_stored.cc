@@ -286,13 +286,15 @@ void few_rows_linear(const float* w, int64_t rows, int64_t k, int64_t m, int64_t
 }
 
 std::optional<size_t> stored_weight_input(const ir::Node& node) {
-  if (node.op == "MatMul" || node.op == "Linear" || node.op == "FusedMatMul") return 1;
+  if (node.op == "MatMul" || node.op == "Linear" || node.op == "FusedMatMul" || node.op == "MatMulNBits") return 1;
   if (node.op == "Embedding") return 0;
   if (node.op == "Gather" && node.attr_int("axis", 0) == 0) return 0;
   return std::nullopt;
 }
 
 bool reads_in_place(const ir::Node& node, const ir::StoredMatrix& w) {
+  if (node.op == "MatMulNBits") return w.dtype == DType::U8 && !w.transposed;
+  if (!is_float(w.dtype)) return false;
   return node.op == "MatMul" || node.op == "Linear" || node.op == "FusedMatMul" || !w.transposed;  // a lookup reads stored rows
 }
 
@@ -300,6 +302,7 @@ std::vector<std::vector<Tensor>> run_with_stored_weight(const ir::Node& node, co
                                                         const ir::StoredMatrix& w, bool stream) {
   if (node.op == "MatMul") return products(node, runs, w, false, stream);
   if (node.op == "Linear" || node.op == "FusedMatMul") return products(node, runs, w, true, stream);
+  if (node.op == "MatMulNBits") return matmul_nbits_stored(node, runs, w);
   HFX_CHECK(reads_in_place(node, w), "{}: a table read transposed is not read in place", node.name);
   std::vector<std::vector<Tensor>> outs;
   for (const KernelInputs& in : runs) outs.push_back(lookup(node, in, w));

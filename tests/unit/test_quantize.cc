@@ -396,42 +396,47 @@ TEST(Quantize, DequantizedColumnsAreTheScalarFormula) {
 }
 
 TEST(QuantKernels, MatMulNBitsEqualsMatMulOfTheDequantizedWeight) {
-  // Rows: a decode step (1), a few rows read against each block (6) and sgemm on it (20); N: one
-  // thread (6) and columns split between two threads across more than one block of 256 (300); K: whole
-  // blocks (48) and a partial, odd last block (41).
+  // Rows: decode steps read from the packed 4-bit bytes (1, 3), a few rows read against each
+  // dequantized block (6) and sgemm on it (20); N: one thread (6) and columns split between two threads
+  // across more than one block of 256 (300); K: whole blocks (48), a partial, odd last block (41), and
+  // for the packed reads runs of 128 (lanes across 8, 2 and half a block of 16, 64, 256) with whole
+  // blocks past them (400) and a partial one (297).
   for (bool sym : {true, false})
     for (int bits : {4, 8})
-      for (int64_t rows : {1, 6, 20})
-        for (int64_t N : {6, 300})
-          for (int64_t K : {48, 41}) {
-            const std::string what = fmt::format("{} bits, {}, {} rows, N {}, K {}", bits, sym ? "sym" : "asym", rows, N, K);
-            auto w = random_matrix(K, N, 5);
-            auto parts = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w)).quantized({bits, 16, sym, DType::F32});
-            ir::Graph g;
-            ir::Builder b(g);
-            auto a = g.add_input("a", DType::F32, fixed_shape({rows, K}));
-            std::vector<ir::ValueId> ins = {a, b.weight("B", parts[0]), b.weight("scales", parts[1])};
-            if (!sym) ins.push_back(b.weight("zp", parts[2]));
-            g.add_output(b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(bits)}, {"block_size", int64_t(16)}}, "y"));
-            auto x = random_matrix(rows, K, 6);
-            auto y = runtime::Executor(g).run({{"a", Tensor::from_vector<float>(DType::F32, {rows, K}, x)}}).at("y");
-            ASSERT_EQ(y.shape(), (std::vector<int64_t>{rows, N})) << what;
-            auto q = quant::quantize_blockwise(w.data(), K, N, bits, 16, sym, DType::F32);
-            auto wd = quant::dequantize_blockwise(q.data.data(), q.scales.data(), sym ? nullptr : q.zero_points.data(), K, N, bits, 16);
-            for (int64_t r = 0; r < rows; ++r)
-              for (int64_t n = 0; n < N; ++n) {
-                double want = 0;
-                for (int64_t k = 0; k < K; ++k) want += double(x[size_t(r * K + k)]) * wd[size_t(k * N + n)];
-                ASSERT_NEAR(y.as<float>()[r * N + n], want, 1e-4) << what << " at row " << r << ", column " << n;
-              }
-          }
+      for (int64_t block : {16, 64, 256})
+        for (int64_t rows : {1, 3, 6, 20})
+          for (int64_t N : {6, 300})
+            for (int64_t K : {48, 41, 400, 297}) {
+              if (block > 16 && K < 128) continue;
+              const std::string what = fmt::format("{} bits, {}, block {}, {} rows, N {}, K {}", bits, sym ? "sym" : "asym",
+                                                   block, rows, N, K);
+              auto w = random_matrix(K, N, 5);
+              auto parts = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w)).quantized({bits, block, sym, DType::F32});
+              ir::Graph g;
+              ir::Builder b(g);
+              auto a = g.add_input("a", DType::F32, fixed_shape({rows, K}));
+              std::vector<ir::ValueId> ins = {a, b.weight("B", parts[0]), b.weight("scales", parts[1])};
+              if (!sym) ins.push_back(b.weight("zp", parts[2]));
+              g.add_output(b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(bits)}, {"block_size", block}}, "y"));
+              auto x = random_matrix(rows, K, 6);
+              auto y = runtime::Executor(g).run({{"a", Tensor::from_vector<float>(DType::F32, {rows, K}, x)}}).at("y");
+              ASSERT_EQ(y.shape(), (std::vector<int64_t>{rows, N})) << what;
+              auto q = quant::quantize_blockwise(w.data(), K, N, bits, block, sym, DType::F32);
+              auto wd = quant::dequantize_blockwise(q.data.data(), q.scales.data(), sym ? nullptr : q.zero_points.data(), K, N, bits, block);
+              for (int64_t r = 0; r < rows; ++r)
+                for (int64_t n = 0; n < N; ++n) {
+                  double want = 0;
+                  for (int64_t k = 0; k < K; ++k) want += double(x[size_t(r * K + k)]) * wd[size_t(k * N + n)];
+                  ASSERT_NEAR(y.as<float>()[r * N + n], want, 1e-4) << what << " at row " << r << ", column " << n;
+                }
+            }
 }
 
 TEST(QuantKernels, MatMulNBitsRunInAGroupComputeWhatTheyComputeAlone) {
   // Executor::run_many dequantizes each block of B once for all its runs (the group kernel): each
-  // run's numbers are those it gets alone, bit for bit, whether it reads the block as a decode step,
-  // a few rows or sgemm.
-  const int64_t K = 48, N = 300;
+  // run's numbers are those it gets alone, bit for bit, whether it reads the packed bytes (a decode
+  // step: 1 or 3 rows), or the dequantized block as a few rows or sgemm. K: two runs of 128 and a tail.
+  const int64_t K = 304, N = 300;
   for (bool sym : {true, false}) {
     auto w = random_matrix(K, N, 5);
     auto parts = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w)).quantized({4, 16, sym, DType::F32});
@@ -442,14 +447,18 @@ TEST(QuantKernels, MatMulNBitsRunInAGroupComputeWhatTheyComputeAlone) {
     if (!sym) ins.push_back(b.weight("zp", parts[2]));
     g.add_output(b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(4)}, {"block_size", int64_t(16)}}, "y"));
     std::vector<std::map<std::string, Tensor>> inputs;
-    for (int64_t rows : {1, 6, 20})
+    for (int64_t rows : {1, 3, 6, 20})
       inputs.push_back({{"a", Tensor::from_vector<float>(DType::F32, {rows, K}, random_matrix(rows, K, uint32_t(rows)))}});
-    runtime::Executor group(g), alone(g);
-    const auto together = group.run_many({&inputs[0], &inputs[1], &inputs[2]});
+    runtime::Executor group(g), alone(g), decode_steps(g);
+    const auto together = group.run_many({&inputs[0], &inputs[1], &inputs[2], &inputs[3]});
+    const auto steps_only = decode_steps.run_many({&inputs[0], &inputs[1]});  // no block dequantized
     for (size_t r = 0; r < inputs.size(); ++r) {
       const Tensor y = alone.run(inputs[r]).at("y"),& z = together[r].at("y");
       ASSERT_EQ(y.shape(), z.shape());
       ASSERT_EQ(0, std::memcmp(y.data(), z.data(), y.nbytes())) << (sym ? "sym" : "asym") << ", run " << r;
+      if (r < steps_only.size()) {
+        ASSERT_EQ(0, std::memcmp(y.data(), steps_only[r].at("y").data(), y.nbytes())) << (sym ? "sym" : "asym") << ", step " << r;
+      }
     }
   }
 }
