@@ -544,15 +544,23 @@ quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t
       std::all_of(u.casts.begin(), u.casts.end(), [](DType c) { return c == DType::F32; }) ? bf16_before_widening(u.nk)
                                                                                             : std::nullopt;
   const WeightRef& nk = bf16 ? *bf16 : u.nk;
+  // bf16 rows stored as they are (a checkpoint's tensor) are read where they lie in the mapped file.
+  const auto stored = bf16 ? nk.raw_bytes() : std::nullopt;
   quant::Quantized all;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t n1 = std::min(N, n0 + chunk);
-    Tensor rows(nk.dtype(), {n1 - n0, K});
-    nk.write_rows(n0, n1, static_cast<uint8_t*>(rows.data()), nk.row_bytes());
-    auto part = bf16
-                    ? quant::quantize_blockwise_bf16_nk(rows.as<uint16_t>(), K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype)
-                    : quant::quantize_blockwise(with_casts_f32(std::move(rows), u.casts).as<float>(), K, n1 - n0, p.bits,
-                                                p.block, p.symmetric, p.scale_dtype, true);
+    quant::Quantized part;
+    if (stored) {
+      const auto* rows = reinterpret_cast<const uint16_t*>(stored->data() + size_t(n0) * nk.row_bytes());
+      part = quant::quantize_blockwise_bf16_nk(rows, K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype);
+    } else {
+      Tensor rows(nk.dtype(), {n1 - n0, K});
+      nk.write_rows(n0, n1, static_cast<uint8_t*>(rows.data()), nk.row_bytes());
+      part = bf16 ? quant::quantize_blockwise_bf16_nk(rows.as<uint16_t>(), K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype)
+                  : quant::quantize_blockwise(with_casts_f32(std::move(rows), u.casts).as<float>(), K, n1 - n0, p.bits,
+                                              p.block, p.symmetric, p.scale_dtype, true);
+    }
+    if (n0 == 0 && n1 == N) return part;  // one chunk: the whole weight
     all.data.insert(all.data.end(), part.data.begin(), part.data.end());
     all.scales.insert(all.scales.end(), part.scales.begin(), part.scales.end());
     all.zero_points.insert(all.zero_points.end(), part.zero_points.begin(), part.zero_points.end());
@@ -636,7 +644,7 @@ Tensor WeightRef::materialize() const {
                          : quant::quantize_blockwise(w.as<float>(), q.K, q.N, p.bits, p.block, p.symmetric, p.scale_dtype,
                                                      bool(nk));
         }
-        q.result = quant::relayout(*q.result, q.K, q.N, p.bits, p.block, p.symmetric, p.layout);
+        q.result = quant::relayout(std::move(*q.result), q.K, q.N, p.bits, p.block, p.symmetric, p.layout);
         q.taken = 0;
       }
       return take_quantized_part(n, q);

@@ -408,7 +408,7 @@ void put_value(std::vector<uint8_t>& v, size_t i, int bits, int x) {
 
 }  // namespace
 
-Quantized relayout(const Quantized& q, int64_t K, int64_t N, int bits, int64_t block, bool symmetric, Layout to) {
+Quantized relayout(Quantized q, int64_t K, int64_t N, int bits, int64_t block, bool symmetric, Layout to) {
   if (to == Layout::MatMulNBits) return q;
   Quantized out;
   const auto count = [&](int64_t n) { return size_t(bits == 4 ? (n + 1) / 2 : n); };
@@ -461,7 +461,7 @@ Quantized relayout_between(const Quantized& q, int64_t K, int64_t N, int bits, i
     if (from == Layout::BlockedNK)
       for (int64_t k = 0; k < K; ++k)
         for (int64_t n = 0; n < N; ++n) mnb.data[size_t(k * N + n)] = q.data[size_t(n * K + k)];
-    return relayout(mnb, K, N, bits, block, symmetric, to);
+    return relayout(std::move(mnb), K, N, bits, block, symmetric, to);
   }
   const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
   const int mid = 1 << (bits - 1), mask = (1 << bits) - 1;
@@ -482,7 +482,7 @@ Quantized relayout_between(const Quantized& q, int64_t K, int64_t N, int bits, i
         put_value(mnb.data, dst + size_t(k - b * block), bits, symmetric ? (v + mid) & mask : v);
       }
     }
-  return relayout(mnb, K, N, bits, block, symmetric, to);
+  return relayout(std::move(mnb), K, N, bits, block, symmetric, to);
 }
 
 namespace {

@@ -121,7 +121,7 @@ void dequantize_column(const uint8_t* data, const float* scales, const uint8_t* 
 // `to`: data packed two per byte for 4 bits (element 2i in the low nibble, row major in the new shape),
 // symmetric values made signed (i4 / i8 bytes), zero points (asymmetric) in the data's width. BlockedNK
 // with several blocks needs K to be a multiple of the block (BadInput otherwise).
-Quantized relayout(const Quantized& q, int64_t K, int64_t N, int bits, int64_t block, bool symmetric, Layout to);
+Quantized relayout(Quantized q, int64_t K, int64_t N, int bits, int64_t block, bool symmetric, Layout to);
 
 // `q` in layout `from` to layout `to` (through the blockwise arrangement relayout() starts from): how one
 // format's quantized weights are made from the bytes another format of the same export wrote
