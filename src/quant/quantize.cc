@@ -117,8 +117,9 @@ DType parse_dtype(const std::string& text) {
 
 namespace {
 
-// Runs body(n_begin, n_end) over [0, N) on up to hardware_concurrency() threads, in chunks of whole
-// columns (none when the matrix is small enough that threads would cost more than they save).
+// Runs body(n_begin, n_end) over [0, N) on up to hardware_concurrency() threads (the caller's the
+// first), in chunks of whole columns (none when the matrix is small enough that threads would cost
+// more than they save).
 void parallel_columns(int64_t N, int64_t K, const std::function<void(int64_t, int64_t)>& body) {
   const int64_t threads = std::min<int64_t>({int64_t(std::max(1u, std::thread::hardware_concurrency())), 8,
                                              std::max<int64_t>(1, N * K / (int64_t(1) << 20))});
@@ -126,14 +127,15 @@ void parallel_columns(int64_t N, int64_t K, const std::function<void(int64_t, in
   std::vector<std::thread> pool;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
   const int64_t chunk = (N + threads - 1) / threads;
-  for (int64_t t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      try {
-        body(std::min(N, t * chunk), std::min(N, (t + 1) * chunk));
-      } catch (...) {
-        errors[size_t(t)] = std::current_exception();
-      }
-    });
+  auto share = [&](int64_t t) {
+    try {
+      body(std::min(N, t * chunk), std::min(N, (t + 1) * chunk));
+    } catch (...) {
+      errors[size_t(t)] = std::current_exception();
+    }
+  };
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(share, t);
+  share(0);
   for (auto& th : pool) th.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
@@ -269,18 +271,21 @@ struct BlockwiseJob {
   DType scale_dtype;
   int64_t k_stride, n_stride;  // element (k, n) of W[K, N] is w[k * k_stride + n * n_stride]
   Quantized* out;
+  // Per column: blocks, then bytes of a block's values and of the zero points (set once: the loops
+  // below write through byte pointers, which the compiler must assume may change the job).
+  int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zero_point_bytes = zero_point_bytes_per_column(bits, K, block);
 };
 
 // Block b of column n, its `count` values contiguous at v: the scale, the zero point and the values.
 template <typename V, typename T>
 HFX_INLINE void quantize_block(const V* v, int64_t count, const BlockwiseJob<T>& j, int64_t n, int64_t b) {
-  const int64_t kb = k_blocks(j.K, j.block), blob = blob_bytes(j.bits, j.block);
+  const int64_t kb = j.kb, blob = j.blob;
   Quantized& out = *j.out;
   float mn, mx;
   block_range(v, count, mn, mx);
   const auto [scale, zp] = block_scale(mn, mx, j.bits, j.symmetric, j.scale_dtype);
   if (!j.symmetric) {
-    uint8_t& z = out.zero_points[size_t(n * zero_point_bytes_per_column(j.bits, j.K, j.block) + b * j.bits / 8)];
+    uint8_t& z = out.zero_points[size_t(n * j.zero_point_bytes + b * j.bits / 8)];
     if (j.bits == 8)
       z = uint8_t(zp);
     else
@@ -294,8 +299,9 @@ HFX_INLINE void quantize_block(const V* v, int64_t count, const BlockwiseJob<T>&
 template <typename T>
 HFX_SIMD_CLONES void quantize_columns(const BlockwiseJob<T>& j, int64_t n_begin, int64_t n_end) {
   float gathered[256];  // a block of a [K, N] layout, whose column is strided
+  const int64_t kb = j.kb;
   for (int64_t n = n_begin; n < n_end; ++n)
-    for (int64_t b = 0; b < k_blocks(j.K, j.block); ++b) {
+    for (int64_t b = 0; b < kb; ++b) {
       const int64_t k0 = b * j.block, count = std::min(j.K, k0 + j.block) - k0;
       const T* v = j.w + k0 * j.k_stride + n * j.n_stride;
       if (j.k_stride == 1) {
