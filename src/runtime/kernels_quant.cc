@@ -1,6 +1,7 @@
 // Weight-only quantization: DequantizeLinear (per tensor, per axis, blocked; opset 21),
-// com.microsoft's MatMulNBits, which dequantizes B a block of columns at a time into f32 and multiplies
-// (with accuracy_level 4, A quantized to int8 as ONNX Runtime's CPU kernel does), and
+// com.microsoft's MatMulNBits, which dequantizes B a block of columns at a time into f32 and multiplies,
+// or for a decode step's few rows of a 4-bit B multiplies straight from its packed bytes (with
+// accuracy_level 4, A quantized to int8 as ONNX Runtime's CPU kernel does), and
 // GatherBlockQuantized. The reference executor holds integer values as I64 (see kernels.h) but keeps
 // the packed weights these two read as their uint8 bytes; an I64 operand is narrowed back to bytes.
 #include <algorithm>
@@ -181,8 +182,8 @@ HFX_SIMD_CLONES void nibble_products(const NBitsWeight& w, const float* a, int64
 #pragma GCC diagnostic pop
 
 // Whether a product reads W's packed bytes directly (nibble_products): up to 4 rows (a decode step)
-// of a 4-bit W, one pass over the bytes. More rows would widen each byte once
-// per 4 rows: they multiply W dequantized a block at a time, once for the group.
+// of a 4-bit W, one pass over the bytes. More rows would widen each byte once per 4 rows: they multiply
+// W dequantized a block at a time, once for the group.
 constexpr int64_t kNibbleRows = 4;
 bool reads_nibbles(const NBitsWeight& w, const NBitsProduct& p) {
   return w.bits == 4 && p.m <= kNibbleRows;
@@ -191,8 +192,8 @@ bool reads_nibbles(const NBitsWeight& w, const NBitsProduct& p) {
 // Every product of a group against one W. A product of a few rows of a 4-bit W reads the packed bytes
 // (nibble_products): a quarter of the bytes of W in f32, nothing written. The others get W dequantized
 // from its packed columns a block of 256 columns at a time (no f32 copy of W: a vocabulary-sized lm_head
-// would be 600 MB), each block once for the whole group; a few rows (8 bits, small blocks) read the
-// block once per 4 rows (few_rows_linear), more rows go to sgemm. All on two threads; a product's numbers
+// would be 600 MB), each block once for the whole group; up to 16 rows (5 or more of a 4-bit W, any of
+// an 8-bit one) read the block once per 4 rows (few_rows_linear), more rows go to sgemm. All on two threads; a product's numbers
 // do not depend on the group it ran in.
 void nbits_products(const NBitsWeight& w, const std::vector<NBitsProduct>& products) {
   std::vector<std::vector<float>> nibble_a(products.size());
