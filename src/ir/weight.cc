@@ -549,17 +549,17 @@ quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t
   quant::Quantized all;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t n1 = std::min(N, n0 + chunk);
-    quant::Quantized part;
-    if (stored) {
-      const auto* rows = reinterpret_cast<const uint16_t*>(stored->data() + size_t(n0) * nk.row_bytes());
-      part = quant::quantize_blockwise_bf16_nk(rows, K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype);
-    } else {
-      Tensor rows(nk.dtype(), {n1 - n0, K});
+    Tensor rows;  // the chunk's rows, unless read in place
+    if (!stored) {
+      rows = Tensor(nk.dtype(), {n1 - n0, K});
       nk.write_rows(n0, n1, static_cast<uint8_t*>(rows.data()), nk.row_bytes());
-      part = bf16 ? quant::quantize_blockwise_bf16_nk(rows.as<uint16_t>(), K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype)
-                  : quant::quantize_blockwise(with_casts_f32(std::move(rows), u.casts).as<float>(), K, n1 - n0, p.bits,
-                                              p.block, p.symmetric, p.scale_dtype, true);
     }
+    auto part = bf16 ? quant::quantize_blockwise_bf16_nk(
+                           stored ? reinterpret_cast<const uint16_t*>(stored->data() + size_t(n0) * nk.row_bytes())
+                                  : rows.as<uint16_t>(),
+                           K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype)
+                     : quant::quantize_blockwise(with_casts_f32(std::move(rows), u.casts).as<float>(), K, n1 - n0, p.bits,
+                                                 p.block, p.symmetric, p.scale_dtype, true);
     if (n0 == 0 && n1 == N) return part;  // one chunk: the whole weight
     all.data.insert(all.data.end(), part.data.begin(), part.data.end());
     all.scales.insert(all.scales.end(), part.scales.begin(), part.scales.end());

@@ -351,11 +351,7 @@ HFX_SIMD_CLONES void dequantize_column(const uint8_t* data, const float* scales,
   const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
   for (int64_t b = 0; b < kb; ++b) {
     const float scale = scales[n * kb + b];
-    int zp = 1 << (bits - 1);
-    if (zero_points) {
-      const uint8_t z = zero_points[n * zb + b * bits / 8];
-      zp = bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF;
-    }
+    const int zp = block_zero_point(zero_points ? zero_points + n * zb : nullptr, b, bits);
     const uint8_t* src = data + (n * kb + b) * blob;
     const int64_t k0 = b * block, count = std::min(K, k0 + block) - k0;
     float* dst = w + k0;
@@ -442,10 +438,7 @@ Quantized relayout(Quantized q, int64_t K, int64_t N, int bits, int64_t block, b
   for (int64_t n = 0; n < N; ++n)
     for (int64_t b = 0; b < kb; ++b) {
       out.scales[size_t(at_block(b, n))] = q.scales[size_t(n * kb + b)];
-      if (!symmetric) {
-        const uint8_t z = q.zero_points[size_t(n * zb + b * bits / 8)];
-        put_value(out.zero_points, size_t(at_block(b, n)), bits, bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF);
-      }
+      if (!symmetric) put_value(out.zero_points, size_t(at_block(b, n)), bits, block_zero_point(q.zero_points.data() + n * zb, b, bits));
       const size_t src = size_t((n * kb + b) * blob) * (bits == 8 ? 1 : 2);  // element index in q.data
       for (int64_t k = b * block; k < std::min(K, (b + 1) * block); ++k) {
         const int v = get_value(q.data, src + size_t(k - b * block), bits);

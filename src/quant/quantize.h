@@ -90,6 +90,13 @@ inline int64_t blob_bytes(int bits, int64_t block) { return (block * bits + 7) /
 inline int64_t zero_point_bytes_per_column(int bits, int64_t K, int64_t block) {
   return (k_blocks(K, block) * bits + 7) / 8;
 }
+// Block b's zero point in a column's zero-point bytes (blockwise: a byte each for 8 bits, two a byte for
+// 4, the even block's in the low nibble); 2^(bits-1), the symmetric one, without zero points.
+inline int block_zero_point(const uint8_t* column_zero_points, int64_t b, int bits) {
+  if (!column_zero_points) return 1 << (bits - 1);
+  const uint8_t z = column_zero_points[b * bits / 8];
+  return bits == 8 ? z : (z >> (4 * (b % 2))) & 0xF;
+}
 
 // A block's scale, rounded to `scale_dtype`, and zero point from its smallest and largest value (NaNs
 // skipped), as ONNX Runtime's MlasQuantizeBlockwise computes them (docs/quantization.md).

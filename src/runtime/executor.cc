@@ -176,9 +176,9 @@ struct Executor::Impl {
     for (size_t i = 0; i < nodes.size(); ++i) {
       auto at = detail::stored_weight_input(nodes[i]);
       if (constant_node[i] || !at || *at >= nodes[i].inputs.size() || nodes[i].inputs[*at] == ir::kNone) continue;
-      const ir::ValueId operand = nodes[i].inputs[*at];
-      if (auto m = nodes[i].op == "MatMulNBits" ? packed_operand(operand) : stored_operand(operand);
-          m && detail::reads_in_place(nodes[i], m->first))
+      auto m = stored_operand(nodes[i].inputs[*at]);
+      if (!m) m = packed_operand(nodes[i].inputs[*at]);
+      if (m && detail::reads_in_place(nodes[i], m->first))
         stored[i] = StoredInput{*at, m->first, m->second};
     }
     mark_needed();
@@ -238,8 +238,9 @@ struct Executor::Impl {
     return std::nullopt;
   }
 
-  // The weight `id` is when it is packed bytes as stored (U8, no transform): those bytes as a matrix of one
-  // row per index of the first axis (MatMulNBits' B: a row of blocks per column of W).
+  // The weight `id` is when it is packed bytes as stored (U8, no transform; never through a graph's
+  // Transpose or Cast): those bytes as a matrix of one row per index of the first axis (MatMulNBits' B: a
+  // row of blocks per column of W). Which node reads it so is detail::reads_in_place's to say.
   std::optional<std::pair<ir::StoredMatrix, const ir::WeightRef*>> packed_operand(ir::ValueId id) const {
     const ir::WeightRef* w = exec->weight(id);
     if (!w || w->dtype() != DType::U8 || w->shape().empty()) return std::nullopt;

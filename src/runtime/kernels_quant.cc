@@ -51,6 +51,9 @@ struct NBitsWeight {
   const float* scales;
   const uint8_t* zero_points;  // null: 2^(bits-1)
   int64_t K, N, bits, block;
+  // Per column: blocks, bytes of a block's values, bytes of the zero points.
+  int64_t kb = quant::k_blocks(K, block), blob = quant::blob_bytes(int(bits), block),
+          zero_point_bytes = quant::zero_point_bytes_per_column(int(bits), K, block);
 
   // Column n of W, dequantized.
   void column(int64_t n, float* w) const {
@@ -64,9 +67,6 @@ struct NBitsProduct {
   const float* a;
   float* c;
 };
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"  // vectors passed between inlined helpers only
 
 // The 4-bit few-row product reads W's packed bytes 64 at a time as 16 lanes of 4 bytes: lane j holds the
 // 8 values 8j .. 8j + 7 of the run of 128, nibble t of the lane (bits 4t .. 4t + 3) value 8j + t. So the
@@ -99,11 +99,11 @@ HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, floa
   using simd::f32x16;
   using simd::i32x16;
   using simd::u32x16;
-  const int64_t K = w.K, kb = quant::k_blocks(K, w.block);
-  const int64_t zb = quant::zero_point_bytes_per_column(4, K, w.block);
-  const float* scales = w.scales + n * kb;
-  const uint8_t* column = w.data + n * kb * quant::blob_bytes(4, w.block);  // the blocks' bytes, back to back
-  auto zero_point = [&](int64_t b) { return w.zero_points ? (w.zero_points[n * zb + b / 2] >> (4 * (b % 2))) & 0xF : 8; };
+  const int64_t K = w.K;
+  const float* scales = w.scales + n * w.kb;
+  const uint8_t* column = w.data + n * w.kb * w.blob;  // the blocks' bytes, back to back
+  const uint8_t* zero_points = w.zero_points ? w.zero_points + n * w.zero_point_bytes : nullptr;
+  auto zero_point = [&](int64_t b) { return quant::block_zero_point(zero_points, b, 4); };
   // block is a power of 2 (MatMulNBits checks): lane j of the run at k is in block (k >> shift) + (j >> lane_shift)
   const int shift = __builtin_ctzll(uint64_t(w.block)), lane_shift = shift - 3;
   f32x16 even[R] = {}, odd[R] = {};
@@ -142,7 +142,7 @@ HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, floa
   float tail[R] = {};
   for (; k < K; ++k) {
     const int64_t b = k / w.block, i = k - b * w.block;
-    const uint8_t byte = column[b * quant::blob_bytes(4, w.block) + i / 2];
+    const uint8_t byte = column[b * w.blob + i / 2];
     const float v = float(int((byte >> (4 * (i % 2))) & 0xF) - zero_point(b)) * scales[b];
     for (int r = 0; r < R; ++r) tail[r] += a[r * K + k] * v;
   }
@@ -161,7 +161,7 @@ HFX_SIMD_CLONES void nibble_products(const NBitsWeight& w, const float* a, int64
   // Columns lie back to back, but the hardware prefetchers stop at each 4 KiB page (8 columns of
   // K = 1024): the bytes of the column kAhead on are asked for while this one is multiplied.
   constexpr int64_t kAhead = 4;
-  const int64_t column_bytes = quant::k_blocks(w.K, w.block) * quant::blob_bytes(4, w.block);
+  const int64_t column_bytes = w.kb * w.blob;
   for (int64_t n = n0; n < n1; ++n) {
     if (n + kAhead < n1)
       for (int64_t line = 0; line < column_bytes; line += 64)
@@ -178,8 +178,6 @@ HFX_SIMD_CLONES void nibble_products(const NBitsWeight& w, const float* a, int64
     }
   }
 }
-
-#pragma GCC diagnostic pop
 
 // Whether a product reads W's packed bytes directly (nibble_products): up to 4 rows (a decode step)
 // of a 4-bit W, one pass over the bytes. More rows would widen each byte once per 4 rows: they multiply
