@@ -19,6 +19,8 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& 
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;
   file->size_ = size_t(size);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) file->identity_ = {uint64_t(st.st_dev), uint64_t(st.st_ino)};
   if (file->size_ > 0) {
     void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

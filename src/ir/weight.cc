@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "ir/weight_kernels.h"
+#include "ir/quantized_memo.h"
 #include "ir/weight_node.h"
 #include "quant/quantize.h"
 
@@ -536,14 +537,25 @@ std::optional<WeightRef> bf16_before_widening(const WeightRef& x) {
   return bf16;
 }
 
-quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t N, const WeightRef::QuantParams& p) {
+// The stored tensors `nk` stacks (a checkpoint's tensor, or an axis-0 concatenation of them: packed
+// q|k|v), in row order, as the quantization memo names them; nullopt for anything computed.
+std::optional<std::vector<QuantizedMemo::Stored>> stored_tensors(const WeightRef& nk) {
+  const WeightRef::Node& n = *nk.node();
+  if (n.kind == WeightRef::Node::Source && n.shape.size() == 2)
+    return std::vector<QuantizedMemo::Stored>{{n.file->identity(), n.offset, n.dtype, n.shape[0], n.shape[1]}};
+  if (n.kind != WeightRef::Node::Concat || n.axis != 0) return std::nullopt;
+  std::vector<QuantizedMemo::Stored> parts;
+  for (const auto& c : n.children) {
+    auto more = stored_tensors(c);
+    if (!more) return std::nullopt;
+    parts.insert(parts.end(), more->begin(), more->end());
+  }
+  return parts;
+}
+
+quant::Quantized quantize_nk_chunks(const WeightRef& nk, bool bf16, const std::vector<DType>& casts, int64_t K,
+                                    int64_t N, const WeightRef::QuantParams& p) {
   const int64_t chunk = std::max<int64_t>(1, int64_t(kQuantChunkBytes) / std::max<int64_t>(1, K * 4));
-  // A bf16 checkpoint's weight only widened (the usual chain, the widening before or after the
-  // transpose) is quantized as stored: the same bytes as from its f32 copy, which is not made.
-  const std::optional<WeightRef> bf16 =
-      std::all_of(u.casts.begin(), u.casts.end(), [](DType c) { return c == DType::F32; }) ? bf16_before_widening(u.nk)
-                                                                                            : std::nullopt;
-  const WeightRef& nk = bf16 ? *bf16 : u.nk;
   // bf16 rows stored as they are (a checkpoint's tensor) are read where they lie in the mapped file.
   const auto stored = bf16 ? nk.raw_bytes() : std::nullopt;
   quant::Quantized all;
@@ -558,7 +570,7 @@ quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t
                            stored ? reinterpret_cast<const uint16_t*>(stored->data() + size_t(n0) * nk.row_bytes())
                                   : rows.as<uint16_t>(),
                            K, n1 - n0, p.bits, p.block, p.symmetric, p.scale_dtype)
-                     : quant::quantize_blockwise(with_casts_f32(std::move(rows), u.casts).as<float>(), K, n1 - n0, p.bits,
+                     : quant::quantize_blockwise(with_casts_f32(std::move(rows), casts).as<float>(), K, n1 - n0, p.bits,
                                                  p.block, p.symmetric, p.scale_dtype, true);
     if (n0 == 0 && n1 == N) return part;  // one chunk: the whole weight
     all.data.insert(all.data.end(), part.data.begin(), part.data.end());
@@ -566,6 +578,24 @@ quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t
     all.zero_points.insert(all.zero_points.end(), part.zero_points.begin(), part.zero_points.end());
   }
   return all;
+}
+
+quant::Quantized quantize_nk_in_chunks(const Untransposed& u, int64_t K, int64_t N, const WeightRef::QuantParams& p) {
+  // A bf16 checkpoint's weight only widened (the usual chain, the widening before or after the
+  // transpose) is quantized as stored: the same bytes as from its f32 copy, which is not made.
+  const bool widened_only = std::all_of(u.casts.begin(), u.casts.end(), [](DType c) { return c == DType::F32; });
+  const std::optional<WeightRef> bf16 = widened_only ? bf16_before_widening(u.nk) : std::nullopt;
+  const WeightRef& nk = bf16 ? *bf16 : u.nk;
+  // Stored values only widened are what the memo keeps: the export's writers and its check's reference
+  // quantize the same tensors under the same scheme (ir/quantized_memo.h).
+  QuantizedMemo* memo = widened_only ? QuantizedMemo::active() : nullptr;
+  const auto parts = memo ? stored_tensors(nk) : std::nullopt;
+  const QuantizedMemo::Scheme scheme{p.bits, p.block, p.symmetric, p.scale_dtype};
+  if (parts)
+    if (auto kept = memo->take(*parts, scheme)) return std::move(*kept);
+  quant::Quantized q = quantize_nk_chunks(nk, bool(bf16), u.casts, K, N, p);
+  if (parts) memo->keep(*parts, scheme, q);
+  return q;
 }
 
 }  // namespace

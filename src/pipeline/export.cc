@@ -9,9 +9,11 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/progress.h"
+#include "ir/quantized_memo.h"
 #include "models/registry.h"
 #include "pipeline/backend.h"
 #include "pipeline/manifest.h"
+#include "pipeline/verify.h"
 
 namespace fs = std::filesystem;
 
@@ -168,6 +170,11 @@ ExportResult run_export(const ExportOptions& opt) {
   if (opt.hub) manifest.set_hub_source(*opt.hub);
   ir::WrittenWeights written;
   ExportJob job{m, recipe, staged.path(), manifest, result, written};
+  // The check's reference quantizes the checkpoint's Linear weights as the writers just did: it takes
+  // the writers' results from memory instead (ir/quantized_memo.h), up to the weights a check holds (the
+  // same bytes move from the memo into the reference's graph, so its memory stays within that bound).
+  ir::QuantizedMemo quantized(opt.verify ? size_t(kHeldWeightLimit) : 0);
+  ir::QuantizedMemo::Scope quantized_scope(quantized);
   // The checks' preludes run while the files are written; held until the checks, which need them (a
   // failed export waits for them on its way out: a probe takes 0.3 s).
   std::vector<std::future<void>> preludes;
