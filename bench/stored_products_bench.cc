@@ -37,32 +37,36 @@ int main(int argc, char** argv) {
     const ir::StoredMatrix w{reinterpret_cast<const uint8_t*>(f32.data()), DType::F32, k, n, false};
     const runtime::detail::KernelInputs in{&x, nullptr};
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
-    while (std::chrono::steady_clock::now() < until) runtime::detail::run_with_stored_weight(node, in, w, false);
+    while (std::chrono::steady_clock::now() < until) runtime::detail::run_with_stored_weight(node, {in}, w, false);
   }
   for (int m : {1, 2, 4, 8, 16}) {
     Tensor x(DType::F32, {m, k});
     for (int64_t i = 0; i < m * k; ++i) x.as<float>()[i] = uniform(rng);
-    for (bool linear : {false, true}) {
+    // MatMul over an ONNX [k, n] f32 weight; Linear over a checkpoint's [n, k] bf16 one, and over an f32
+    // [n, k] one (a tied f32 lm_head read transposed, MatMulNBits' dequantized blocks).
+    for (const char* kind : {"MatMul f32 [k,n]", "Linear bf16 [n,k]", "Linear f32 [n,k]"}) {
+      const bool linear = kind[0] == 'L';
+      const DType linear_dtype = std::strstr(kind, "bf16") ? DType::BF16 : DType::F32;
       ir::Node node;
       node.op = linear ? "Linear" : "MatMul";
       ir::StoredMatrix w;
-      w.data = linear ? reinterpret_cast<const uint8_t*>(bf16.data()) : reinterpret_cast<const uint8_t*>(f32.data());
-      w.dtype = linear ? DType::BF16 : DType::F32;
+      w.data = linear_dtype == DType::BF16 ? reinterpret_cast<const uint8_t*>(bf16.data())
+                                           : reinterpret_cast<const uint8_t*>(f32.data());
+      w.dtype = linear ? linear_dtype : DType::F32;
       w.rows = linear ? n : k;
       w.cols = linear ? k : n;
       const runtime::detail::KernelInputs in{&x, nullptr};
       std::vector<double> times;
       for (int rep = 0; rep < 10; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < 20; ++i) runtime::detail::run_with_stored_weight(node, in, w, false);
+        for (int i = 0; i < 20; ++i) runtime::detail::run_with_stored_weight(node, {in}, w, false);
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 20;
         if (rep > 0) times.push_back(dt);  // the first warms the caches and starts the second thread
       }
       std::sort(times.begin(), times.end());
       const double dt = times[times.size() / 2];
       std::printf("%2d rows  %-18s %7.3f ms  %6.1f GFLOP/s  %5.1f GB/s of weight\n", m,
-                  linear ? "Linear bf16 [n,k]" : "MatMul f32 [k,n]", dt * 1e3, 2.0 * double(m * k * n) / dt / 1e9,
-                  double(k * n) * (linear ? 2 : 4) / dt / 1e9);
+                  kind, dt * 1e3, 2.0 * double(m * k * n) / dt / 1e9, double(k * n) * double(dtype_size(w.dtype)) / dt / 1e9);
     }
   }
 }
