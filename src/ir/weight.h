@@ -127,6 +127,9 @@ struct StoredMatrix {
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
   bool transposed = false;  // the weight is the stored matrix's transpose: [cols, rows]
+  // The mapped file `data` lies in (nullptr for bytes in memory): a kernel streaming a weight larger
+  // than a few blocks releases the pages it has read as it goes (MappedFile::release).
+  const MappedFile* file = nullptr;
 };
 
 // A checkpoint's float matrix (not a constant the graph computes with): what the precision pass and the

@@ -33,7 +33,7 @@ std::optional<StoredMatrix> WeightRef::stored_matrix() const {
   switch (n.kind) {
     case Node::Source:
       if (n.dtype != DType::F32 && n.dtype != DType::BF16 && n.dtype != DType::F16) return std::nullopt;
-      return StoredMatrix{n.file->data() + n.offset, n.dtype, n.shape[0], n.shape[1], false};
+      return StoredMatrix{n.file->data() + n.offset, n.dtype, n.shape[0], n.shape[1], false, n.file.get()};
     case Node::Cast: {  // only widenings: a half-precision value is exact in f32
       if (n.dtype != DType::F32) return std::nullopt;
       return n.children[0].stored_matrix();

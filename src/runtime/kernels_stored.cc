@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/mapped_file.h"
 #include "core/simd.h"
 #include "runtime/kernels.h"
 
@@ -15,6 +16,11 @@ namespace {
 
 // Stored rows read per block: about 4 MiB of them.
 constexpr size_t kBlockBytes = size_t(4) << 20;
+// A streamed weight's pages read so far are released every this many bytes (and by the executor after
+// the node): a vocabulary-sized table is not resident whole while it is read (1.2 GB of f32 for
+// Qwen3-1.7B's tied lm_head), and a release's TLB flush on every thread is paid every 64 MiB, not per
+// 4 MiB block.
+constexpr size_t kReleaseBytes = size_t(64) << 20;
 
 // The kernels below are compiled for AVX-512, AVX2 and the baseline, picked at load time (core/simd.h).
 using simd::f32x16;
@@ -203,7 +209,12 @@ void gemm_stored(const std::vector<StoredProduct>& products, int64_t k, int64_t 
     }
   const size_t row_bytes = size_t(s.cols) * dtype_size(s.dtype);
   thread_local std::vector<float> widened;
+  size_t released = 0;  // bytes of the stored rows whose pages were released
   for (int64_t r0 = 0; r0 < s.rows; r0 += block_rows) {
+    if (const size_t read = size_t(r0) * row_bytes; stream && s.file && read - released >= kReleaseBytes) {
+      s.file->release(size_t(s.data - s.file->data()) + released, read - released);
+      released = read;
+    }
     const int64_t rows = std::min(block_rows, s.rows - r0);
     const uint8_t* src = s.data + size_t(r0) * row_bytes;
     const float* block = nullptr;  // the block in f32, widened once for the products that need it
