@@ -42,6 +42,12 @@ TensorBudget::~TensorBudget() { t_max_tensor_bytes = previous_; }
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)), bytes_(budgeted_nbytes(dtype, shape_)) {}
 
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape, std::vector<uint8_t>&& bytes)
+    : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {
+  HFX_CHECK(bytes_.size() == dtype_nbytes(dtype_, size_t(numel_of(shape_))), "{} bytes for {} elements of {}",
+            bytes_.size(), numel_of(shape_), dtype_name(dtype_));
+}
+
 int64_t Tensor::numel() const { return numel_of(shape_); }
 
 Tensor Tensor::reshaped(std::vector<int64_t> shape) const {

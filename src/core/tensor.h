@@ -15,6 +15,8 @@ class Tensor {
  public:
   Tensor() = default;
   Tensor(DType dtype, std::vector<int64_t> shape);  // zero-filled
+  // Takes `bytes` as its contents, no copy (their size must be the shape's).
+  Tensor(DType dtype, std::vector<int64_t> shape, std::vector<uint8_t>&& bytes);
 
   template <typename T>
   static Tensor from_vector(DType dtype, std::vector<int64_t> shape, const std::vector<T>& values) {

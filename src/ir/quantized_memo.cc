@@ -86,8 +86,13 @@ size_t QuantizedMemo::kept_bytes() const {
 
 QuantizedMemo* QuantizedMemo::active() { return g_active.load(std::memory_order_acquire); }
 
-QuantizedMemo::Scope::Scope(QuantizedMemo& memo) : previous_(g_active.exchange(&memo, std::memory_order_acq_rel)) {}
+QuantizedMemo::Scope::Scope(QuantizedMemo& memo) {
+  QuantizedMemo* none = nullptr;
+  installed_ = g_active.compare_exchange_strong(none, &memo, std::memory_order_acq_rel);
+}
 
-QuantizedMemo::Scope::~Scope() { g_active.store(previous_, std::memory_order_release); }
+QuantizedMemo::Scope::~Scope() {
+  if (installed_) g_active.store(nullptr, std::memory_order_release);
+}
 
 }  // namespace hfx::ir

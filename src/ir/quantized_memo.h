@@ -55,7 +55,9 @@ class QuantizedMemo {
   size_t kept_bytes() const;
 
   // The memo quantize calls consult while a Scope lives (nullptr: none). The writers quantize on threads
-  // of their own, so it is one per process, not per thread.
+  // of their own, so it is one per process, not per thread; a Scope opened while another's memo is
+  // active leaves that one in place (entries are keyed by file, so either gives the same bytes) and
+  // never outlives it.
   static QuantizedMemo* active();
   class Scope {
    public:
@@ -65,7 +67,7 @@ class QuantizedMemo {
     Scope& operator=(const Scope&) = delete;
 
    private:
-    QuantizedMemo* previous_;
+    bool installed_ = false;
   };
 
  private:

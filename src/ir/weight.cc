@@ -13,14 +13,16 @@
 
 namespace hfx::ir {
 
+bool needs_quantizing(const WeightRef::Node& n, const QuantState& q) { return !q.result || (q.taken >> n.part & 1); }
+
 Tensor take_quantized_part(const WeightRef::Node& n, QuantState& q) {
-  Tensor t(n.dtype, n.shape);
+  HFX_CHECK(!needs_quantizing(n, q), "quantized part {} handed out twice from one result", n.part);
+  Tensor t;
   if (n.part == 1) {
+    t = Tensor(n.dtype, n.shape);
     convert_elements(DType::F32, q.result->scales.data(), n.dtype, t.data(), q.result->scales.size());
-  } else {
-    const auto& bytes = n.part == 0 ? q.result->data : q.result->zero_points;
-    HFX_CHECK(bytes.size() == t.nbytes(), "quantized part of {} bytes for {}", bytes.size(), t.nbytes());
-    std::memcpy(t.data(), bytes.data(), bytes.size());
+  } else {  // moved out: this part is not handed out again from this result
+    t = Tensor(n.dtype, n.shape, std::move(n.part == 0 ? q.result->data : q.result->zero_points));
   }
   q.taken |= 1 << n.part;
   if (q.taken == (q.params.symmetric ? 3 : 7)) q.result.reset();  // every part handed out
@@ -541,8 +543,10 @@ std::optional<WeightRef> bf16_before_widening(const WeightRef& x) {
 // q|k|v), in row order, as the quantization memo names them; nullopt for anything computed.
 std::optional<std::vector<QuantizedMemo::Stored>> stored_tensors(const WeightRef& nk) {
   const WeightRef::Node& n = *nk.node();
-  if (n.kind == WeightRef::Node::Source && n.shape.size() == 2)
+  if (n.kind == WeightRef::Node::Source && n.shape.size() == 2) {
+    if (n.file->identity() == MappedFile::Identity{}) return std::nullopt;  // unknown: no key
     return std::vector<QuantizedMemo::Stored>{{n.file->identity(), n.offset, n.dtype, n.shape[0], n.shape[1]}};
+  }
   if (n.kind != WeightRef::Node::Concat || n.axis != 0) return std::nullopt;
   std::vector<QuantizedMemo::Stored> parts;
   for (const auto& c : n.children) {
@@ -659,7 +663,7 @@ Tensor WeightRef::materialize() const {
     case Node::Quantized: {
       QuantState& q = *n.quant;
       std::lock_guard<std::mutex> lock(q.mutex);
-      if (!q.result) {
+      if (needs_quantizing(n, q)) {
         const auto& p = q.params;
         // Blockwise reads W[K, N] column by column: from a Linear layer's [N, K] checkpoint tensor
         // (the usual chain: source, transposed, cast) it reads the untransposed tensor's rows instead.

@@ -45,7 +45,10 @@ struct WeightRef::Node {
 };
 
 // Part `n.part` of the quantization `q.result` (the caller holds q.mutex and has filled it), as the
-// part's tensor; the result is dropped once every part was handed out.
+// part's tensor: the data and zero points are moved out of the result, so each part is handed out once
+// per result, which is dropped once every part was. needs_quantizing: there is no result, or this part
+// was handed out from it already (the caller makes a new one).
+bool needs_quantizing(const WeightRef::Node& n, const QuantState& q);
 Tensor take_quantized_part(const WeightRef::Node& n, QuantState& q);
 
 }  // namespace hfx::ir

@@ -65,7 +65,7 @@ Tensor WeightRef::relaid_from(quant::Layout from, const std::vector<std::span<co
   const QuantParams& p = s.params;
   std::lock_guard<std::mutex> lock(s.mutex);
   // The parts share one result, as when they quantize the checkpoint: relaid once, handed out part by part.
-  if (!s.result) {
+  if (needs_quantizing(n, s)) {
     const std::vector<WeightRef> siblings = quantized_in(from);
     HFX_CHECK(!siblings.empty() && parts.size() == siblings.size(), "{}: relaid from {} parts", describe(), parts.size());
     for (size_t i = 0; i < parts.size(); ++i)

@@ -173,8 +173,8 @@ ExportResult run_export(const ExportOptions& opt) {
   // The check's reference quantizes the checkpoint's Linear weights as the writers just did: it takes
   // the writers' results from memory instead (ir/quantized_memo.h), up to the weights a check holds (the
   // same bytes move from the memo into the reference's graph, so its memory stays within that bound).
-  ir::QuantizedMemo quantized(opt.verify ? size_t(kHeldWeightLimit) : 0);
-  ir::QuantizedMemo::Scope quantized_scope(quantized);
+  ir::QuantizedMemo quantized_for_check(opt.verify ? size_t(kHeldWeightLimit) : 0);
+  ir::QuantizedMemo::Scope quantized_scope(quantized_for_check);
   // The checks' preludes run while the files are written; held until the checks, which need them (a
   // failed export waits for them on its way out: a probe takes 0.3 s).
   std::vector<std::future<void>> preludes;

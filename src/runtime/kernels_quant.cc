@@ -124,11 +124,11 @@ HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, floa
       if (zero_points) zp = i32x16{} + zero_point(b0);
     } else {
       f32x16 run_scales;
-      if (scales + b0 + 16 <= scales_end) {
+      if (const int64_t left = scales_end - (scales + b0); left >= 16) {
         run_scales = simd::load16(scales + b0);
       } else {  // the last columns' last runs: no read past the scales
         float near_end[16] = {};
-        std::copy(scales + b0, std::min(scales + b0 + 16, scales_end), near_end);
+        std::copy(scales + b0, scales_end, near_end);
         run_scales = simd::load16(near_end);
       }
       s = __builtin_shuffle(run_scales, lane_block);

@@ -119,11 +119,17 @@ TEST(QuantizedMemo, NothingPastTheBudgetAndTheNumbersRegardless) {
   EXPECT_EQ(memo.kept_bytes(), 0u);
 }
 
-TEST(QuantizedMemo, NoMemoOutsideAScope) {
+TEST(QuantizedMemo, OneActiveMemoAndNoneOutsideItsScope) {
   const Checkpoint ckpt;
   ir::QuantizedMemo memo(size_t(1) << 30);
   {
     ir::QuantizedMemo::Scope scope(memo);
+    EXPECT_EQ(ir::QuantizedMemo::active(), &memo);
+    ir::QuantizedMemo other(size_t(1) << 30);
+    {
+      ir::QuantizedMemo::Scope inner(other);  // another export's, say: the active one stays
+      EXPECT_EQ(ir::QuantizedMemo::active(), &memo);
+    }
     EXPECT_EQ(ir::QuantizedMemo::active(), &memo);
   }
   EXPECT_EQ(ir::QuantizedMemo::active(), nullptr);
