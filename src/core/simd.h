@@ -53,6 +53,18 @@ HFX_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 
 HFX_INLINE f32x16 splat(float x) { return f32x16{} + x; }
 
+// Lane j of the result is lane index[j] (0..15) of v: one vpermps in AVX-512. Clang (the fuzzing build)
+// has no shuffle by a run-time index vector; it gets the lane-by-lane loop.
+HFX_INLINE f32x16 permute(f32x16 v, i32x16 index) {
+#if defined(__clang__)
+  f32x16 out;
+  for (int j = 0; j < 16; ++j) out[j] = v[index[j] & 15];
+  return out;
+#else
+  return __builtin_shuffle(v, index);
+#endif
+}
+
 // Lane by lane `mask ? a : b`, mask lanes all ones or zero (a comparison's result); written with bit
 // operations because Clang's C++ takes no vector conditional.
 HFX_INLINE f32x16 select(i32x16 mask, f32x16 a, f32x16 b) {

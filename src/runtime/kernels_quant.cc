@@ -108,9 +108,10 @@ HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, floa
   const int shift = __builtin_ctzll(uint64_t(w.block)), lane_shift = shift - 3;
   i32x16 lane_block;
   for (int j = 0; j < 16; ++j) lane_block[j] = j >> lane_shift;
-  // The lanes' scales are the run's 128 / block scales, loaded as a vector and spread over the lanes by a
-  // permutation: filled lane by lane through the stack, the vector load waited on 16 stores it could not
-  // forward, a fifth of this kernel's time on a decode step. Symmetric zero points are one constant.
+  // The lanes' scales are the run's 128 / block scales, loaded as a vector and spread over the lanes by
+  // a permutation (simd::permute): filled lane by lane through the stack, the vector load waited on 16
+  // stores it could not forward, a fifth of this kernel's time on a decode step. Symmetric zero points
+  // are one constant.
   const float* scales_end = w.scales + w.N * w.kb;
   const i32x16 symmetric_zp = i32x16{} + quant::block_zero_point(nullptr, 0, 4);
   f32x16 even[R] = {}, odd[R] = {};
@@ -131,7 +132,7 @@ HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, floa
         std::copy(scales + b0, scales_end, near_end);
         run_scales = simd::load16(near_end);
       }
-      s = __builtin_shuffle(run_scales, lane_block);
+      s = simd::permute(run_scales, lane_block);
       if (zero_points) {
         int32_t lane_zp[16];
         for (int j = 0; j < 16; ++j) lane_zp[j] = zero_point(b0 + (j >> lane_shift));
