@@ -25,11 +25,6 @@ size_t memory_of(const quant::Quantized& q) {
   return q.data.size() + q.scales.size() * sizeof(float) + q.zero_points.size();
 }
 
-template <typename T>
-void append(std::vector<T>& to, const std::vector<T>& from) {
-  to.insert(to.end(), from.begin(), from.end());
-}
-
 }  // namespace
 
 std::optional<quant::Quantized> QuantizedMemo::take(const std::vector<Stored>& parts, const Scheme& scheme) {
@@ -43,9 +38,7 @@ std::optional<quant::Quantized> QuantizedMemo::take(const std::vector<Stored>& p
     if (parts.size() == 1) {
       whole = std::move(it->second);
     } else {
-      append(whole.data, it->second.data);
-      append(whole.scales, it->second.scales);
-      append(whole.zero_points, it->second.zero_points);
+      quant::append_columns(whole, it->second);
     }
     entries_.erase(it);
   }

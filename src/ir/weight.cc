@@ -577,9 +577,7 @@ quant::Quantized quantize_nk_chunks(const WeightRef& nk, bool bf16, const std::v
                      : quant::quantize_blockwise(with_casts_f32(std::move(rows), casts).as<float>(), K, n1 - n0, p.bits,
                                                  p.block, p.symmetric, p.scale_dtype, true);
     if (n0 == 0 && n1 == N) return part;  // one chunk: the whole weight
-    all.data.insert(all.data.end(), part.data.begin(), part.data.end());
-    all.scales.insert(all.scales.end(), part.scales.begin(), part.scales.end());
-    all.zero_points.insert(all.zero_points.end(), part.zero_points.begin(), part.zero_points.end());
+    quant::append_columns(all, part);
   }
   return all;
 }

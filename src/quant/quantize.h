@@ -84,6 +84,14 @@ struct Quantized {
   std::vector<uint8_t> zero_points;  // empty when symmetric
 };
 
+// Appends `more`'s columns after `to`'s (blockwise results, whose columns each hold their data, scales
+// and zero points together: a weight quantized in chunks of columns, or parts packed side by side).
+inline void append_columns(Quantized& to, const Quantized& more) {
+  to.data.insert(to.data.end(), more.data.begin(), more.data.end());
+  to.scales.insert(to.scales.end(), more.scales.begin(), more.scales.end());
+  to.zero_points.insert(to.zero_points.end(), more.zero_points.begin(), more.zero_points.end());
+}
+
 inline int64_t k_blocks(int64_t K, int64_t block) { return (K + block - 1) / block; }
 inline int64_t blob_bytes(int bits, int64_t block) { return (block * bits + 7) / 8; }
 // Bytes of the zero points of one column (blockwise).
