@@ -118,8 +118,8 @@ void axpy_columns(const T* w, int64_t ldw, int64_t kb, int64_t j, int64_t width,
 
 // dot_tile for every group of up to 4 rows of a against the stored rows [j, j + J) (inlined: a lambda
 // would be compiled apart from few_rows_share's clones, for the baseline instruction set).
-// The first group prefetches the next tile's rows (`ahead`, or null at the share's last tile); the
-// later groups find this tile in cache.
+// The first group prefetches a later tile's rows (`ahead`, two tiles on; null near the share's end);
+// the later groups find this tile in cache.
 template <int J, typename T>
 HFX_INLINE void dot_groups(const T* block, int64_t m, int64_t k, int64_t n, int64_t r0, const float* a, float* c,
                            int64_t j, const T* ahead) {
