@@ -1,8 +1,9 @@
 // The reference executor's products against a stored weight (runtime/kernels_stored.cc), timed alone:
 // an ONNX MatMul's f32 [k, n] weight and a checkpoint Linear's bf16 [n, k] one, at 1 to 16 rows (a
-// decode step, a check's shape cases). Prints ms per product, GFLOP/s and the weight's bytes per second
-// (the weights, 12 MiB and 6 MiB, partly fit the last-level cache: the figures compare kernels, not
-// the machine's memory).
+// decode step, a check's shape cases), then MatMulNBits over a 4-bit B in blocks of 32 (hfx's int4;
+// runtime/kernels_quant.cc) at 1 to 42 rows (the export check's groups). Prints ms per product,
+// GFLOP/s and the weight's bytes (or values) per second (the weights, 12 MiB and 6 MiB, partly fit the
+// last-level cache: the figures compare kernels, not the machine's memory).
 //
 //   ninja -C build hfx_products_bench && build/hfx_products_bench [k n]
 #include <algorithm>
@@ -68,5 +69,32 @@ int main(int argc, char** argv) {
       std::printf("%2d rows  %-18s %7.3f ms  %6.1f GFLOP/s  %5.1f GB/s of weight\n", m,
                   kind, dt * 1e3, 2.0 * double(m * k * n) / dt / 1e9, double(k * n) * double(dtype_size(w.dtype)) / dt / 1e9);
     }
+  }
+  // MatMulNBits: B's packed bytes [n, k / 2] where they lie (the executor's in-place read), f32 scales.
+  constexpr int64_t kBlock = 32;
+  std::vector<uint8_t> packed(size_t(n * k / 2));
+  std::vector<float> scale_values(size_t(n * (k / kBlock)));
+  for (auto& b : packed) b = uint8_t(rng());
+  for (auto& s : scale_values) s = uniform(rng) / 64;
+  const Tensor scales = Tensor::from_vector<float>(DType::F32, {n, k / kBlock}, scale_values);
+  ir::Node nbits;
+  nbits.op = "MatMulNBits";
+  nbits.attrs = {{"K", k}, {"N", n}, {"bits", int64_t(4)}, {"block_size", kBlock}};
+  const ir::StoredMatrix b{packed.data(), DType::U8, n, k / 2, false};
+  for (int m : {1, 2, 4, 8, 16, 31, 42}) {
+    Tensor x(DType::F32, {m, k});
+    for (int64_t i = 0; i < m * k; ++i) x.as<float>()[i] = uniform(rng);
+    const runtime::detail::KernelInputs in{&x, nullptr, &scales};
+    std::vector<double> times;
+    for (int rep = 0; rep < 10; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 20; ++i) runtime::detail::run_with_stored_weight(nbits, {in}, b, false);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 20;
+      if (rep > 0) times.push_back(dt);
+    }
+    std::sort(times.begin(), times.end());
+    const double dt = times[times.size() / 2];
+    std::printf("%2d rows  %-18s %7.3f ms  %6.1f GFLOP/s  %5.1f G values/s\n", m, "MatMulNBits int4", dt * 1e3,
+                2.0 * double(m * k * n) / dt / 1e9, double(k * n) / dt / 1e9);
   }
 }

@@ -53,7 +53,8 @@ HFX_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 
 HFX_INLINE f32x16 splat(float x) { return f32x16{} + x; }
 
-// Lane j of the result is lane index[j] (0..15) of v: one vpermps in AVX-512. Clang (the fuzzing build)
+// Lane j of the result is lane index[j] % 16 of v (the index's low 4 bits, as vpermps reads them:
+// one instruction in AVX-512; GCC's shuffle takes the index modulo the lane count). Clang (the fuzzing build)
 // has no shuffle by a run-time index vector; it gets the lane-by-lane loop.
 HFX_INLINE f32x16 permute(f32x16 v, i32x16 index) {
 #if defined(__clang__)

@@ -343,11 +343,19 @@ Quantized quantize_blockwise_bf16_nk(const uint16_t* w_nk, int64_t K, int64_t N,
 }
 
 // 16 values of a block at a time: 4-bit ones from 8 bytes (the even value in the low nibble), 8-bit
-// ones from 16; w = float(q - zp) * scale, as the scalar tail computes it.
+// ones from 16; w = float(q - zp) * scale, as the scalar tail computes it. The bytes are spread over
+// the lanes as 32-bit words (a permutation), each lane shifted to its own value and masked: GCC 12
+// widens a vector of bytes to 32-bit lanes a byte at a time (scalar extracts and inserts, four times
+// the instructions of this kernel's arithmetic), and puts a vector narrower than 64 bytes through the
+// stack to widen it (a load that waits on a store it cannot forward): the bytes are broadcast as
+// 64-bit words instead.
 HFX_SIMD_CLONES void dequantize_column(const uint8_t* data, const float* scales, const uint8_t* zero_points, int64_t K,
                                        int64_t n, int bits, int64_t block, float* w) {
-  using u8x8 = uint8_t __attribute__((vector_size(8)));
-  using i32x8 = int32_t __attribute__((vector_size(32)));
+  using simd::u32x16;
+  using u64x8 = uint64_t __attribute__((vector_size(64)));
+  // Lane j of 16 values: the word holding it and its shift in that word.
+  constexpr u32x16 nibble_shift = {0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28};
+  constexpr u32x16 byte_shift = {0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24};
   const int64_t kb = k_blocks(K, block), blob = blob_bytes(bits, block), zb = zero_point_bytes_per_column(bits, K, block);
   for (int64_t b = 0; b < kb; ++b) {
     const float scale = scales[n * kb + b];
@@ -357,20 +365,26 @@ HFX_SIMD_CLONES void dequantize_column(const uint8_t* data, const float* scales,
     float* dst = w + k0;
     int64_t i = 0;
     const f32x16 s = simd::splat(scale);
+    const i32x16 z = i32x16{} + zp;
     if (bits == 8) {
       for (; i + 16 <= count; i += 16) {
-        u8x16 q;
-        std::memcpy(&q, src + i, sizeof q);
-        simd::store16(dst + i, __builtin_convertvector(__builtin_convertvector(q, i32x16) - zp, f32x16) * s);
+        uint64_t lo, hi;
+        std::memcpy(&lo, src + i, 8);
+        std::memcpy(&hi, src + i + 8, 8);
+        const u32x16 words01 = u32x16(u64x8{} + lo), words23 = u32x16(u64x8{} + hi);
+        const u32x16 spread = __builtin_shufflevector(words01, words23, 0, 0, 0, 0, 1, 1, 1, 1, 16, 16, 16, 16, 17, 17, 17, 17);
+        const i32x16 q = i32x16((spread >> byte_shift) & 0xFF);
+        simd::store16(dst + i, __builtin_convertvector(q - z, f32x16) * s);
       }
       for (; i < count; ++i) dst[i] = float(int(src[i]) - zp) * scale;
-    } else {  // two values a byte, the even one in the low nibble
+    } else {  // two values a byte, the even one in the low nibble: value j is bits 4j .. 4j + 3 of its word
       for (; i + 16 <= count; i += 16) {
-        u8x8 bytes;
-        std::memcpy(&bytes, src + i / 2, sizeof bytes);
-        const i32x8 wide = __builtin_convertvector(bytes, i32x8);
-        const i32x16 q = __builtin_shufflevector(wide & 0xF, wide >> 4, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-        simd::store16(dst + i, __builtin_convertvector(q - zp, f32x16) * s);
+        uint64_t bytes;
+        std::memcpy(&bytes, src + i / 2, 8);
+        const u32x16 words = u32x16(u64x8{} + bytes);  // words 0 and 1 in every pair of lanes
+        const u32x16 spread = __builtin_shufflevector(words, words, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        const i32x16 q = i32x16((spread >> nibble_shift) & 0xF);
+        simd::store16(dst + i, __builtin_convertvector(q - z, f32x16) * s);
       }
       for (; i + 1 < count; i += 2) {
         dst[i] = float(int(src[i / 2] & 0xF) - zp) * scale;

@@ -67,10 +67,18 @@ std::vector<std::vector<Tensor>> run_with_stored_weight(const ir::Node& node, co
 // pack all of B for them, which costs more than the products themselves (a third of a model-sized
 // check's CPU was OpenBLAS packing weights for cases of 8 to 16 rows).
 constexpr int64_t kFewRows = 16;
+// A weight that must be widened first (a checkpoint's bf16 Linear, MatMulNBits' 4- and 8-bit B) is
+// multiplied by the same tiles up to this many rows, as stored or a dequantized chunk at a time in L2:
+// sgemm would need the weight widened to f32 in memory first, which costs more than the tiles reading
+// A's rows again for every 4 columns (from L2 up to here).
+constexpr int64_t kTiledRows = 64;
 // c[:, r0, r0 + rows) = a[m, k] x w^T for an f32 block w[rows, k] of a Linear's weight (output columns
 // r0 onwards of c[m, n]), on two threads: each output summed as the f32 kernels' reference order
 // fixes it, so a row's numbers do not depend on the rows it runs with.
 void few_rows_linear(const float* w, int64_t rows, int64_t k, int64_t m, int64_t n, int64_t r0, const float* a, float* c);
+// The same on this thread only: the caller splits the columns between threads.
+void few_rows_linear_one_thread(const float* w, int64_t rows, int64_t k, int64_t m, int64_t n, int64_t r0, const float* a,
+                                float* c);
 
 // Linear's optional bias (in[2], [n]) added to each of the `rows` rows of c[rows, n].
 void add_linear_bias(const ir::Node& node, const KernelInputs& in, float* c, int64_t rows, int64_t n);

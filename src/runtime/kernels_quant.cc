@@ -90,11 +90,15 @@ std::vector<float> nibble_order(const float* a, int64_t m, int64_t K) {
 }
 
 // c[r][n] for R rows of A (in nibble_order) and column n of a 4-bit W (blocks of a power of 2 >= 16
-// values), straight from its packed bytes: each value (q - zero point) * scale as dequantize_column gives
-// it, made in registers (each lane's 8 values lie in one block: its scale and zero point) and multiplied
-// there. Two sets of 16 lane sums (even and odd t), in k order, then the values past the last run of 128,
-// then the lanes in order: a row's numbers do not depend on the rows it runs with.
-template <int R>
+// values), straight from its packed bytes. Each lane's 8 values of a run lie in one block, so a run
+// sums a * (q - zero point) over its 8 values per lane and multiplies that by the lane's scale once:
+// q - zero point is a lane of a 16-entry table picked by the nibble itself (simd::permute reads an
+// index's low 4 bits, so the shifted bytes need no mask), where widening each value and scaling it
+// took three more instructions per 16 values than the products (a decode step is this loop). Blocks
+// under 128 values with zero points of their own (asymmetric) give each lane its own zero point and
+// subtract it instead. The runs' sums in k order, then the values past the last run of 128, then the
+// lanes in order: a row's numbers do not depend on the rows it runs with.
+template <int R, bool kLaneZeroPoints>
 HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, float* c, int64_t ldc) {
   using simd::f32x16;
   using simd::i32x16;
@@ -106,23 +110,27 @@ HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, floa
   auto zero_point = [&](int64_t b) { return quant::block_zero_point(zero_points, b, 4); };
   // block is a power of 2 (MatMulNBits checks): lane j of the run at k is in block (k >> shift) + (j >> lane_shift)
   const int shift = __builtin_ctzll(uint64_t(w.block)), lane_shift = shift - 3;
-  i32x16 lane_block;
-  for (int j = 0; j < 16; ++j) lane_block[j] = j >> lane_shift;
+  i32x16 lane_block, nibble;
+  for (int j = 0; j < 16; ++j) {
+    lane_block[j] = j >> lane_shift;
+    nibble[j] = j;
+  }
+  // q - zero point for q = 0 .. 15: one table for the column (symmetric: 2^3), or one a run.
+  f32x16 table = __builtin_convertvector(nibble - quant::block_zero_point(nullptr, 0, 4), f32x16);
   // The lanes' scales are the run's 128 / block scales, loaded as a vector and spread over the lanes by
-  // a permutation (simd::permute): filled lane by lane through the stack, the vector load waited on 16
-  // stores it could not forward, a fifth of this kernel's time on a decode step. Symmetric zero points
-  // are one constant.
+  // a permutation: filled lane by lane through the stack, the vector load waited on 16 stores it could
+  // not forward, a fifth of this kernel's time on a decode step.
   const float* scales_end = w.scales + w.N * w.kb;
-  const i32x16 symmetric_zp = i32x16{} + quant::block_zero_point(nullptr, 0, 4);
-  f32x16 even[R] = {}, odd[R] = {};
+  const uint8_t* zero_points_end = w.zero_points ? w.zero_points + w.N * w.zero_point_bytes : nullptr;
+  f32x16 acc[R] = {};
   int64_t k = 0;
   for (; k + kNibbleRun <= K; k += kNibbleRun) {
     const int64_t b0 = k >> shift;
     f32x16 s;
-    i32x16 zp = symmetric_zp;
+    i32x16 zp = {};
     if (w.block >= kNibbleRun) {  // one block
       s = simd::splat(scales[b0]);
-      if (zero_points) zp = i32x16{} + zero_point(b0);
+      if (zero_points) table = __builtin_convertvector(nibble - zero_point(b0), f32x16);
     } else {
       f32x16 run_scales;
       if (const int64_t left = scales_end - (scales + b0); left >= 16) {
@@ -133,25 +141,28 @@ HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, floa
         run_scales = simd::load16(near_end);
       }
       s = simd::permute(run_scales, lane_block);
-      if (zero_points) {
-        int32_t lane_zp[16];
-        for (int j = 0; j < 16; ++j) lane_zp[j] = zero_point(b0 + (j >> lane_shift));
-        std::memcpy(&zp, lane_zp, sizeof zp);
+      if (kLaneZeroPoints) {
+        // The run's 128 / block (2 to 8) zero points are nibbles 0, 1, ... of the 4 bytes from b0 / 2
+        // (b0 is even: a run is 2 or more blocks), lane j's the nibble of its block: shifted out of
+        // one word in registers (lane by lane through the stack, the load waited on 16 stores).
+        uint32_t word = 0;
+        const uint8_t* from = zero_points + b0 / 2;
+        std::memcpy(&word, from, size_t(std::min<int64_t>(4, zero_points_end - from)));  // no read past the end
+        zp = i32x16(((u32x16{} + word) >> u32x16(4 * lane_block)) & 0xF);
       }
     }
     u32x16 bytes;
     std::memcpy(&bytes, column + k / 2, sizeof bytes);
+    f32x16 run[R] = {};
 #pragma GCC unroll 8
     for (int t = 0; t < 8; ++t) {
-      const i32x16 q = i32x16((bytes >> (4 * t)) & 0xF) - zp;
-      const f32x16 v = __builtin_convertvector(q, f32x16) * s;
+      const u32x16 shifted = bytes >> (4 * t);
+      const f32x16 v = kLaneZeroPoints ? __builtin_convertvector(i32x16(shifted & 0xF) - zp, f32x16)
+                                       : simd::permute(table, i32x16(shifted));
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const f32x16 av = simd::load16(a + r * K + k + 16 * t);
-        if (t % 2 == 0) even[r] += av * v;
-        else odd[r] += av * v;
-      }
+      for (int r = 0; r < R; ++r) run[r] += simd::load16(a + r * K + k + 16 * t) * v;
     }
+    for (int r = 0; r < R; ++r) acc[r] += run[r] * s;
   }
   float tail[R] = {};
   for (; k < K; ++k) {
@@ -161,12 +172,22 @@ HFX_INLINE void nibble_dot(const NBitsWeight& w, int64_t n, const float* a, floa
     for (int r = 0; r < R; ++r) tail[r] += a[r * K + k] * v;
   }
   for (int r = 0; r < R; ++r) {
-    float lanes[32];
-    simd::store16(lanes, even[r]);
-    simd::store16(lanes + 16, odd[r]);
+    float lanes[16];
+    simd::store16(lanes, acc[r]);
     float sum = tail[r];
     for (float l : lanes) sum += l;
     c[r * ldc + n] = sum;
+  }
+}
+
+// nibble_dot for 1 to 4 rows of A.
+template <bool kLaneZeroPoints>
+HFX_INLINE void nibble_dot_rows(const NBitsWeight& w, int64_t n, int64_t rows, const float* a, float* c) {
+  switch (rows) {
+    case 4: nibble_dot<4, kLaneZeroPoints>(w, n, a, c, w.N); break;
+    case 3: nibble_dot<3, kLaneZeroPoints>(w, n, a, c, w.N); break;
+    case 2: nibble_dot<2, kLaneZeroPoints>(w, n, a, c, w.N); break;
+    default: nibble_dot<1, kLaneZeroPoints>(w, n, a, c, w.N); break;
   }
 }
 
@@ -176,6 +197,8 @@ HFX_SIMD_CLONES void nibble_products(const NBitsWeight& w, const float* a, int64
   // K = 1024): the bytes of the column kAhead on are asked for while this one is multiplied.
   constexpr int64_t kAhead = 4;
   const int64_t column_bytes = w.kb * w.blob;
+  // Blocks under a run with zero points of their own: each lane subtracts its block's (nibble_dot).
+  const bool lane_zero_points = w.zero_points && w.block < kNibbleRun;
   for (int64_t n = n0; n < n1; ++n) {
     if (n + kAhead < n1)
       for (int64_t line = 0; line < column_bytes; line += 64)
@@ -183,42 +206,62 @@ HFX_SIMD_CLONES void nibble_products(const NBitsWeight& w, const float* a, int64
     for (int64_t r = 0; r < m; r += 4) {
       const float* ar = a + r * w.K;
       float* cr = c + r * w.N;
-      switch (std::min<int64_t>(m - r, 4)) {
-        case 4: nibble_dot<4>(w, n, ar, cr, w.N); break;
-        case 3: nibble_dot<3>(w, n, ar, cr, w.N); break;
-        case 2: nibble_dot<2>(w, n, ar, cr, w.N); break;
-        default: nibble_dot<1>(w, n, ar, cr, w.N); break;
-      }
+      const int64_t rows = std::min<int64_t>(m - r, 4);
+      if (lane_zero_points) nibble_dot_rows<true>(w, n, rows, ar, cr);
+      else nibble_dot_rows<false>(w, n, rows, ar, cr);
     }
   }
 }
 
-// Whether a product reads W's packed bytes directly (nibble_products): up to 4 rows (a decode step)
-// of a 4-bit W, one pass over the bytes. More rows would widen each byte once per 4 rows: they multiply
-// W dequantized a block at a time, once for the group.
-constexpr int64_t kNibbleRows = 4;
+// Whether a product reads W's packed bytes directly (nibble_products): up to 8 rows of a 4-bit W (a
+// decode step, a short prompt), a pass over a column's bytes per 4 rows (the second finds them in L1).
+// More rows widen each value once per 4 rows as often: past 8, W dequantized a chunk at a time, once
+// for the group, costs as little (16 rows of a [1024, 3072] W: 0.79 ms either way; 8 rows 0.35 ms
+// read as nibbles, 0.54 dequantized).
+constexpr int64_t kNibbleRows = 8;
 bool reads_nibbles(const NBitsWeight& w, const NBitsProduct& p) {
   return w.bits == 4 && p.m <= kNibbleRows;
 }
 
 // Every product of a group against one W. A product of a few rows of a 4-bit W reads the packed bytes
 // (nibble_products): a quarter of the bytes of W in f32, nothing written. The others get W dequantized
-// from its packed columns a block of 256 columns at a time (no f32 copy of W: a vocabulary-sized lm_head
-// would be 600 MB), each block once for the whole group; up to 16 rows (5 or more of a 4-bit W, any of
-// an 8-bit one) read the block once per 4 rows (few_rows_linear), more rows go to sgemm. All on two threads; a product's numbers
-// do not depend on the group it ran in.
+// from its packed columns, each column once for the whole group (no f32 copy of W: a vocabulary-sized
+// lm_head would be 600 MB). Up to kTiledRows rows, each thread dequantizes a chunk of its own half of
+// the columns (256 KiB of f32, in its L2) and runs every product on it before the next: the threads
+// meet once per weight. (Both threads dequantizing a block of 256 columns, then each product split
+// between them, met twice per block.) With a product of more rows, that is what runs: sgemm packs its
+// A once per call, so it wants wide blocks. A product's numbers do not depend on the group it ran in.
 void nbits_products(const NBitsWeight& w, const std::vector<NBitsProduct>& products) {
   std::vector<std::vector<float>> nibble_a(products.size());
-  bool any_dequantized = false;
+  bool any_dequantized = false, any_sgemm = false;
   for (size_t i = 0; i < products.size(); ++i) {
     if (reads_nibbles(w, products[i])) nibble_a[i] = nibble_order(products[i].a, products[i].m, w.K);
     else any_dequantized = true;
+    any_sgemm = any_sgemm || (nibble_a[i].empty() && products[i].m > kTiledRows);
   }
   if (!any_dequantized) {
     for (size_t i = 0; i < products.size(); ++i)
       split_in_two(w.N, [&](int64_t n0, int64_t n1) {
         nibble_products(w, nibble_a[i].data(), products[i].m, products[i].c, n0, n1);
       });
+    return;
+  }
+  if (!any_sgemm) {
+    constexpr int64_t kChunkBytes = 256 << 10;
+    const int64_t chunk = std::max<int64_t>(4, kChunkBytes / int64_t(sizeof(float)) / std::max<int64_t>(w.K, 1));
+    split_in_two(w.N, [&](int64_t n0, int64_t n1) {
+      thread_local std::vector<float> block;
+      block.resize(size_t(chunk * w.K));
+      for (int64_t c0 = n0; c0 < n1; c0 += chunk) {
+        const int64_t c1 = std::min(n1, c0 + chunk);
+        for (int64_t n = c0; n < c1; ++n) w.column(n, block.data() + (n - c0) * w.K);
+        for (size_t i = 0; i < products.size(); ++i) {
+          const NBitsProduct& p = products[i];
+          if (!nibble_a[i].empty()) nibble_products(w, nibble_a[i].data(), p.m, p.c, c0, c1);
+          else few_rows_linear_one_thread(block.data(), c1 - c0, w.K, p.m, w.N, c0, p.a, p.c);
+        }
+      }
+    });
     return;
   }
   constexpr int64_t kColumnsPerBlock = 256;
@@ -233,7 +276,7 @@ void nbits_products(const NBitsWeight& w, const std::vector<NBitsProduct>& produ
     for (size_t i = 0; i < products.size(); ++i) {
       const NBitsProduct& p = products[i];
       if (!nibble_a[i].empty()) continue;
-      if (p.m <= kFewRows)
+      if (p.m <= kTiledRows)
         few_rows_linear(block.data(), cols, w.K, p.m, w.N, n0, p.a, p.c);
       else
         gemm(false, true, p.m, cols, w.K, 1.0f, p.a, w.K, block.data(), w.K, p.c + n0, w.N);

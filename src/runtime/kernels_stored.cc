@@ -234,7 +234,7 @@ void gemm_stored(const std::vector<StoredProduct>& products, int64_t k, int64_t 
     const uint8_t* src = s.data + size_t(r0) * row_bytes;
     const float* block = nullptr;  // the block in f32, widened once for the products that need it
     for (const StoredProduct& p : products) {
-      if (p.m <= kFewRows && s.dtype == DType::BF16) {  // read as stored
+      if (p.m <= kTiledRows && s.dtype == DType::BF16) {  // read as stored
         few_rows_product(reinterpret_cast<const uint16_t*>(src), rows, s.cols, b_transposed, p.m, k, n, r0, p.a, p.c);
         continue;
       }
@@ -309,6 +309,11 @@ std::vector<Tensor> lookup(const ir::Node& node, const KernelInputs& in, const i
 
 void few_rows_linear(const float* w, int64_t rows, int64_t k, int64_t m, int64_t n, int64_t r0, const float* a, float* c) {
   few_rows_product(w, rows, k, /*transposed=*/true, m, k, n, r0, a, c);
+}
+
+void few_rows_linear_one_thread(const float* w, int64_t rows, int64_t k, int64_t m, int64_t n, int64_t r0, const float* a,
+                                float* c) {
+  few_rows_share(w, rows, k, /*transposed=*/true, m, k, n, r0, a, c, 0, rows);
 }
 
 std::optional<size_t> stored_weight_input(const ir::Node& node) {

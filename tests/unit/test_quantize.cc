@@ -396,15 +396,16 @@ TEST(Quantize, DequantizedColumnsAreTheScalarFormula) {
 }
 
 TEST(QuantKernels, MatMulNBitsEqualsMatMulOfTheDequantizedWeight) {
-  // Rows: decode steps read from the packed 4-bit bytes (1, 3), a few rows read against each
-  // dequantized block (6) and sgemm on it (20); N: one thread (6) and columns split between two threads
-  // across more than one block of 256 (300); K: whole blocks (48), a partial, odd last block (41), and
+  // Rows: read from the packed 4-bit bytes (1, 3, and 6 in two passes), multiplied by tiles against each
+  // thread's dequantized chunk (12, 20) and sgemm against blocks of 256 columns (70); N: one thread (6)
+  // and columns split between two threads across more than one block of 256 (300); K: whole blocks
+  // (48), a partial, odd last block (41), and
   // for the packed reads runs of 128 (lanes across 8, 2 and half a block of 16, 64, 256) with whole
   // blocks past them (400) and a partial one (297).
   for (bool sym : {true, false})
     for (int bits : {4, 8})
       for (int64_t block : {16, 64, 256})
-        for (int64_t rows : {1, 3, 6, 20})
+        for (int64_t rows : {1, 3, 6, 12, 20, 70})
           for (int64_t N : {6, 300})
             for (int64_t K : {48, 41, 400, 297}) {
               if (block > 16 && K < 128) continue;
@@ -433,31 +434,41 @@ TEST(QuantKernels, MatMulNBitsEqualsMatMulOfTheDequantizedWeight) {
 }
 
 TEST(QuantKernels, MatMulNBitsRunInAGroupComputeWhatTheyComputeAlone) {
-  // Executor::run_many dequantizes each block of B once for all its runs (the group kernel): each
-  // run's numbers are those it gets alone, bit for bit, whether it reads the packed bytes (a decode
-  // step: 1 or 3 rows), or the dequantized block as a few rows or sgemm. K: two runs of 128 and a tail.
-  const int64_t K = 304, N = 300;
-  for (bool sym : {true, false}) {
-    auto w = random_matrix(K, N, 5);
-    auto parts = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w)).quantized({4, 16, sym, DType::F32});
-    ir::Graph g;
-    ir::Builder b(g);
-    auto a = g.add_input("a", DType::F32, {Dim::sym("rows"), Dim::fixed(K)});
-    std::vector<ir::ValueId> ins = {a, b.weight("B", parts[0]), b.weight("scales", parts[1])};
-    if (!sym) ins.push_back(b.weight("zp", parts[2]));
-    g.add_output(b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(4)}, {"block_size", int64_t(16)}}, "y"));
-    std::vector<std::map<std::string, Tensor>> inputs;
-    for (int64_t rows : {1, 3, 6, 20})
-      inputs.push_back({{"a", Tensor::from_vector<float>(DType::F32, {rows, K}, random_matrix(rows, K, uint32_t(rows)))}});
-    runtime::Executor group(g), alone(g), decode_steps(g);
-    const auto together = group.run_many({&inputs[0], &inputs[1], &inputs[2], &inputs[3]});
-    const auto steps_only = decode_steps.run_many({&inputs[0], &inputs[1]});  // no block dequantized
-    for (size_t r = 0; r < inputs.size(); ++r) {
-      const Tensor y = alone.run(inputs[r]).at("y"),& z = together[r].at("y");
-      ASSERT_EQ(y.shape(), z.shape());
-      ASSERT_EQ(0, std::memcmp(y.data(), z.data(), y.nbytes())) << (sym ? "sym" : "asym") << ", run " << r;
-      if (r < steps_only.size()) {
-        ASSERT_EQ(0, std::memcmp(y.data(), steps_only[r].at("y").data(), y.nbytes())) << (sym ? "sym" : "asym") << ", step " << r;
+  // Executor::run_many dequantizes each column of B once for all its runs (the group kernel): each
+  // run's numbers are those it gets alone, bit for bit, whether it reads the packed bytes (1, 3 or 6
+  // rows), or dequantized columns by tiles (12, 20) or sgemm (70), and whether its group
+  // dequantizes a chunk per thread (no run over 64 rows) or blocks of 256 columns for both threads.
+  // K: two runs of 128 and a tail; 2100: each thread's 150 columns in chunks of 31.
+  const int64_t N = 300;
+  for (int64_t K : {304, 2100}) {
+    for (bool sym : {true, false}) {
+      auto w = random_matrix(K, N, 5);
+      auto parts = ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {K, N}, w)).quantized({4, 16, sym, DType::F32});
+      ir::Graph g;
+      ir::Builder b(g);
+      auto a = g.add_input("a", DType::F32, {Dim::sym("rows"), Dim::fixed(K)});
+      std::vector<ir::ValueId> ins = {a, b.weight("B", parts[0]), b.weight("scales", parts[1])};
+      if (!sym) ins.push_back(b.weight("zp", parts[2]));
+      g.add_output(b.add1("MatMulNBits", ins, {{"K", K}, {"N", N}, {"bits", int64_t(4)}, {"block_size", int64_t(16)}}, "y"));
+      std::vector<std::map<std::string, Tensor>> inputs;
+      for (int64_t rows : {1, 3, 6, 12, 20, 70})
+        inputs.push_back({{"a", Tensor::from_vector<float>(DType::F32, {rows, K}, random_matrix(rows, K, uint32_t(rows)))}});
+      runtime::Executor group(g), alone(g), decode_steps(g), chunked(g);
+      const auto together = group.run_many({&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4], &inputs[5]});
+      const auto steps_only = decode_steps.run_many({&inputs[0], &inputs[1], &inputs[2]});  // no column dequantized
+      const auto tiled_only = chunked.run_many({&inputs[0], &inputs[2], &inputs[3], &inputs[4]});  // a chunk per thread
+      const std::vector<std::pair<size_t, const std::map<std::string, Tensor>*>> also = {
+          {0, &steps_only[0]}, {1, &steps_only[1]}, {2, &steps_only[2]},
+          {0, &tiled_only[0]}, {2, &tiled_only[1]}, {3, &tiled_only[2]}, {4, &tiled_only[3]}};
+      const std::string what = fmt::format("{}, K {}", sym ? "sym" : "asym", K);
+      for (size_t r = 0; r < inputs.size(); ++r) {
+        const Tensor y = alone.run(inputs[r]).at("y"),& z = together[r].at("y");
+        ASSERT_EQ(y.shape(), z.shape());
+        ASSERT_EQ(0, std::memcmp(y.data(), z.data(), y.nbytes())) << what << ", run " << r;
+        for (const auto& [i, out] : also) {
+          if (i != r) continue;
+          ASSERT_EQ(0, std::memcmp(y.data(), out->at("y").data(), y.nbytes())) << what << ", run " << r << " in a smaller group";
+        }
       }
     }
   }
