@@ -66,7 +66,8 @@ void register_verify(CLI::App& app, Action& action) {
                   "How the reference executor holds weights between runs: hold (MatMul and Gather weights stay mapped "
                   "where they lie in the files, the others converted to f32 once: fastest) | stream (each weight read per "
                   "run and released after use: memory near the largest weight) | auto (hold a graph's weights up to an "
-                  "eighth of the memory available, stream above; the check `hfx export` runs holds up to 512 MiB)")
+                  "eighth of the memory available, stream above, keeping a streamed graph's packed quantized weights "
+                  "mapped up to the same limit; the check `hfx export` runs holds up to 512 MiB)")
       ->check(CLI::IsMember({"auto", "hold", "stream"}))
       ->capture_default_str();
   cmd->add_option("--python", opt->python,

@@ -339,6 +339,7 @@ runtime::ExecOptions executor_options(const ir::Graph& g, const VerifyOptions& o
     bad_input("reference weights `{}`: expected auto, hold or stream", opt.reference_weights);
   if (opt.reference_weights == "auto") {
     o.cache_weights = held_weight_bytes(g) <= opt.held_weight_limit;
+    o.kept_packed_bytes = opt.held_weight_limit;  // streamed: its quantized weights' pages stay mapped, to the limit
   } else {
     o.cache_weights = opt.reference_weights == "hold";
   }

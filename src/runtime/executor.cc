@@ -108,6 +108,7 @@ struct Executor::Impl {
     size_t input;
     ir::StoredMatrix matrix;
     const ir::WeightRef* weight;
+    bool kept_mapped = false;  // streamed, its pages stay mapped between runs (ExecOptions::kept_packed_bytes)
   };
   std::vector<std::optional<StoredInput>> stored;   // per exec node
   std::vector<bool> needed;                         // per exec node: some result depends on what it computes
@@ -181,6 +182,7 @@ struct Executor::Impl {
       if (m && detail::reads_in_place(nodes[i], m->first))
         stored[i] = StoredInput{*at, m->first, m->second};
     }
+    keep_packed_pages_mapped();
     mark_needed();
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (constant_node[i] || !needed[i]) continue;
@@ -210,6 +212,22 @@ struct Executor::Impl {
   }
 
   bool input_read_in_place(size_t node, size_t input) const { return stored[node] && stored[node]->input == input; }
+
+  // Marks the packed weights a streamed run keeps mapped: in graph order, while their bytes fit
+  // ExecOptions::kept_packed_bytes.
+  void keep_packed_pages_mapped() {
+    if (options.cache_weights) return;
+    int64_t kept = 0;
+    for (auto& s : stored) {
+      if (!s || s->matrix.dtype != DType::U8) continue;
+      const int64_t bytes = s->matrix.rows * s->matrix.cols;
+      if (kept + bytes > options.kept_packed_bytes) break;
+      kept += bytes;
+      s->kept_mapped = true;
+    }
+  }
+  // Whether a streamed run releases node i's stored weight after the node.
+  bool releases_after(size_t i) const { return stored[i] && !options.cache_weights && !stored[i]->kept_mapped; }
 
   // The weight `id` is, read through Transposes and widening Casts of the graph: its stored matrix and
   // the WeightRef it comes from; nullopt when any step changes values (a rounding Cast) or is not 2-D.
@@ -383,7 +401,7 @@ struct Executor::Impl {
       return kernels[i](node, args);
     });
     // Read again next run: RSS stays near one layer's weights.
-    if (release && stored[i] && !options.cache_weights) stored[i]->weight->release_source_pages();
+    if (release && releases_after(i)) stored[i]->weight->release_source_pages();
     HFX_CHECK(outs.size() == node.outputs.size(), "kernel {} gave {} outputs for {}", node.op, outs.size(),
               node.outputs.size());
     return outs;
@@ -511,7 +529,7 @@ struct Executor::Impl {
       }
       streamed_args.clear();
       // Read again next time: RSS stays near one layer's weights.
-      if (stored[i] && streamed) stored[i]->weight->release_source_pages();
+      if (releases_after(i)) stored[i]->weight->release_source_pages();
     }
 
     folded = options.cache_weights;  // constant values are cached only then

@@ -4,9 +4,12 @@
 // streamed, with the chains of graph Transposes and Casts it folds, and none for a Cast that rounds.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
 
 #include "core/mapped_file.h"
 #include "ir/builder.h"
@@ -339,4 +342,65 @@ TEST(StoredWeights, OrtFusedMatMulReadsTheStoredLayout) {
   const ValueId in = g.add_input("x", DType::F32, {Dim::fixed(3), Dim::fixed(N)});
   g.add_output(b.add1("MatMul", {in, g.add_weight("w", weights().weight(DType::F32))}, {}, "y"));
   EXPECT_EQ(ops(passes::ort_fused_matmul(g))["MatMul"], 1);
+}
+
+namespace {
+
+// Resident kB of the mapping that holds `p` (/proc/self/smaps' Rss of its range).
+int64_t resident_kb_of_mapping(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_range = false;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    // A range line ("lo-hi perms ..."), not a field ("Rss:   12 kB").
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      in_range = at >= lo && at < hi;
+      continue;
+    }
+    if (in_range && line.rfind("Rss:", 0) == 0) return std::atoll(line.c_str() + 4);
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST(StoredWeights, AStreamedRunKeepsPackedPagesMappedWithinItsBudget) {
+  // MatMulNBits' B read in place from a mapped file, streamed: released after the node (RSS of the
+  // mapping back to nothing), or kept mapped between runs when ExecOptions::kept_packed_bytes allows it
+  // (the check of an int4 export: its quantized weights are mapped again every decode step otherwise).
+  // The numbers are the same either way.
+  constexpr int64_t kK = 1024, kN = 512, kBlock = 32, kBytes = kN * kK / 2;  // 64 pages of packed bytes
+  std::vector<uint8_t> bytes(static_cast<size_t>(kBytes));
+  std::mt19937 rng(3);
+  for (auto& b : bytes) b = uint8_t(rng());
+  const fs::path path = fs::temp_directory_path() / ("hfx_kept_packed_" + std::to_string(::getpid()));
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  const auto file = MappedFile::open(path);
+  fs::remove(path);
+  std::vector<float> scales(size_t(kN * kK / kBlock), 0.01f);
+  ir::Graph g("nbits");
+  ir::Builder b(g);
+  const ValueId x = g.add_input("x", DType::F32, fixed_shape({2, kK}));
+  const ValueId w = g.add_weight("B", ir::WeightRef::source(file, "B", DType::U8, {kN, kK / 2}, 0));
+  const ValueId s = g.add_weight("scales", ir::WeightRef::constant(Tensor::from_vector<float>(DType::F32, {kN * kK / kBlock}, scales)));
+  g.add_output(b.add1("MatMulNBits", {x, w, s}, {{"K", kK}, {"N", kN}, {"bits", int64_t(4)}, {"block_size", kBlock}}, "y"));
+  const Tensor in = random_input({2, kK}, 7);
+  std::vector<std::vector<float>> results;
+  for (const int64_t budget : {int64_t(0), kBytes - 1, kBytes}) {
+    ExecOptions o;
+    o.cache_weights = false;
+    o.kept_packed_bytes = budget;
+    Executor ex(g, o);
+    ex.run({{"x", in}});
+    const Tensor y = ex.run({{"x", in}}).at("y");
+    results.emplace_back(y.as<float>(), y.as<float>() + y.numel());
+    const int64_t resident = resident_kb_of_mapping(file->data());
+    ASSERT_GE(resident, 0) << "no mapping found for the weight file";
+    if (budget >= kBytes) EXPECT_GE(resident, kBytes / 1024) << "kept within a budget of " << budget;
+    else EXPECT_EQ(resident, 0) << "released with a budget of " << budget;
+  }
+  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results[0], results[2]);
 }
