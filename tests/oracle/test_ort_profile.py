@@ -209,6 +209,32 @@ def test_qkv_packed_with_qk_norms(case, ort_export, tiny_checkpoint, tmp_path):
     assert np.isfinite(sess.run(["logits"], feed)[0]).all()
 
 
+def mlp_products(model_path):
+    """The weight names the MLP products of an export read (MatMul / FusedMatMul / MatMulNBits over an
+    initializer named ...mlp...), per product."""
+    import onnx
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    return [n.input[1] for n in graph.node
+            if n.op_type in ("MatMul", "FusedMatMul", "MatMulNBits") and ".mlp." in n.input[1]]
+
+
+@pytest.mark.parametrize("case", ["llama", "gemma3"])
+def test_gate_and_up_packed(case, ort_export, tiny_checkpoint, tmp_path):
+    """A gated MLP's gate and up projections are one product per layer (SwiGLU: llama; Gelu-tanh(gate) * up:
+    gemma3), sliced back for the activation, in f32 and with --quantize int4 (one MatMulNBits); down_proj
+    stays apart. The same export's logits are checked against Transformers by
+    test_ort_profile_matches_transformers, and the int4 weights column by column by test_quantization.py."""
+    _, out, _ = ort_export(case)
+    layers = json.loads((tiny_checkpoint(case) / "config.json").read_text())["num_hidden_layers"]
+    q4 = tmp_path / "int4"
+    run_hfx("export", "--model", tiny_checkpoint(case), "--onnx-profile", "ort", "--quantize", "int4", "--quiet", q4)
+    for model in (out / "onnx" / "model.onnx", q4 / "onnx" / "model.onnx"):
+        names = mlp_products(model)
+        assert sum("gate_up_proj" in n for n in names) == layers, names
+        assert sum("down_proj" in n for n in names) == layers, names
+        assert len(names) == 2 * layers, names
+
+
 @pytest.mark.parametrize("case", sorted(FALLBACK))
 def test_unsupported_families_fall_back(case, ort_export):
     _, out, proc = ort_export(case)

@@ -188,6 +188,9 @@ def table_of(model, inits, value):
     return reshape.input[0]
 
 
+PACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
 def dequantized_weights(model, inits, params):
     """{checkpoint parameter: W[K, N]} (a table: [H, V]) for every quantized tensor of an export: MatMulNBits,
     the portable profile's blocked DequantizeLinear, GatherBlockQuantized tables, and the ort profile's
@@ -213,10 +216,12 @@ def dequantized_weights(model, inits, params):
         else:
             continue
         name = name.removesuffix(".T")
-        if name not in params and ".qkv_proj." in name:  # the ort profile packs q | k | v into one MatMulNBits
-            for part in ("q_proj", "k_proj", "v_proj"):
-                n = params[name.replace("qkv_proj", part)].shape[0]
-                out[name.replace("qkv_proj", part)], w = w[:, :n], w[:, n:]
+        # the ort profile packs q | k | v, and a gated MLP's gate | up, into one MatMulNBits each
+        packed = next((p for p in PACKED if name not in params and f".{p}." in name), None)
+        if packed:
+            for part in PACKED[packed]:
+                n = params[name.replace(packed, part)].shape[0]
+                out[name.replace(packed, part)], w = w[:, :n], w[:, n:]
             continue
         out[name] = w
     return out
