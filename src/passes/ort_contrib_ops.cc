@@ -348,16 +348,27 @@ ir::Graph drop_unused_input(const ir::Graph& g, const std::string& name) {
   return out;
 }
 
-std::string packed_name(const std::string& q_name) {
-  auto at = q_name.rfind("q_proj");
-  if (at == std::string::npos) return q_name + ".qkv";
-  return q_name.substr(0, at) + "qkv_proj" + q_name.substr(at + 6);
+// A packed weight's name: its first part's, `part` ("q_proj") replaced by `packed` ("qkv_proj"), or that
+// name + "." + `suffix` where it does not name the part.
+std::string packed_name(const std::string& first, const std::string& part, const std::string& packed,
+                        const std::string& suffix) {
+  auto at = first.rfind(part);
+  if (at == std::string::npos) return first + "." + suffix;
+  return first.substr(0, at) + packed + first.substr(at + part.size());
 }
 
-std::string packed_gate_up_name(const std::string& gate_name) {
-  auto at = gate_name.rfind("gate_proj");
-  if (at == std::string::npos) return gate_name + ".gate_up";
-  return gate_name.substr(0, at) + "gate_up_proj" + gate_name.substr(at + 9);
+// One Linear for `linears` (on one input, of one arity): each weight input the concatenation of theirs
+// on the output axis, named after the first's (packed_name); the caller slices its columns back.
+ValueId packed_linear(const ir::Graph& g, ir::Rewriter& r, const std::vector<const ir::Node*>& linears,
+                      const std::string& part, const std::string& packed, const std::string& suffix) {
+  std::vector<ValueId> ins = {r.map(linears.front()->inputs[0])};
+  for (size_t i = 1; i < linears.front()->inputs.size(); ++i) {
+    std::vector<ir::WeightRef> parts;
+    for (const ir::Node* l : linears) parts.push_back(*g.weight(l->inputs[i]));
+    const std::string name = packed_name(g.value(linears.front()->inputs[i]).name, part, packed, suffix);
+    ins.push_back(r.builder().weight(name, ir::WeightRef::concat(std::move(parts), 0)));
+  }
+  return r.builder().add1("Linear", ins);
 }
 
 // A gated MLP's two input projections, packed into one product by ort_contrib_ops.
@@ -668,15 +679,7 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
       const Plan& p = found[it->second];
       if (!packed.count(it->second)) {
         auto s = b.scope(scope_of(node.name, 2) + "/qkv_proj");
-        std::vector<ir::WeightRef> ws, bs;
-        for (const ir::Node* l : {p.q.linear, p.k.linear, p.v.linear}) {
-          ws.push_back(*graph.weight(l->inputs[1]));
-          if (l->inputs.size() > 2) bs.push_back(*graph.weight(l->inputs[2]));
-        }
-        const std::string wname = packed_name(graph.value(p.q.linear->inputs[1]).name);
-        std::vector<ValueId> ins = {r.map(p.q.linear->inputs[0]), b.weight(wname, ir::WeightRef::concat(ws, 0))};
-        if (!bs.empty()) ins.push_back(b.weight(packed_name(graph.value(p.q.linear->inputs[2]).name), ir::WeightRef::concat(bs, 0)));
-        packed[it->second] = b.add1("Linear", ins);
+        packed[it->second] = packed_linear(graph, r, {p.q.linear, p.k.linear, p.v.linear}, "q_proj", "qkv_proj", "qkv");
       }
       const int64_t qn = p.hq * p.d, kvn = p.hkv * p.d;
       const ValueId all = packed[it->second];
@@ -691,11 +694,7 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
       const GateUp& pair = gate_ups[it->second];
       if (!packed_gate_up.count(it->second)) {
         auto s = b.scope(scope_of(node.name, 2) + "/gate_up_proj");
-        std::vector<ValueId> ins = {r.map(pair.gate->inputs[0])};
-        for (size_t i = 1; i < pair.gate->inputs.size(); ++i)
-          ins.push_back(b.weight(packed_gate_up_name(graph.value(pair.gate->inputs[i]).name),
-                                 ir::WeightRef::concat({*graph.weight(pair.gate->inputs[i]), *graph.weight(pair.up->inputs[i])}, 0)));
-        packed_gate_up[it->second] = b.add1("Linear", ins);
+        packed_gate_up[it->second] = packed_linear(graph, r, {pair.gate, pair.up}, "gate_proj", "gate_up_proj", "gate_up");
       }
       const int64_t n = graph.weight(pair.gate->inputs[1])->shape()[0];
       const ValueId both = packed_gate_up[it->second];
