@@ -50,11 +50,23 @@ void refuse_encoder_decoder(const LoadedModel& m, const std::string& format) {
                 m.summary().model_type);
 }
 
+int64_t check_tokens(int64_t weight_bytes) {
+  const int64_t steps = weight_bytes > 0 ? kCheckStepBytes / weight_bytes : 7;
+  return 1 + std::clamp<int64_t>(steps, 3, 7);
+}
+
+int64_t check_tokens(const ExportJob& job, const std::string& format) {
+  int64_t bytes = 0;
+  for (const auto& [f, n] : job.result.weight_bytes)
+    if (f == format) bytes += n;
+  return check_tokens(bytes);
+}
+
 size_t check_shape_cases(const ExportJob& job, const std::string& format, const std::string& runtime,
                          const std::string& what) {
   VerifyOptions vo;
   vo.runtime = runtime;
-  vo.tokens = 8;  // an encoder-decoder's greedy tokens, as the onnx check decodes
+  vo.tokens = check_tokens(job, format);  // an encoder-decoder's greedy tokens, as the onnx check decodes
   vo.reexport = false;
   vo.full_shape_matrix = false;
   vo.rehash = false;  // this process hashed every file as it wrote it
@@ -98,7 +110,7 @@ GreedyCheck check_greedy_tokens(const ExportJob& job, const std::string& format,
   HFX_CHECK(first, "no decoder component");
   const runtime::CacheSpec cache{first->state, r.task.static_cache, r.task.max_cache_len};
   runtime::SamplingOptions so;
-  so.max_new_tokens = 8;
+  so.max_new_tokens = check_tokens(job, format);
   const auto prompts = greedy_prompts(step_bounds(r.task.dims), cache, m.summary().vocab_size, true, so.max_new_tokens);
   so.eos_token_ids = m.summary().eos_token_ids;
   so.pad_token_id = m.summary().pad_token_id.value_or(so.eos_token_ids.empty() ? 0 : so.eos_token_ids[0]);

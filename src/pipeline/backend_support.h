@@ -31,14 +31,24 @@ void refuse_encoder_decoder(const LoadedModel& m, const std::string& format);
 
 struct ExportJob;
 
+// The greedy tokens an export's built-in check decodes: 8, fewer for a model-sized export, whose every
+// decode step reads all of its weights once (0.2 s a step for the 2.3 GB of the f32 Qwen3-0.6B on the
+// reference executor, streamed from the page cache: the check's largest cost). As many steps as
+// kCheckStepBytes of weights read allow, at least 3 (the cache carried over several steps) and at most 7;
+// `weight_bytes` are the format's weights as written. `hfx verify` decodes 64 (docs/verify.md).
+inline constexpr int64_t kCheckStepBytes = int64_t(2) << 30;
+int64_t check_tokens(int64_t weight_bytes);
+// check_tokens of the weights `format` wrote in `job`.
+int64_t check_tokens(const ExportJob& job, const std::string& format);
+
 // The built-in check of a format's components that are not decoder-only steps (an encoder, an
 // encoder-decoder's graphs): verify's first shape cases on the staged export (and an encoder-decoder's
-// 8 greedy tokens), run by `runtime`, against the reference executor. Returns how many checks passed; Mismatch naming the failing check
+// check_tokens greedy tokens), run by `runtime`, against the reference executor. Returns how many checks passed; Mismatch naming the failing check
 // otherwise ("the <format> export does not match its reference (<what>): ..., nothing was written").
 size_t check_shape_cases(const ExportJob& job, const std::string& format, const std::string& runtime,
                          const std::string& what);
 
-// The built-in check of a decoder format its runtime runs step by step: 8 greedy tokens (for a
+// The built-in check of a decoder format its runtime runs step by step: check_tokens greedy tokens (for a
 // left-padded batch of 2 when the contract allows it, prompts inside its bounds as `hfx verify` picks
 // them) from `runner_for(component)` equal the reference executor's on `reference_graph(component)`.
 // Mismatch otherwise: "the <format> export does not match its reference: greedy tokens .. on <runtime>, ..".

@@ -9,6 +9,7 @@
 #include "ir/builder.h"
 #include "ir/graph.h"
 #include "ir/weight.h"
+#include "pipeline/backend_support.h"
 #include "pipeline/verify_cases.h"
 #include "quant/quantize.h"
 #include "random_weights.h"
@@ -202,4 +203,19 @@ TEST(QuantKernels, MatMulNBitsAccuracyLevel4QuantizesActivationsToInt8) {
       EXPECT_NEAR(y.as<float>()[n], want, 1e-4 * std::max(1.0, std::fabs(want))) << "level " << level << " n " << n;
     }
   }
+}
+
+TEST(CheckTokens, EightGreedyTokensUntilTheDecodeStepsReadMoreThanTheirBudget) {
+  // The built-in check's greedy tokens: 8 (7 decode steps) while 7 passes over the weights fit
+  // kCheckStepBytes, then as many steps as fit, never fewer than 3 (4 tokens).
+  using pipeline::check_tokens;
+  using pipeline::kCheckStepBytes;
+  EXPECT_EQ(check_tokens(0), 8);  // no weights written: a format that reports none
+  EXPECT_EQ(check_tokens(int64_t(1) << 20), 8);
+  EXPECT_EQ(check_tokens(kCheckStepBytes / 7), 8);
+  EXPECT_EQ(check_tokens(kCheckStepBytes / 7 + 1), 7);
+  EXPECT_EQ(check_tokens(kCheckStepBytes / 4), 5);
+  EXPECT_EQ(check_tokens(int64_t(876) << 20), 4);   // the int4 Qwen3-0.6B shape
+  EXPECT_EQ(check_tokens(int64_t(2297) << 20), 4);  // its f32 export
+  EXPECT_EQ(check_tokens(int64_t(64) << 30), 4);
 }

@@ -328,7 +328,7 @@ class ExecuTorchBackend final : public Backend {
     job.manifest.add_component(executorch_contract(c, eg), "executorch", (fs::path("executorch") / pte_file(c)).string(), passes_run);
   }
 
-  // Decoders: 8 greedy tokens from ExecuTorch's runtime (executorch.runtime, portable kernels) equal
+  // Decoders: check_tokens greedy tokens from ExecuTorch's runtime (executorch.runtime, portable kernels) equal
   // the reference executor's on the static-cache graph, when the driver's Python has executorch;
   // encoders: the two shape cases `hfx export`'s check runs (as `hfx verify --runtime executorch`)
   // within tolerance of the reference executor; otherwise the program is read back (header,

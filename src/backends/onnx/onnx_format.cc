@@ -1,5 +1,5 @@
 // The ONNX backend as a unit: `ort` or `portable` lowering (docs/onnx_profiles.md), the writer
-// (backends/onnx), the built-in check (verify_export on two shapes and 8 greedy tokens), and its
+// (backends/onnx), the built-in check (verify_export on two shapes and check_tokens greedy tokens), and its
 // runtimes: hfx's reference executor over the graphs read back, and ONNX Runtime (through the python
 // driver `hfx verify` uses; ONNX Runtime's wheel ships no C/C++ headers).
 #include <fmt/format.h>
@@ -443,13 +443,13 @@ class OnnxBackend final : public Backend {
     }
   }
 
-  // A quick proof before the export is published: two shapes per component and 8 greedy tokens
-  // against the reference executor on the checkpoint, run on ONNX Runtime itself when this machine has
-  // it (a graph the real runtime refuses is never published as checked), else on hfx's reference
-  // executor. `hfx verify` runs the full matrix, on both.
+  // A quick proof before the export is published: two shapes per component and 8 greedy tokens (4 at
+  // model scale: check_tokens) against the reference executor on the checkpoint, run on ONNX Runtime
+  // itself when this machine has it (a graph the real runtime refuses is never published as checked),
+  // else on hfx's reference executor. `hfx verify` runs the full matrix, on both.
   std::string check(ExportJob& job, const ExportOptions& opt) const override {
     VerifyOptions vo;
-    vo.tokens = 8;
+    vo.tokens = check_tokens(job, "onnx");
     vo.reexport = false;
     vo.full_shape_matrix = false;
     vo.rehash = false;  // this process hashed every file as it wrote it

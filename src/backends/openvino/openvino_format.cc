@@ -1,7 +1,7 @@
 // The OpenVINO backend as a unit (compiled only with the OpenVINO SDK): the IR after
 // decompose-composites-keep-attention (SDPA stays) and fold-weight-transforms, stateful for decoders
 // with a growing cache unless --stateless, written by ov::serialize (backends/openvino); the built-in
-// check runs 8 greedy tokens on OpenVINO's CPU plugin (ov_runner.cc) against the reference
+// check runs check_tokens greedy tokens on OpenVINO's CPU plugin (ov_runner.cc) against the reference
 // executor; the runtime driver is that same ov::Core runner.
 #include <fmt/format.h>
 
