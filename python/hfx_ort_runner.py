@@ -11,6 +11,8 @@ profiled (the placements):
 When ONNX Runtime refuses the model (a kernel's check, "Got invalid dimensions ...") the result file is
 {"error": "<the exception's last line>", "ort_version": ".."} and the exit status 1: hfx shows the
 runtime's own words.
+
+`hfx_ort_runner.py JOB RESULT` runs one job; `hfx_ort_runner.py --serve` waits for jobs on stdin (serve()).
 """
 from __future__ import annotations
 
@@ -122,14 +124,36 @@ def error_line(exc: BaseException) -> str:
     return " ".join(text.split())[:2000]
 
 
-def main():
+def job(job_path: str, result_path: str) -> int:
+    """Runs one job file into its result file; 0, or 1 when ONNX Runtime (or anything) refused it."""
     result = {"ort_version": ort.__version__}
     try:
-        run(json.loads(Path(sys.argv[1]).read_text()), result)
+        run(json.loads(Path(job_path).read_text()), result)
     except Exception as exc:  # noqa: BLE001 - any refusal is reported, with its own text
-        Path(sys.argv[2]).write_text(json.dumps({"error": error_line(exc), "ort_version": ort.__version__}))
-        raise SystemExit(1) from exc
-    Path(sys.argv[2]).write_text(json.dumps(result))
+        Path(result_path).write_text(json.dumps({"error": error_line(exc), "ort_version": ort.__version__}))
+        return 1
+    Path(result_path).write_text(json.dumps(result))
+    return 0
+
+
+def serve():
+    """--serve: started by `hfx export` while it writes its files (runtime_probe.h, start_ort_driver), so
+    that its check finds ONNX Runtime imported. First line {"ready": true, "ort_version": ..}; then per
+    line {"job": PATH, "result": PATH} in, {"status": 0|1} out; ends at end of input. Anything else
+    printed goes to stderr: stdout carries the protocol only."""
+    protocol, sys.stdout = sys.stdout, sys.stderr
+    print(json.dumps({"ready": True, "ort_version": ort.__version__}), file=protocol, flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        status = job(request["job"], request["result"])
+        print(json.dumps({"status": status}), file=protocol, flush=True)
+
+
+def main():
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+        return
+    raise SystemExit(job(sys.argv[1], sys.argv[2]))
 
 
 def seq2seq_tokens(sessions, model, prompts, max_new_tokens):

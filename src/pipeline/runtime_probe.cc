@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/safe_path.h"
+#include "pipeline/python_server.h"
 
 namespace fs = std::filesystem;
 
@@ -55,22 +57,6 @@ std::string trimmed(std::string s) {
   return s;
 }
 
-// The last non-empty line of a driver's stderr: the Python exception when it died before writing
-// its result (an import error, a crash in the interpreter).
-std::string last_line(const fs::path& log) {
-  std::error_code ec;
-  if (!fs::exists(log, ec)) return "";
-  std::string text;
-  try {
-    text = read_text_file(log, kMaxTextBytes);
-  } catch (const Error&) {
-    return "";
-  }
-  text = trimmed(text);
-  const auto nl = text.rfind('\n');
-  return nl == std::string::npos ? text : text.substr(nl + 1);
-}
-
 }  // namespace
 
 std::optional<std::string> python_module_version(const std::string& python, const std::string& module) {
@@ -86,15 +72,52 @@ std::optional<std::string> python_module_version(const std::string& python, cons
   return version;
 }
 
-std::optional<std::string> onnxruntime_version(const std::string& python) { return python_module_version(python, "onnxruntime"); }
+namespace {
 
-nlohmann::json run_python_job(const std::string& python, const std::string& script, const fs::path& job,
-                              const fs::path& result, const std::string& failure) {
-  const fs::path log = result.string() + ".stderr";
-  const std::string cmd = fmt::format("{} {} {} {} 2>{}", shell_quote(python),
-                                      shell_quote(std::string(HFX_PYTHON_DIR) + "/" + script),
-                                      shell_quote(job.string()), shell_quote(result.string()), shell_quote(log.string()));
-  const int status = std::system(cmd.c_str());
+// An ONNX Runtime driver started ahead of its job (start_ort_driver): its scratch folder holds its
+// stderr; `version` is empty when it did not start.
+struct WarmDriver {
+  std::unique_ptr<ScratchDirectory> scratch;
+  std::unique_ptr<PythonServer> server;
+  std::optional<std::string> version;
+};
+
+std::mutex warm_mutex;
+// Per interpreter; the map's destructor stops the drivers no job took when hfx exits.
+std::map<std::string, WarmDriver>& warm_drivers() {
+  static std::map<std::string, WarmDriver> drivers;
+  return drivers;
+}
+
+// The driver's first line, {"ready": true, "ort_version": "1.31.1"}: its version, or nullopt.
+std::optional<std::string> ready_version(PythonServer& server) {
+  const auto line = server.read_line();
+  if (!line) return std::nullopt;
+  try {
+    const auto j = nlohmann::json::parse(*line);
+    if (j.is_object() && j.value("ready", false) && j.contains("ort_version") && j["ort_version"].is_string())
+      return j["ort_version"].get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+  }
+  return std::nullopt;
+}
+
+// The started driver for `python`, taken out of the registry (one job each), or nullptr.
+std::unique_ptr<WarmDriver> take_warm_driver(const std::string& python) {
+  std::lock_guard<std::mutex> lock(warm_mutex);
+  auto& drivers = warm_drivers();
+  auto it = drivers.find(python);
+  if (it == drivers.end() || !it->second.version || !it->second.server || !it->second.server->running()) return nullptr;
+  auto taken = std::make_unique<WarmDriver>(std::move(it->second));
+  // The entry stays, without its server: onnxruntime_version still answers from it.
+  it->second.version = taken->version;
+  return taken;
+}
+
+// A batch driver's result file, or the error it failed with: what it wrote as {"error": ...}, else its
+// stderr's last line, else how it ended.
+nlohmann::json job_result(const fs::path& result, bool exited_ok, const std::string& stderr_line,
+                          const std::string& ended, const std::string& failure) {
   std::error_code ec;
   nlohmann::json out;
   if (fs::exists(result, ec)) {
@@ -104,17 +127,69 @@ nlohmann::json run_python_job(const std::string& python, const std::string& scri
       out = nlohmann::json();
     }
   }
-  if (status == 0 && out.is_object() && !out.contains("error")) return out;
+  if (exited_ok && out.is_object() && !out.contains("error")) return out;
   // The driver writes the exception it caught; without a result it died earlier (a missing module):
   // its stderr's last line says why.
-  std::string why = out.is_object() && out.contains("error") ? out["error"].get<std::string>() : last_line(log);
-  if (why.empty()) why = fmt::format("exit status {}", status);
+  std::string why = out.is_object() && out.contains("error") ? out["error"].get<std::string>() : stderr_line;
+  if (why.empty()) why = ended;
   fail(ErrorKind::Mismatch, "{}: {}", failure, why);
 }
 
+}  // namespace
+
+std::optional<std::string> onnxruntime_version(const std::string& python) {
+  {
+    std::lock_guard<std::mutex> lock(warm_mutex);
+    if (auto it = warm_drivers().find(python); it != warm_drivers().end() && it->second.version) return it->second.version;
+  }
+  // No driver started, or it did not start (an interpreter without one of the driver's other imports
+  // still counts as having ONNX Runtime, and its job then fails naming the missing module).
+  return python_module_version(python, "onnxruntime");
+}
+
+void start_ort_driver(const std::string& python) {
+  std::lock_guard<std::mutex> lock(warm_mutex);  // held while it starts: onnxruntime_version waits for it
+  auto [it, fresh] = warm_drivers().try_emplace(python);
+  if (!fresh) return;
+  WarmDriver& d = it->second;
+  try {
+    d.scratch = std::make_unique<ScratchDirectory>(fs::path{}, "hfx-ort-");
+    d.server = std::make_unique<PythonServer>(python, "hfx_ort_runner.py", std::vector<std::string>{"--serve"},
+                                              d.scratch->path() / "stderr.log",
+                                              "the ONNX Runtime driver");
+    d.version = ready_version(*d.server);
+  } catch (const Error&) {
+    d.version.reset();
+  }
+  if (!d.version && d.server) d.server->stop();
+}
+
+nlohmann::json run_python_job(const std::string& python, const std::string& script, const fs::path& job,
+                              const fs::path& result, const std::string& failure) {
+  const fs::path log = result.string() + ".stderr";
+  const std::string cmd = fmt::format("{} {} {} {} 2>{}", shell_quote(python),
+                                      shell_quote(std::string(HFX_PYTHON_DIR) + "/" + script),
+                                      shell_quote(job.string()), shell_quote(result.string()), shell_quote(log.string()));
+  const int status = std::system(cmd.c_str());
+  return job_result(result, status == 0, last_line_of(log), fmt::format("exit status {}", status), failure);
+}
+
 nlohmann::json run_ort_driver(const std::string& python, const fs::path& job, const fs::path& result) {
-  return run_python_job(python, "hfx_ort_runner.py", job, result,
-                        fmt::format("ONNX Runtime (run by {}) failed on the artifact", python));
+  const std::string failure = fmt::format("ONNX Runtime (run by {}) failed on the artifact", python);
+  if (auto warm = take_warm_driver(python)) {
+    // One job, answered by {"status": 0|1}; closing hfx's end then ends the driver.
+    std::optional<std::string> answer;
+    if (warm->server->send_line(nlohmann::json{{"job", job.string()}, {"result", result.string()}}.dump()))
+      answer = warm->server->read_line();
+    bool ok = false;
+    try {
+      ok = answer && nlohmann::json::parse(*answer).value("status", 1) == 0;
+    } catch (const nlohmann::json::exception&) {
+    }
+    const auto [why, ended] = warm->server->reap();
+    return job_result(result, ok, why, ended, failure);
+  }
+  return run_python_job(python, "hfx_ort_runner.py", job, result, failure);
 }
 
 }  // namespace hfx::pipeline

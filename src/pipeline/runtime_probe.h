@@ -25,10 +25,19 @@ std::string export_check_python();
 // from the first.
 std::optional<std::string> python_module_version(const std::string& python, const std::string& module);
 
-// python_module_version(python, "onnxruntime").
+// onnxruntime.__version__ as `python` imports it: the first line of the driver start_ort_driver(python)
+// started, when it did, else python_module_version(python, "onnxruntime").
 std::optional<std::string> onnxruntime_version(const std::string& python);
 
-// Runs `python hfx_ort_runner.py job result` and returns the result file. When the driver fails it
+// Starts `python hfx_ort_runner.py --serve` (once per interpreter per process) so that the next
+// run_ort_driver(python, ...) finds ONNX Runtime already imported: an export calls it while it writes
+// its files, and its check then skips the interpreter's start and imports (0.15-0.25 s, most of the
+// check's ONNX Runtime part on a small model). Returns when the driver has answered (ONNX Runtime's
+// version) or failed to start; a driver no job took is stopped at exit.
+void start_ort_driver(const std::string& python);
+
+// Runs `python hfx_ort_runner.py job result` (the driver start_ort_driver started, when there is one)
+// and returns the result file. When the driver fails it
 // throws ErrorKind::Mismatch with the Python exception's last line (ONNX Runtime's refusal of a node,
 // "Got invalid dimensions ...", or "No module named 'onnxruntime'"), whitespace collapsed.
 nlohmann::json run_ort_driver(const std::string& python, const std::filesystem::path& job,

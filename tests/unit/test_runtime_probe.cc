@@ -85,3 +85,77 @@ TEST(RuntimeProbe, DriverFailureShowsTheRuntimesOwnError) {
   }
   fs::remove_all(d);
 }
+
+// A fake `hfx_ort_runner.py --serve` ($1 is the script, $2 --serve): its first line, then per request
+// line {"job": J, "result": R} it writes `result_json` into R and answers `answer`.
+std::string serving(const fs::path& calls, const std::string& result_json, const std::string& answer) {
+  return "echo x >> '" + calls.string() + "'\n"
+         "[ \"$2\" = --serve ] || exit 3\n"
+         "echo '{\"ready\": true, \"ort_version\": \"1.31.1\"}'\n"
+         "while read -r line; do\n"
+         "  r=$(echo \"$line\" | sed 's/.*\"result\": *\"\\([^\"]*\\)\".*/\\1/')\n"
+         "  echo '" + result_json + "' > \"$r\"\n"
+         "  echo '" + answer + "'\n"
+         "done\n";
+}
+
+TEST(RuntimeProbe, StartedDriverAnswersTheProbeAndRunsOneJob) {
+  const fs::path d = scratch_dir("warm");
+  const fs::path calls = d / "calls";
+  const fs::path py = script(d, "python", serving(calls, "{\"ort_version\": \"1.31.1\", \"placements\": {}}", "{\"status\": 0}"));
+  pipeline::start_ort_driver(py.string());
+  pipeline::start_ort_driver(py.string());  // once per interpreter
+  EXPECT_EQ(pipeline::onnxruntime_version(py.string()).value_or(""), "1.31.1");
+  EXPECT_EQ(lines_in(calls), 1u);  // the version came from the started driver, not from a second probe
+  const auto result = pipeline::run_ort_driver(py.string(), d / "job.json", d / "result.json");
+  EXPECT_EQ(result.value("ort_version", ""), "1.31.1");
+  EXPECT_EQ(lines_in(calls), 1u);  // the job ran in it
+  // The next job starts an interpreter of its own (the started one took a single job and ended).
+  EXPECT_EQ(pipeline::onnxruntime_version(py.string()).value_or(""), "1.31.1");
+  fs::remove_all(d);
+}
+
+TEST(RuntimeProbe, StartedDriverFailureShowsTheRuntimesOwnError) {
+  const fs::path d = scratch_dir("warm_refused");
+  const fs::path calls = d / "calls";
+  const fs::path py = script(d, "python", serving(calls, "{\"error\": \"InvalidArgument: head_size must be a multiple of 8\"}",
+                                                  "{\"status\": 1}"));
+  pipeline::start_ort_driver(py.string());
+  try {
+    pipeline::run_ort_driver(py.string(), d / "job.json", d / "result.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Mismatch);
+    EXPECT_NE(e.message().find("head_size must be a multiple of 8"), std::string::npos) << e.message();
+  }
+  // One that dies during its job: the last line of its stderr.
+  const fs::path dies = script(d, "dies",
+                               "echo '{\"ready\": true, \"ort_version\": \"1.31.1\"}'\nread -r line\n"
+                               "echo 'Segmentation fault in MlasSgemm' >&2\nkill -9 $$\n");
+  pipeline::start_ort_driver(dies.string());
+  try {
+    pipeline::run_ort_driver(dies.string(), d / "job.json", d / "result2.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("Segmentation fault in MlasSgemm"), std::string::npos) << e.message();
+  }
+  fs::remove_all(d);
+}
+
+TEST(RuntimeProbe, DriverThatCannotStartFallsBackToTheProbe) {
+  // An interpreter whose driver does not start (onnxruntime imports, another of the driver's modules
+  // does not): the probe still finds ONNX Runtime, and the job then fails naming the missing module.
+  const fs::path d = scratch_dir("warm_none");
+  const fs::path py = script(d, "python",
+                             "if [ \"$1\" = -c ]; then echo 1.31.1; exit 0; fi\n"
+                             "echo \"ModuleNotFoundError: No module named 'safetensors'\" >&2\nexit 1\n");
+  pipeline::start_ort_driver(py.string());
+  EXPECT_EQ(pipeline::onnxruntime_version(py.string()).value_or(""), "1.31.1");
+  try {
+    pipeline::run_ort_driver(py.string(), d / "job.json", d / "result.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("No module named 'safetensors'"), std::string::npos) << e.message();
+  }
+  fs::remove_all(d);
+}

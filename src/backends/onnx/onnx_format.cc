@@ -504,11 +504,12 @@ class OnnxBackend final : public Backend {
     return fmt::format("{}; oracle: {}: {} checks passed", plan.summary, oracles, checks);
   }
 
-  // The probe check_runtime makes (remembered per process), made while the files are written.
+  // While the files are written: the ONNX Runtime driver the check will run, started (its first line is
+  // the probe check_runtime reads), so the check does not wait for an interpreter and its imports.
   std::function<void()> check_prelude(const ExportOptions& opt) const override {
     const std::string python = probed_python(opt);
     if (python.empty()) return {};
-    return [python] { onnxruntime_version(python); };
+    return [python] { start_ort_driver(python); };
   }
 
   std::unique_ptr<runtime::StepRunner> make_runner(const ArtifactComponent& c, const std::string& rt) const override {
