@@ -21,7 +21,7 @@ export with its check <= 2x the --no-verify one, peak RSS <= 1 GiB + 2 x the che
 (read from its safetensors header) in every precision. Prints what hfx said about its check (the
 runtimes and oracle it ran).
 
-Usage: .venv/bin/python bench/export_bench.py [--model qwen3-0.6b|qwen3-1.7b] [--keep DIR] [--runs 3]
+Usage: .venv/bin/python bench/export_bench.py [--model qwen3-0.6b|qwen3-1.7b|qwen3-tiny] [--keep DIR] [--runs 3]
                                               [--rows cp,cp-sync,f32,bf16,int4,check,check-int4,check-ort,check-int4-ort] [--hfx build/hfx]
                                               [--markdown]
 """
@@ -54,6 +54,11 @@ CONFIGS = {
                        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
                        max_position_embeddings=40960, rms_norm_eps=1e-6, tie_word_embeddings=True,
                        rope_theta=1000000.0, bos_token_id=151643, eos_token_id=151645),
+    # A small model, where an export's fixed costs (the check's interpreter and imports) are most of it
+    "qwen3-tiny": dict(model_type="qwen3", vocab_size=1000, hidden_size=64, intermediate_size=128,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       rope_theta=1000000.0, bos_token_id=1, eos_token_id=2),
 }
 
 # The rows: (name, what it runs, extra hfx arguments; None for cp).

@@ -22,13 +22,21 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
-from safetensors.numpy import load_file, save_file
+try:
+    import onnxruntime as ort
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hfx_ort import OrtGenerator  # noqa: E402
-import hfx_ort_seq2seq  # noqa: E402
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hfx_ort import OrtGenerator  # noqa: E402
+    import hfx_ort_seq2seq  # noqa: E402
+except ImportError as missing:
+    if sys.argv[1:] == ["--serve"]:  # the first line says what is missing (serve()); ort_version null: no ONNX Runtime
+        version = getattr(sys.modules.get("onnxruntime"), "__version__", None)
+        print(json.dumps({"ready": False, "ort_version": version, "error": f"{type(missing).__name__}: {missing}"}),
+              flush=True)
+        raise SystemExit(1) from missing
+    raise
 
 
 # ORT fuses DequantizeLinear + MatMul (the portable profile's quantized Linear layers) into MatMulNBits
@@ -138,7 +146,8 @@ def job(job_path: str, result_path: str) -> int:
 
 def serve():
     """--serve: started by `hfx export` while it writes its files (runtime_probe.h, start_ort_driver), so
-    that its check finds ONNX Runtime imported. First line {"ready": true, "ort_version": ..}; then per
+    that its check finds ONNX Runtime imported. First line {"ready": true, "ort_version": ..} (or, when an
+    import failed, {"ready": false, "ort_version": .. | null, "error": ..} and exit 1); then per
     line {"job": PATH, "result": PATH} in, {"status": 0|1} out; ends at end of input. Anything else
     printed goes to stderr: stdout carries the protocol only."""
     protocol, sys.stdout = sys.stdout, sys.stderr

@@ -75,10 +75,12 @@ std::optional<std::string> python_module_version(const std::string& python, cons
 namespace {
 
 // An ONNX Runtime driver started ahead of its job (start_ort_driver): its scratch folder holds its
-// stderr; `version` is empty when it did not start.
+// stderr. `answered`: it wrote its first line, whose `version` is ONNX Runtime's (empty: none); its
+// server runs on only when it is ready.
 struct WarmDriver {
   std::unique_ptr<ScratchDirectory> scratch;
   std::unique_ptr<PythonServer> server;
+  bool answered = false, ready = false;
   std::optional<std::string> version;
 };
 
@@ -89,17 +91,19 @@ std::map<std::string, WarmDriver>& warm_drivers() {
   return drivers;
 }
 
-// The driver's first line, {"ready": true, "ort_version": "1.31.1"}: its version, or nullopt.
-std::optional<std::string> ready_version(PythonServer& server) {
-  const auto line = server.read_line();
-  if (!line) return std::nullopt;
+// The driver's first line: {"ready": true, "ort_version": "1.31.1"}, or when an import failed
+// {"ready": false, "ort_version": "1.31.1" | null, "error": ...}.
+void read_first_line(WarmDriver& d) {
+  const auto line = d.server->read_line();
+  if (!line) return;
   try {
     const auto j = nlohmann::json::parse(*line);
-    if (j.is_object() && j.value("ready", false) && j.contains("ort_version") && j["ort_version"].is_string())
-      return j["ort_version"].get<std::string>();
+    if (!j.is_object()) return;
+    d.answered = true;
+    d.ready = j.value("ready", false);
+    if (j.contains("ort_version") && j["ort_version"].is_string()) d.version = j["ort_version"].get<std::string>();
   } catch (const nlohmann::json::exception&) {
   }
-  return std::nullopt;
 }
 
 // The started driver for `python`, taken out of the registry (one job each), or nullptr.
@@ -107,9 +111,10 @@ std::unique_ptr<WarmDriver> take_warm_driver(const std::string& python) {
   std::lock_guard<std::mutex> lock(warm_mutex);
   auto& drivers = warm_drivers();
   auto it = drivers.find(python);
-  if (it == drivers.end() || !it->second.version || !it->second.server || !it->second.server->running()) return nullptr;
+  if (it == drivers.end() || !it->second.ready || !it->second.server || !it->second.server->running()) return nullptr;
   auto taken = std::make_unique<WarmDriver>(std::move(it->second));
   // The entry stays, without its server: onnxruntime_version still answers from it.
+  it->second.answered = true;
   it->second.version = taken->version;
   return taken;
 }
@@ -140,10 +145,11 @@ nlohmann::json job_result(const fs::path& result, bool exited_ok, const std::str
 std::optional<std::string> onnxruntime_version(const std::string& python) {
   {
     std::lock_guard<std::mutex> lock(warm_mutex);
-    if (auto it = warm_drivers().find(python); it != warm_drivers().end() && it->second.version) return it->second.version;
+    // An interpreter without one of the driver's other imports still has ONNX Runtime (its version
+    // here): its job then runs in an interpreter of its own and fails naming the missing module.
+    if (auto it = warm_drivers().find(python); it != warm_drivers().end() && it->second.answered) return it->second.version;
   }
-  // No driver started, or it did not start (an interpreter without one of the driver's other imports
-  // still counts as having ONNX Runtime, and its job then fails naming the missing module).
+  // No driver started, or it said nothing (not hfx's driver, or it crashed): the `python -c` probe.
   return python_module_version(python, "onnxruntime");
 }
 
@@ -157,11 +163,11 @@ void start_ort_driver(const std::string& python) {
     d.server = std::make_unique<PythonServer>(python, "hfx_ort_runner.py", std::vector<std::string>{"--serve"},
                                               d.scratch->path() / "stderr.log",
                                               "the ONNX Runtime driver");
-    d.version = ready_version(*d.server);
+    read_first_line(d);
   } catch (const Error&) {
-    d.version.reset();
+    d.ready = false;
   }
-  if (!d.version && d.server) d.server->stop();
+  if (!d.ready && d.server) d.server->stop();
 }
 
 nlohmann::json run_python_job(const std::string& python, const std::string& script, const fs::path& job,

@@ -142,20 +142,43 @@ TEST(RuntimeProbe, StartedDriverFailureShowsTheRuntimesOwnError) {
   fs::remove_all(d);
 }
 
-TEST(RuntimeProbe, DriverThatCannotStartFallsBackToTheProbe) {
-  // An interpreter whose driver does not start (onnxruntime imports, another of the driver's modules
-  // does not): the probe still finds ONNX Runtime, and the job then fails naming the missing module.
-  const fs::path d = scratch_dir("warm_none");
+TEST(RuntimeProbe, DriverMissingAModuleSaysSoInItsFirstLine) {
+  // onnxruntime imports, the driver's safetensors does not: ONNX Runtime is there (no second probe),
+  // and the job, run by an interpreter of its own, fails naming the missing module.
+  const fs::path d = scratch_dir("warm_partial");
+  const fs::path calls = d / "calls";
   const fs::path py = script(d, "python",
-                             "if [ \"$1\" = -c ]; then echo 1.31.1; exit 0; fi\n"
+                             "echo x >> '" + calls.string() + "'\n"
+                             "if [ \"$2\" = --serve ]; then\n"
+                             "  echo '{\"ready\": false, \"ort_version\": \"1.31.1\", \"error\": \"ModuleNotFoundError: No module named safetensors\"}'\n"
+                             "  exit 1\nfi\n"
                              "echo \"ModuleNotFoundError: No module named 'safetensors'\" >&2\nexit 1\n");
   pipeline::start_ort_driver(py.string());
   EXPECT_EQ(pipeline::onnxruntime_version(py.string()).value_or(""), "1.31.1");
+  EXPECT_EQ(lines_in(calls), 1u);
   try {
     pipeline::run_ort_driver(py.string(), d / "job.json", d / "result.json");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("No module named 'safetensors'"), std::string::npos) << e.message();
   }
+  // No onnxruntime at all: no version, and no `python -c` probe after the driver said so.
+  const fs::path calls2 = d / "calls2";
+  const fs::path none = script(d, "none",
+                               "echo x >> '" + calls2.string() + "'\n"
+                               "echo '{\"ready\": false, \"ort_version\": null, \"error\": \"ModuleNotFoundError: No module named onnxruntime\"}'\n"
+                               "exit 1\n");
+  pipeline::start_ort_driver(none.string());
+  EXPECT_FALSE(pipeline::onnxruntime_version(none.string()).has_value());
+  EXPECT_EQ(lines_in(calls2), 1u);
+  fs::remove_all(d);
+}
+
+TEST(RuntimeProbe, DriverThatSaysNothingFallsBackToTheProbe) {
+  // Not hfx's driver (it prints nothing for --serve): the `python -c` probe decides.
+  const fs::path d = scratch_dir("warm_silent");
+  const fs::path py = script(d, "python", "if [ \"$1\" = -c ]; then echo 1.31.1; exit 0; fi\nexit 1\n");
+  pipeline::start_ort_driver(py.string());
+  EXPECT_EQ(pipeline::onnxruntime_version(py.string()).value_or(""), "1.31.1");
   fs::remove_all(d);
 }
