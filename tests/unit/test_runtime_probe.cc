@@ -30,6 +30,19 @@ fs::path script(const fs::path& dir, const std::string& name, const std::string&
   return p;
 }
 
+// The error run_ort_driver throws for a job (ErrorKind::Mismatch), or a failed expectation when it
+// returns.
+std::string driver_error(const fs::path& python, const fs::path& dir, const std::string& result = "result.json") {
+  try {
+    pipeline::run_ort_driver(python.string(), dir / "job.json", dir / result);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Mismatch);
+    return e.message();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
 size_t lines_in(const fs::path& p) {
   std::ifstream in(p);
   size_t n = 0;
@@ -67,21 +80,16 @@ TEST(RuntimeProbe, DriverFailureShowsTheRuntimesOwnError) {
   // The runner caught ORT's exception and wrote it ($3 is the result file).
   const fs::path refused = script(d, "refused",
                                   "echo '{\"error\": \"InvalidArgument: head_size must be a multiple of 8\"}' > \"$3\"\nexit 1\n");
-  try {
-    pipeline::run_ort_driver(refused.string(), d / "job.json", d / "result.json");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Mismatch);
-    EXPECT_NE(e.message().find("head_size must be a multiple of 8"), std::string::npos) << e.message();
+  {
+    const std::string message = driver_error(refused, d);
+    EXPECT_NE(message.find("head_size must be a multiple of 8"), std::string::npos) << message;
   }
   // It died before writing a result: the last line of its stderr.
   fs::remove(d / "result.json");
   const fs::path died = script(d, "died", "echo 'Traceback ...' >&2\necho \"ModuleNotFoundError: No module named 'numpy'\" >&2\nexit 1\n");
-  try {
-    pipeline::run_ort_driver(died.string(), d / "job.json", d / "result.json");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(e.message().find("ModuleNotFoundError: No module named 'numpy'"), std::string::npos) << e.message();
+  {
+    const std::string message = driver_error(died, d);
+    EXPECT_NE(message.find("ModuleNotFoundError: No module named 'numpy'"), std::string::npos) << message;
   }
   fs::remove_all(d);
 }
@@ -121,23 +129,18 @@ TEST(RuntimeProbe, StartedDriverFailureShowsTheRuntimesOwnError) {
   const fs::path py = script(d, "python", serving(calls, "{\"error\": \"InvalidArgument: head_size must be a multiple of 8\"}",
                                                   "{\"status\": 1}"));
   pipeline::start_ort_driver(py.string());
-  try {
-    pipeline::run_ort_driver(py.string(), d / "job.json", d / "result.json");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Mismatch);
-    EXPECT_NE(e.message().find("head_size must be a multiple of 8"), std::string::npos) << e.message();
+  {
+    const std::string message = driver_error(py, d);
+    EXPECT_NE(message.find("head_size must be a multiple of 8"), std::string::npos) << message;
   }
   // One that dies during its job: the last line of its stderr.
   const fs::path dies = script(d, "dies",
                                "echo '{\"ready\": true, \"ort_version\": \"1.31.1\"}'\nread -r line\n"
                                "echo 'Segmentation fault in MlasSgemm' >&2\nkill -9 $$\n");
   pipeline::start_ort_driver(dies.string());
-  try {
-    pipeline::run_ort_driver(dies.string(), d / "job.json", d / "result2.json");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(e.message().find("Segmentation fault in MlasSgemm"), std::string::npos) << e.message();
+  {
+    const std::string message = driver_error(dies, d, "result2.json");
+    EXPECT_NE(message.find("Segmentation fault in MlasSgemm"), std::string::npos) << message;
   }
   fs::remove_all(d);
 }
@@ -156,11 +159,9 @@ TEST(RuntimeProbe, DriverMissingAModuleSaysSoInItsFirstLine) {
   pipeline::start_ort_driver(py.string());
   EXPECT_EQ(pipeline::onnxruntime_version(py.string()).value_or(""), "1.31.1");
   EXPECT_EQ(lines_in(calls), 1u);
-  try {
-    pipeline::run_ort_driver(py.string(), d / "job.json", d / "result.json");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(e.message().find("No module named 'safetensors'"), std::string::npos) << e.message();
+  {
+    const std::string message = driver_error(py, d);
+    EXPECT_NE(message.find("No module named 'safetensors'"), std::string::npos) << message;
   }
   // No onnxruntime at all: no version, and no `python -c` probe after the driver said so.
   const fs::path calls2 = d / "calls2";
