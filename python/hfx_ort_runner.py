@@ -17,6 +17,7 @@ runtime's own words.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -147,13 +148,17 @@ def job(job_path: str, result_path: str) -> int:
 def serve():
     """--serve: started by `hfx export` while it writes its files (runtime_probe.h, start_ort_driver), so
     that its check finds ONNX Runtime imported. First line {"ready": true, "ort_version": ..} (or, when an
-    import failed, {"ready": false, "ort_version": .. | null, "error": ..} and exit 1); then per
-    line {"job": PATH, "result": PATH} in, {"status": 0|1} out; ends at end of input. Anything else
-    printed goes to stderr: stdout carries the protocol only."""
+    import failed, {"ready": false, "ort_version": .. | null, "error": ..} and exit 1); then per line
+    {"job": PATH, "result": PATH} in, {"status": 0|1} out, the job's stderr in PATH.stderr; ends at end of
+    input. Anything else printed goes to stderr: stdout carries the protocol only."""
     protocol, sys.stdout = sys.stdout, sys.stderr
     print(json.dumps({"ready": True, "ort_version": ort.__version__}), file=protocol, flush=True)
     for line in sys.stdin:
         request = json.loads(line)
+        # stderr (started as /dev/null) into the job's own log, where hfx reads a crash's last line
+        log = os.open(request["result"] + ".stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log, 2)
+        os.close(log)
         status = job(request["job"], request["result"])
         print(json.dumps({"status": status}), file=protocol, flush=True)
 

@@ -74,11 +74,12 @@ std::optional<std::string> python_module_version(const std::string& python, cons
 
 namespace {
 
-// An ONNX Runtime driver started ahead of its job (start_ort_driver): its scratch folder holds its
-// stderr. `answered`: it wrote its first line, whose `version` is ONNX Runtime's (empty: none); its
-// server runs on only when it is ready.
+// An ONNX Runtime driver started ahead of its job (start_ort_driver). `answered`: it wrote its first
+// line, whose `version` is ONNX Runtime's (empty: none); its server runs on only when it is ready. Its
+// stderr goes to /dev/null until a job names its result file: then to `<result>.stderr`, as a driver
+// of its own writes it. (No scratch folder of its own: the registry is a static whose destructor may
+// run after the scratch folders' registry's.)
 struct WarmDriver {
-  std::unique_ptr<ScratchDirectory> scratch;
   std::unique_ptr<PythonServer> server;
   bool answered = false, ready = false;
   std::optional<std::string> version;
@@ -159,9 +160,7 @@ void start_ort_driver(const std::string& python) {
   if (!fresh) return;
   WarmDriver& d = it->second;
   try {
-    d.scratch = std::make_unique<ScratchDirectory>(fs::path{}, "hfx-ort-");
-    d.server = std::make_unique<PythonServer>(python, "hfx_ort_runner.py", std::vector<std::string>{"--serve"},
-                                              d.scratch->path() / "stderr.log",
+    d.server = std::make_unique<PythonServer>(python, "hfx_ort_runner.py", std::vector<std::string>{"--serve"}, "/dev/null",
                                               "the ONNX Runtime driver");
     read_first_line(d);
   } catch (const Error&) {
@@ -192,8 +191,8 @@ nlohmann::json run_ort_driver(const std::string& python, const fs::path& job, co
       ok = answer && nlohmann::json::parse(*answer).value("status", 1) == 0;
     } catch (const nlohmann::json::exception&) {
     }
-    const auto [why, ended] = warm->server->reap();
-    return job_result(result, ok, why, ended, failure);
+    const auto ended = warm->server->reap().second;
+    return job_result(result, ok, last_line_of(result.string() + ".stderr"), ended, failure);
   }
   return run_python_job(python, "hfx_ort_runner.py", job, result, failure);
 }

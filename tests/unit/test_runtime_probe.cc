@@ -133,10 +133,11 @@ TEST(RuntimeProbe, StartedDriverFailureShowsTheRuntimesOwnError) {
     const std::string message = driver_error(py, d);
     EXPECT_NE(message.find("head_size must be a multiple of 8"), std::string::npos) << message;
   }
-  // One that dies during its job: the last line of its stderr.
+  // One that dies during its job: the last line of its stderr, which it writes beside the result file.
   const fs::path dies = script(d, "dies",
                                "echo '{\"ready\": true, \"ort_version\": \"1.31.1\"}'\nread -r line\n"
-                               "echo 'Segmentation fault in MlasSgemm' >&2\nkill -9 $$\n");
+                               "r=$(echo \"$line\" | sed 's/.*\"result\": *\"\\([^\"]*\\)\".*/\\1/')\n"
+                               "echo 'Segmentation fault in MlasSgemm' > \"$r.stderr\"\nkill -9 $$\n");
   pipeline::start_ort_driver(dies.string());
   {
     const std::string message = driver_error(dies, d, "result2.json");
