@@ -76,7 +76,48 @@ fs::path normalize_output_path(const fs::path& out) {
   return n;
 }
 
-void copy_file_checked(const fs::path& from, const fs::path& to) {
+namespace {
+
+// Every byte of `in` into `out`: in the kernel (copy_file_range: no copy through this process, a
+// reflink where the file system shares extents), else by read/write where it cannot (another file
+// system on an old kernel, a device). 0 or the errno of the failure.
+// Copies in the kernel start the disk's writeback every 64 MiB (sync_file_range, only started,
+// like PipelinedFile's), so the commit's fsync of a gigabyte-sized copy finds little left to write.
+int copy_bytes(int in, int out) {
+  constexpr size_t kChunk = size_t(64) << 20;
+  bool kernel = true;
+  off_t copied = 0;
+  for (;;) {
+    const ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, kChunk, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+      kernel = false;  // nothing was copied yet by this call; the offsets stand where it stopped
+      break;
+    }
+    if (n < 0) return errno;
+    if (n == 0) break;
+    ::sync_file_range(out, copied, n, SYNC_FILE_RANGE_WRITE);  // a file system without it: no matter
+    copied += n;
+  }
+  if (kernel) return 0;
+  std::vector<char> buf(size_t(1) << 20);
+  for (;;) {
+    const ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return 0;
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = ::write(out, buf.data() + done, size_t(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return w < 0 ? errno : EIO;
+      done += w;
+    }
+  }
+}
+
+// `from` into `to` (created or truncated) through copy_bytes, with `from`'s permission bits when
+// `keep_mode`, else the default ones (0666 less the umask).
+void copy_regular_file(const fs::path& from, const fs::path& to, bool keep_mode) {
   auto cannot = [&](int err) { fail(ErrorKind::Io, "{}: cannot copy: {}", from.string(), std::strerror(err)); };
   const int in = open_regular_file(from, nullptr);
   struct stat st {};
@@ -85,35 +126,28 @@ void copy_file_checked(const fs::path& from, const fs::path& to) {
     ::close(in);
     cannot(err);
   }
-  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st.st_mode & 07777);
+  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, keep_mode ? st.st_mode & 07777 : 0666);
   if (out < 0) {
     const int err = errno;
     ::close(in);
     cannot(err);
   }
-  int err = 0;
-  std::vector<char> buf(size_t(1) << 20);
-  for (;;) {
-    const ssize_t n = ::read(in, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) err = errno;
-    if (n <= 0) break;
-    for (ssize_t done = 0; done < n && !err;) {
-      const ssize_t w = ::write(out, buf.data() + done, size_t(n - done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) err = w < 0 ? errno : EIO;
-      else done += w;
-    }
-    if (err) break;
-  }
+  int err = copy_bytes(in, out);
   // Like copy_file: the mode of the source (creation applied the umask; an existing file kept its
   // own). Only on a regular file: `to` may be a device (/dev/full in the tests).
   struct stat to_st {};
-  if (!err && ::fstat(out, &to_st) == 0 && S_ISREG(to_st.st_mode) && ::fchmod(out, st.st_mode & 07777) != 0) err = errno;
+  if (keep_mode && !err && ::fstat(out, &to_st) == 0 && S_ISREG(to_st.st_mode) && ::fchmod(out, st.st_mode & 07777) != 0)
+    err = errno;
   if (::close(out) != 0 && !err) err = errno;  // NFS and some quotas report a full disk only here
   ::close(in);
   if (err) cannot(err);
 }
+
+}  // namespace
+
+void copy_file_checked(const fs::path& from, const fs::path& to) { copy_regular_file(from, to, true); }
+
+void copy_file_contents(const fs::path& from, const fs::path& to) { copy_regular_file(from, to, false); }
 
 namespace {
 

@@ -33,6 +33,10 @@ void check_output_creatable(const std::filesystem::path& final_path);
 // plain read/write, so a failure names the real cause: Io "<from>: cannot copy: No space left on
 // device" (std::filesystem::copy_file reported ENOSPC as EIO, and threw a non-hfx error).
 void copy_file_checked(const std::filesystem::path& from, const std::filesystem::path& to);
+// The same bytes into a new file of the default mode (0666 less the umask), not `from`'s: a checkpoint
+// file an export ships as its own (the ONNX data file that mirrors it). Both copy in the kernel
+// (copy_file_range) where the file systems allow it.
+void copy_file_contents(const std::filesystem::path& from, const std::filesystem::path& to);
 
 // fsync()s every regular file and folder under `root` (root included; symlinks are not followed) so
 // that a rename making the tree visible cannot outlive its contents after a power loss. Returns how

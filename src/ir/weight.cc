@@ -248,6 +248,17 @@ std::optional<std::span<const uint8_t>> WeightRef::raw_bytes() const {
   return std::nullopt;
 }
 
+std::optional<WeightRef::StoredAt> WeightRef::stored_at() const {
+  if (node_->kind == Node::Source) return StoredAt{node_->file, node_->offset};
+  if (node_->kind == Node::Reshape) return node_->children[0].stored_at();  // same bytes, new shape
+  return std::nullopt;
+}
+
+std::vector<WeightRef> WeightRef::concat_parts(int64_t axis) const {
+  if (node_->kind != Node::Concat || node_->axis != axis) return {};
+  return node_->children;
+}
+
 namespace {
 
 // Out of line: inlined into materialize(), GCC 12 misreads its index vector's delete (-Wfree-nonheap-object).

@@ -58,6 +58,16 @@ class WeightRef {
 
   // The bytes as stored, when no transform applies (zero copy from the mapped file).
   std::optional<std::span<const uint8_t>> raw_bytes() const;
+  // Where a checkpoint tensor lies unchanged in its file: a source weight (reshaped or not); nullopt
+  // for a constant or any transform of the bytes.
+  struct StoredAt {
+    std::shared_ptr<const MappedFile> file;
+    size_t offset = 0;
+  };
+  std::optional<StoredAt> stored_at() const;
+  // The parts of a concatenation on `axis` (the packed q|k|v and gate|up on axis 0); empty for any
+  // other weight.
+  std::vector<WeightRef> concat_parts(int64_t axis) const;
   // Computes the tensor (reads the mapped source pages, applies transforms).
   Tensor materialize() const;
   // Memory cost of writing this weight, for preflight estimates (kept beside materialize(), which it
@@ -130,6 +140,10 @@ struct StoredMatrix {
   // The mapped file `data` lies in (nullptr for bytes in memory): a kernel streaming a weight larger
   // than a few blocks releases the pages it has read as it goes (MappedFile::release).
   const MappedFile* file = nullptr;
+  // Non-empty: the matrix is these stored matrices' rows stacked, in order (`data` is nullptr): the
+  // packed q|k|v of a mirrored ONNX export read back (onnx/checkpoint_mirror.h), a Concat of stored
+  // tensors. Each part is read in place as a matrix of its own.
+  std::vector<StoredMatrix> stack;
 };
 
 // A checkpoint's float matrix (not a constant the graph computes with): what the precision pass and the

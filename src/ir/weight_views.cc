@@ -43,6 +43,16 @@ std::optional<StoredMatrix> WeightRef::stored_matrix() const {
       if (m && n.perm == std::vector<int64_t>{1, 0}) m->transposed = !m->transposed;
       return m;
     }
+    case Node::Concat: {  // rows of stored matrices of one dtype and width, stacked
+      if (n.axis != 0) return std::nullopt;
+      StoredMatrix stacked{nullptr, n.dtype, n.shape[0], n.shape[1], false, nullptr};
+      for (const WeightRef& c : n.children) {
+        auto m = c.stored_matrix();
+        if (!m || m->transposed || !m->stack.empty() || m->dtype != n.dtype || m->cols != n.shape[1]) return std::nullopt;
+        stacked.stack.push_back(std::move(*m));
+      }
+      return stacked;
+    }
     default: return std::nullopt;
   }
 }

@@ -204,8 +204,17 @@ void ManifestBuilder::add_file_digest(const fs::path& rel, std::string sha256, u
   digests_[rel.generic_string()] = {std::move(sha256), size};
 }
 
+void ManifestBuilder::add_file_copy(const fs::path& rel, const fs::path& source, uintmax_t size) {
+  copies_[rel.generic_string()] = {source.filename().string(), size};
+}
+
 void ManifestBuilder::write(const fs::path& root) {
   if (source_files_.valid()) json_["source"]["files"] = source_files_.get();  // rethrows the hashing thread's error
+  for (const auto& [rel, copy] : copies_) {
+    const auto& sources = json_["source"]["files"];
+    if (auto it = sources.find(copy.first); it != sources.end() && it->is_string() && !it->get<std::string>().empty())
+      digests_.try_emplace(rel, it->get<std::string>(), copy.second);
+  }
   nlohmann::ordered_json files = nlohmann::ordered_json::object();
   for (const auto& rel : list_files(root)) {
     auto it = digests_.find(rel.generic_string());

@@ -45,6 +45,9 @@ class ManifestBuilder {
   // The sha256 of a file a writer hashed as it wrote it (`rel` under the root given to write(), `size`
   // its length then): write() takes it instead of reading the file again, unless the size changed.
   void add_file_digest(const std::filesystem::path& rel, std::string sha256, uintmax_t size);
+  // A file written as a byte copy of the checkpoint's weight file `source` (the mirrored ONNX data
+  // file): write() takes the source's sha256, hashed once for source.files, unless the size differs.
+  void add_file_copy(const std::filesystem::path& rel, const std::filesystem::path& source, uintmax_t size);
   // Hashes every file under `root` (but those with a digest from add_file_digest) and writes
   // root/hfx.json.
   void write(const std::filesystem::path& root);
@@ -54,6 +57,7 @@ class ManifestBuilder {
   std::future<nlohmann::ordered_json> source_files_;  // name -> sha256 of the checkpoint's files
   std::shared_ptr<std::atomic<bool>> cancel_ = std::make_shared<std::atomic<bool>>(false);
   std::map<std::string, std::pair<std::string, uintmax_t>> digests_;  // generic path -> (sha256, size)
+  std::map<std::string, std::pair<std::string, uintmax_t>> copies_;   // generic path -> (source name, size)
 };
 
 // Regular files under root, relative, sorted.

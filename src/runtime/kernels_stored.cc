@@ -279,7 +279,18 @@ std::vector<std::vector<Tensor>> products(const ir::Node& node, const std::vecto
     rows_of.push_back(out.numel() > 0 ? rows : -1);
     outs.emplace_back().push_back(std::move(out));
   }
-  gemm_stored(group, k, n, w, b_transposed, stream);
+  if (w.stack.empty()) {
+    gemm_stored(group, k, n, w, b_transposed, stream);
+  } else {  // stacked stored rows are output columns (reads_in_place): each part fills its own
+    HFX_CHECK(b_transposed, "{}: a stacked weight read with its rows summed", node.name);
+    int64_t first_column = 0;
+    for (const ir::StoredMatrix& part : w.stack) {
+      std::vector<StoredProduct> shifted = group;
+      for (StoredProduct& p : shifted) p.c += first_column;
+      gemm_stored(shifted, k, n, part, true, stream);
+      first_column += part.rows;
+    }
+  }
   if (linear)
     for (size_t r = 0; r < runs.size(); ++r)
       if (rows_of[r] >= 0) add_linear_bias(node, runs[r], outs[r][0].as<float>(), rows_of[r], n);
@@ -324,8 +335,10 @@ std::optional<size_t> stored_weight_input(const ir::Node& node) {
 }
 
 bool reads_in_place(const ir::Node& node, const ir::StoredMatrix& w) {
-  if (node.op == "MatMulNBits") return w.dtype == DType::U8 && !w.transposed;
+  if (node.op == "MatMulNBits") return w.dtype == DType::U8 && !w.transposed && w.stack.empty();
   if (!is_float(w.dtype)) return false;
+  if (!w.stack.empty())  // a stack is read where its rows are the product's output columns
+    return ((node.op == "Linear" || node.op == "FusedMatMul") && !w.transposed) || (node.op == "MatMul" && w.transposed);
   return node.op == "MatMul" || node.op == "Linear" || node.op == "FusedMatMul" || !w.transposed;  // a lookup reads stored rows
 }
 

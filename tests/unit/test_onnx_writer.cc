@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -110,13 +111,87 @@ ir::Graph make_graph(const fs::path& checkpoint) {
   return g;
 }
 
+// The streamed layout (the tiny graph's weights are all stored tensors: mirrored by default).
 OnnxWriteOptions options() {
   OnnxWriteOptions o;
+  o.mirror_checkpoint = false;
   o.metadata = {{"zeta", "last"}, {"alpha", "first"}, {"hfx.task", "text-generation"}};
   return o;
 }
 
 }  // namespace
+
+// x[batch_size, 4] -> y = x @ w + b, stacked = Identity(Concat(b, s)): stored tensors and a stack of
+// them (the packed q|k|v's shape of weight), which read every byte of the checkpoint file.
+ir::Graph make_mirrorable_graph(const fs::path& checkpoint) {
+  auto file = MappedFile::open(checkpoint);
+  ir::Graph g("mirror");
+  ir::Builder b(g);
+  auto x = g.add_input("x", DType::F32, {Dim::sym("batch_size"), Dim::fixed(4)});
+  auto w = b.weight("model.w", ir::WeightRef::source(file, "w", DType::F32, {4, 512}, kOffW));
+  auto bias = b.weight("model.b", ir::WeightRef::source(file, "b", DType::F32, {512}, kOffB));
+  auto stacked = b.weight("model.bs", ir::WeightRef::concat({ir::WeightRef::source(file, "b", DType::F32, {512}, kOffB),
+                                                             ir::WeightRef::source(file, "s", DType::F32, {4}, kOffS)},
+                                                            0));
+  g.add_output(b.add1("Add", {b.matmul(x, w), bias}, {}, "y"));
+  g.add_output(b.add1("Identity", {stacked}, {}, "stacked"));
+  return g;
+}
+
+TEST(OnnxWriter, MirrorsTheCheckpointFileWhenItsTensorsAreStoredAsTheyAre) {
+  TempDir dir;
+  const fs::path ckpt = write_checkpoint(dir.path());
+  const ir::Graph g = make_mirrorable_graph(ckpt);
+  auto res = write_onnx(g, dir.path() / "out", OnnxWriteOptions{});
+  // The data file is the checkpoint's bytes (its sha256 is the checkpoint's: the manifest takes it).
+  EXPECT_EQ(res.data_copy_of, ckpt);
+  EXPECT_EQ(res.data_sha256, "");
+  EXPECT_EQ(read_bytes(res.data_path), read_bytes(ckpt));
+  EXPECT_EQ(res.data_bytes, int64_t(kFileSize));
+
+  auto m = parse_model(res.model_path);
+  const auto& gp = m.graph();
+  ASSERT_GE(gp.node_size(), 1);  // the stack first: a Concat of the parts' initializers
+  EXPECT_EQ(gp.node(0).op_type(), "Concat");
+  EXPECT_EQ(std::vector<std::string>(gp.node(0).input().begin(), gp.node(0).input().end()),
+            (std::vector<std::string>{"b", "s"}));
+  EXPECT_EQ(gp.node(0).output(0), "model.bs");
+  std::map<std::string, std::string> offsets;
+  for (const auto& t : gp.initializer()) offsets[t.name()] = external(t, "offset");
+  EXPECT_EQ(offsets, (std::map<std::string, std::string>{
+                         {"model.w", "0"}, {"model.b", "8192"}, {"b", "8192"}, {"s", "10240"}}));
+
+  // Read back, the Concat is one weight again, with the same values.
+  ir::Graph r = read_onnx(res.model_path);
+  r.validate();
+  const ir::WeightRef* back = r.weight(*r.find("model.bs"));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(bytes_of(back->materialize()), bytes_of(g.weight(*g.find("model.bs"))->materialize()));
+  EXPECT_EQ(r.nodes().size(), g.nodes().size());
+}
+
+TEST(OnnxWriter, StreamsTheWeightsWhenTheCheckpointIsNotMirrorable) {
+  TempDir dir;
+  // A 2 MiB file whose 256 KiB transposed matrix is a computed weight above the inline limit.
+  std::vector<float> values((size_t(2) << 20) / 4, 0.5f);
+  write_bytes(dir.path() / "big.bin", std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  auto file = MappedFile::open(dir.path() / "big.bin");
+  auto graph_with = [&](ir::WeightRef w) {
+    ir::Graph g("streamed");
+    ir::Builder b(g);
+    auto x = g.add_input("x", DType::F32, {Dim::fixed(1), Dim::fixed(256)});
+    g.add_output(b.add1("MatMul", {x, b.weight("model.w", std::move(w))}, {}, "y"));
+    return g;
+  };
+  const auto stored = ir::WeightRef::source(file, "w", DType::F32, {256, 256}, 0);
+  auto transposed = write_onnx(graph_with(stored.transposed({1, 0})), dir.path() / "t", OnnxWriteOptions{});
+  EXPECT_TRUE(transposed.data_copy_of.empty());
+  EXPECT_EQ(transposed.data_sha256.size(), 64u);
+  // Stored as it is, but 256 KiB of a 2 MiB file: not a copy of the whole file.
+  auto partial = write_onnx(graph_with(stored), dir.path() / "p", OnnxWriteOptions{});
+  EXPECT_TRUE(partial.data_copy_of.empty());
+  EXPECT_EQ(fs::file_size(partial.data_path), size_t(256) * 256 * 4);
+}
 
 TEST(OnnxWriter, ModelLayout) {
   TempDir dir;

@@ -249,6 +249,14 @@ class Reader {
     return ir::WeightRef::source(file, t.name(), dtype, std::move(dims), size_t(offset));
   }
 
+  static bool is_weight_stack(const ir::Graph& graph, const ir::Node& node) {
+    for (ir::ValueId in : node.inputs) {
+      const ir::WeightRef* w = in == ir::kNone ? nullptr : graph.weight(in);
+      if (!w || w->is_constant()) return false;
+    }
+    return !node.inputs.empty();
+  }
+
   static void read_node(ir::Graph& graph, const onnx::NodeProto& p, const std::string& name,
                         const Raisings& raisings) {
     const bool default_domain = p.domain().empty() || p.domain() == "ai.onnx";
@@ -295,6 +303,14 @@ class Reader {
       check_new_name(graph, out);
       if (!seen.insert(out).second) bad_input("value {} is defined twice", out);
       outs[i].name = out;
+    }
+    // A Concat of checkpoint tensors (a mirrored export's packed q|k|v, checkpoint_mirror.h) is one
+    // weight, as a runtime's constant folding makes it, so kernels read it as the export's graph did.
+    if (node.op == "Concat" && outs.size() == 1 && is_weight_stack(graph, node)) {
+      std::vector<ir::WeightRef> parts;
+      for (ir::ValueId in : node.inputs) parts.push_back(*graph.weight(in));
+      graph.add_weight(outs[0].name, ir::WeightRef::concat(std::move(parts), node.attr_int("axis")));
+      return;
     }
     graph.add_node(std::move(node), outs);
   }

@@ -9,13 +9,16 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <span>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
+#include "backends/onnx/checkpoint_mirror.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/pipelined_file.h"
 #include "core/sha256.h"
 #include "core/tensor.h"
@@ -417,6 +420,20 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   g->set_name(graph.name());
   for (ir::ValueId id : graph.inputs()) set_type(*g->add_input(), graph.value(id));
 
+  // The data file is a copy of the checkpoint's file when the weights are its tensors as stored
+  // (checkpoint_mirror.h); the first graph of a folder only (a later one shares its files).
+  std::optional<CheckpointMirror> mirror;
+  if (opts.mirror_checkpoint && !(opts.written && opts.written->size() > 0)) mirror = plan_checkpoint_mirror(graph);
+  if (mirror)  // each stacked weight is a Concat of its parts, which every runtime folds at load
+    for (const auto& [id, parts] : mirror->stacked) {
+      onnx::NodeProto* p = g->add_node();
+      p->set_name("/hfx/stacked/" + graph.value(id).name);
+      p->set_op_type("Concat");
+      for (size_t i : parts) p->add_input(mirror->parts[i].name);
+      p->add_output(graph.value(id).name);
+      set_attr(*p, "axis", int64_t(0));
+    }
+
   // Nodes first: an op without a lowering fails before gigabytes of weights are written.
   const bool contrib = write_nodes(graph, "", *g);
 
@@ -427,12 +444,58 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     ms->set_version(1);
   }
 
-  // Initializers: small ones and constants inline, the rest streamed into one data file.
+  // Initializers: small ones and constants inline, the rest streamed into one data file (or, mirrored,
+  // pointing into the checkpoint file's copy, made in the kernel while the weights are scanned here).
   std::unique_ptr<PipelinedFile> data;
+  std::future<void> copying;
+  std::vector<bool> part_scanned;
+  auto external_at = [&](onnx::TensorProto& t, const ir::WeightRef& w, size_t offset) {
+    t.set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
+    add_external_entry(t, "location", opts.data_file);
+    add_external_entry(t, "offset", std::to_string(offset));
+    add_external_entry(t, "length", std::to_string(w.nbytes()));
+    if (opts.written) opts.written->add(w, result.data_path, offset);
+  };
+  auto scan_stored = [&](const ir::WeightRef& w) {  // NaN / Inf in a mirrored tensor, then its pages go
+    ir::NonFiniteCount count;
+    ir::count_non_finite(*w.raw_bytes(), w.dtype(), 0, count);
+    w.release_source_pages();
+    if (count.total()) result.non_finite.push_back(ir::describe_non_finite(w, count));
+  };
+  if (mirror) {
+    result.data_path = out_dir / opts.data_file;
+    result.data_copy_of = mirror->file->path();
+    result.source_bytes_read = int64_t(mirror->file->size());
+    part_scanned.assign(mirror->parts.size(), false);
+    copying = std::async(std::launch::async, [from = mirror->file->path(), to = result.data_path] {
+      copy_file_contents(from, to);
+    });
+  }
   for (ir::ValueId id : graph.weights()) {
     const ir::Value& value = graph.value(id);
     const ir::WeightRef* w = graph.weight(id);
     HFX_CHECK(w, "weight value {} has no WeightRef", value.name);
+    if (mirror && (mirror->stored.count(id) || mirror->stacked.count(id))) {
+      with_context("onnx: writing weight " + value.name, [&] {
+        if (auto at = mirror->stored.find(id); at != mirror->stored.end()) {
+          onnx::TensorProto* t = g->add_initializer();
+          t->set_name(value.name);
+          t->set_data_type(onnx_elem_type(w->dtype()));
+          for (int64_t d : w->shape()) t->add_dims(d);
+          external_at(*t, *w, at->second);
+          scan_stored(*w);
+          ++result.num_weights;
+        } else {  // the Concat node's output; its parts' initializers follow the graph's weights
+          for (size_t i : mirror->stacked.at(id))
+            if (!part_scanned[i]) {
+              scan_stored(mirror->parts[i].weight);
+              part_scanned[i] = true;
+            }
+        }
+      });
+      if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));
+      continue;
+    }
     bool release_later = false;  // the writer thread releases the source pages it writes from
     bool reused = false;         // the bytes came from an earlier graph's file, not the checkpoint
     ir::NonFiniteCount non_finite;  // (bytes reused from an earlier graph were scanned there)
@@ -442,7 +505,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
       t->set_data_type(onnx_elem_type(w->dtype()));
       for (int64_t d : w->shape()) t->add_dims(d);
       const size_t nbytes = w->nbytes();
-      const bool inline_data = w->is_constant() || nbytes <= kInlineLimit;
+      const bool inline_data = w->is_constant() || nbytes <= (mirror ? kMirrorInlineLimit : kInlineLimit);
       // Already in a data file of this folder (prefill.onnx_data, when decode.onnx is written): the
       // graph reads it there, and its bytes are neither read nor written again.
       if (auto shared = !inline_data && opts.written && opts.share_data_files ? opts.written->whole(*w) : std::nullopt;
@@ -455,6 +518,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
         result.shared_bytes += int64_t(nbytes);
         return;
       }
+      HFX_CHECK(inline_data || !mirror, "weight {}: neither inline nor in the mirrored checkpoint", value.name);
       if (!inline_data && !data) {
         result.data_path = out_dir / opts.data_file;
         data = std::make_unique<PipelinedFile>(result.data_path, kOnnxInFlightBytes);
@@ -499,6 +563,26 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     if (!release_later) w->release_source_pages();
     ++result.num_weights;
     if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));
+  }
+  if (mirror) {
+    for (const auto& part : mirror->parts) {
+      with_context("onnx: writing weight " + part.name, [&] {
+        onnx::TensorProto* t = g->add_initializer();
+        t->set_name(part.name);
+        t->set_data_type(onnx_elem_type(part.weight.dtype()));
+        for (int64_t d : part.weight.shape()) t->add_dims(d);
+        external_at(*t, part.weight, part.offset);
+      });
+      ++result.num_weights;
+    }
+    copying.get();  // rethrows the copy's Io error
+    std::error_code ec;
+    const auto copied = fs::file_size(result.data_path, ec);
+    if (ec || copied != mirror->file->size())
+      fail(ErrorKind::Io, "{}: the copy of {} has {} bytes, not {} (the checkpoint changed while it was exported?)",
+           result.data_path.string(), mirror->file->path().string(), ec ? 0 : copied, mirror->file->size());
+    result.data_bytes = int64_t(copied);
+    if (opts.written) opts.written->close(result.data_path);
   }
   if (data) {
     result.data_bytes = int64_t(data->size());

@@ -40,6 +40,9 @@ struct OnnxWriteOptions {
   // decode share one copy); false: every graph writes its own `data_file` (the layout clients that
   // fetch each graph's `<model_file>_data` by name need: Optimum's and transformers.js's encoder-decoders).
   bool share_data_files = true;
+  // The data file may be a copy of the checkpoint's weight file when the graph's weights are its
+  // tensors as stored (checkpoint_mirror.h): the first graph of a folder only.
+  bool mirror_checkpoint = true;
 };
 
 struct OnnxWriteResult {
@@ -50,7 +53,10 @@ struct OnnxWriteResult {
   int64_t source_bytes_read = 0;    // checkpoint bytes read to write the weights
   int64_t shared_bytes = 0;         // weight bytes read from another graph's data file in this folder, not written
   // sha256 (hex) of the files as written, hashed on the way out so the manifest need not re-read them.
+  // data_sha256 is empty when the data file is a copy of the checkpoint file `data_copy_of` (whose
+  // sha256 the manifest has).
   std::string model_sha256, data_sha256;
+  std::filesystem::path data_copy_of;
   // One line per weight holding NaN or Inf (ir::describe_non_finite), in write order.
   std::vector<std::string> non_finite;
 };
