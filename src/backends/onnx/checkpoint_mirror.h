@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "core/mapped_file.h"
 #include "ir/graph.h"
 #include "ir/weight.h"
+#include "ir/written_weights.h"
 
 namespace hfx::onnx_backend {
 
@@ -34,6 +36,7 @@ struct CheckpointMirror {
     std::string name;
     ir::WeightRef weight;
     size_t offset = 0;
+    std::filesystem::path file;  // where it lies when an earlier graph wrote it (empty: this graph's copy)
   };
   std::vector<Part> parts;
   std::map<ir::ValueId, size_t> stored;                // weight value -> its offset in `file`
@@ -42,8 +45,15 @@ struct CheckpointMirror {
 
 // The mirror layout of `graph`'s weights, or nullopt unless: every weight that is neither a constant
 // nor at most kMirrorInlineLimit bytes is stored or stacked; all of them in one checkpoint file; and
-// they cover that file but for at most 1 % + 1 MiB (a data file is not a copy of a checkpoint the graph
-// reads a part of: an encoder-decoder's encoder, a model's vision tower).
+// they cover that file but for its header (at most 1 MiB before the first of them) and 1 % of the rest
+// (a data file is not a copy of a checkpoint the graph reads a part of, or reads transposed: an
+// encoder-decoder's encoder, a model's vision tower, the portable profile's [K, N] weights).
 std::optional<CheckpointMirror> plan_checkpoint_mirror(const ir::Graph& graph);
+
+// A later graph of the folder (decode.onnx beside a mirrored prefill.onnx): its stacked weights whose
+// parts an earlier graph's data file in `dir` holds whole, as the same Concat over initializers pointing
+// into that file (`file` is nullptr, `stored` empty; each part's `file` is set).
+CheckpointMirror plan_shared_stacks(const ir::Graph& graph, const ir::WrittenWeights& written,
+                                    const std::filesystem::path& dir);
 
 }  // namespace hfx::onnx_backend

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backends/onnx/checkpoint_mirror.h"
 #include "backends/onnx/onnx_writer.h"
 #include "backends/onnx/ort_profile.h"
 #include "core/error.h"
@@ -118,6 +119,13 @@ Preflight onnx_preflight(const LoadedModel& m, const std::vector<std::string>& p
       p.largest_tensor = g.value(id).name;
     }
   }
+  // A mirrored data file (checkpoint_mirror.h) is the checkpoint file, copied in the kernel: no queue of
+  // converted blocks, whose buffers the allocator otherwise keeps through the check (kCheckScratch).
+  const bool mirrored = [&] {
+    const auto mirror = onnx_backend::plan_checkpoint_mirror(passes::ort_fused_matmul(g));  // the default profile's
+    if (mirror) p.disk_bytes = int64_t(mirror->file->size());
+    return mirror.has_value();
+  }();
   for (const auto& f : m.checkpoint->side_files()) p.disk_bytes += 2 * int64_t(fs::file_size(f));
   p.disk_bytes += int64_t(g.nodes().size()) * 256;  // model.onnx: a few hundred bytes a node
   constexpr int64_t kBaseline = 28ll << 20;         // binary, libraries, allocator, checkpoint index
@@ -133,7 +141,7 @@ Preflight onnx_preflight(const LoadedModel& m, const std::vector<std::string>& p
   // kHeldWeightLimit, one weight's pages at a time. Beside them: OpenBLAS's packing buffers, the
   // widened block of a half-precision weight and the runs' activations (kCheckScratch, measured on the
   // tiny and medium llamas of test_resources.py).
-  constexpr int64_t kCheckScratch = 32ll << 20;
+  const int64_t kCheckScratch = (32ll << 20) - (mirrored ? int64_t(onnx_backend::kOnnxInFlightBytes + onnx_backend::kOnnxChunkBytes) : 0);
   const int64_t reference_held = held_weight_bytes(m.components.at(0).graph);
   const int64_t artifact_held = f32_weights - looked_up_weight_bytes(g);
   const bool held = reference_held <= kHeldWeightLimit && artifact_held <= kHeldWeightLimit;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -422,17 +423,24 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
 
   // The data file is a copy of the checkpoint's file when the weights are its tensors as stored
   // (checkpoint_mirror.h); the first graph of a folder only (a later one shares its files).
+  // A later graph's stacked weights whose parts that copy holds are read from it the same way.
   std::optional<CheckpointMirror> mirror;
   if (opts.mirror_checkpoint && !(opts.written && opts.written->size() > 0)) mirror = plan_checkpoint_mirror(graph);
-  if (mirror)  // each stacked weight is a Concat of its parts, which every runtime folds at load
-    for (const auto& [id, parts] : mirror->stacked) {
+  const CheckpointMirror shared = !mirror && opts.written && opts.share_data_files
+                                      ? plan_shared_stacks(graph, *opts.written, out_dir)
+                                      : CheckpointMirror{};
+  // Each stacked weight is a Concat of its parts, which every runtime folds when it loads the graph.
+  for (const CheckpointMirror* stacks : {mirror ? &*std::as_const(mirror) : nullptr, &shared}) {
+    if (!stacks) continue;
+    for (const auto& [id, parts] : stacks->stacked) {
       onnx::NodeProto* p = g->add_node();
       p->set_name("/hfx/stacked/" + graph.value(id).name);
       p->set_op_type("Concat");
-      for (size_t i : parts) p->add_input(mirror->parts[i].name);
+      for (size_t i : parts) p->add_input(stacks->parts[i].name);
       p->add_output(graph.value(id).name);
       set_attr(*p, "axis", int64_t(0));
     }
+  }
 
   // Nodes first: an op without a lowering fails before gigabytes of weights are written.
   const bool contrib = write_nodes(graph, "", *g);
@@ -475,6 +483,11 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     const ir::Value& value = graph.value(id);
     const ir::WeightRef* w = graph.weight(id);
     HFX_CHECK(w, "weight value {} has no WeightRef", value.name);
+    if (shared.stacked.count(id)) {  // a Concat over an earlier graph's file: nothing read or written
+      result.shared_bytes += int64_t(w->nbytes());
+      if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));
+      continue;
+    }
     if (mirror && (mirror->stored.count(id) || mirror->stacked.count(id))) {
       with_context("onnx: writing weight " + value.name, [&] {
         if (auto at = mirror->stored.find(id); at != mirror->stored.end()) {
@@ -563,6 +576,17 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     if (!release_later) w->release_source_pages();
     ++result.num_weights;
     if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));
+  }
+  for (const auto& part : shared.parts) {
+    onnx::TensorProto* t = g->add_initializer();
+    t->set_name(part.name);
+    t->set_data_type(onnx_elem_type(part.weight.dtype()));
+    for (int64_t d : part.weight.shape()) t->add_dims(d);
+    t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
+    add_external_entry(*t, "location", part.file.filename().string());
+    add_external_entry(*t, "offset", std::to_string(part.offset));
+    add_external_entry(*t, "length", std::to_string(part.weight.nbytes()));
+    ++result.num_weights;
   }
   if (mirror) {
     for (const auto& part : mirror->parts) {
