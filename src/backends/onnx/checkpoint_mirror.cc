@@ -87,6 +87,7 @@ std::optional<CheckpointMirror> plan_checkpoint_mirror(const ir::Graph& graph) {
   const size_t size = plan.file->size(), first = used.begin()->first;
   if (first > (size_t(1) << 20) || first + used_bytes > size) return std::nullopt;
   if (size - first - used_bytes > (size - first) / 100) return std::nullopt;
+  plan.tensor_bytes = used_bytes;
   return plan;
 }
 

@@ -41,6 +41,7 @@ struct CheckpointMirror {
   std::vector<Part> parts;
   std::map<ir::ValueId, size_t> stored;                // weight value -> its offset in `file`
   std::map<ir::ValueId, std::vector<size_t>> stacked;  // weight value -> indices into `parts`, in order
+  size_t tensor_bytes = 0;  // of the stored tensors the graph reads, each once: what the copy reads of them
 };
 
 // The mirror layout of `graph`'s weights, or nullopt unless: every weight that is neither a constant

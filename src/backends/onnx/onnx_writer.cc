@@ -473,7 +473,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   if (mirror) {
     result.data_path = out_dir / opts.data_file;
     result.data_copy_of = mirror->file->path();
-    result.source_bytes_read = int64_t(mirror->file->size());
+    result.source_bytes_read = int64_t(mirror->tensor_bytes);  // the weights' bytes (the copy reads the header too)
     part_scanned.assign(mirror->parts.size(), false);
     copying = std::async(std::launch::async, [from = mirror->file->path(), to = result.data_path] {
       copy_file_contents(from, to);
