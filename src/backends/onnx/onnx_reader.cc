@@ -249,12 +249,23 @@ class Reader {
     return ir::WeightRef::source(file, t.name(), dtype, std::move(dims), size_t(offset));
   }
 
+  // A Concat whose inputs are all external tensors of one dtype and of the same shape but along `axis`
+  // (shape inference lets other dims differ where a file says so; a stack of weights must not).
   static bool is_weight_stack(const ir::Graph& graph, const ir::Node& node) {
+    if (node.inputs.empty() || node.inputs[0] == ir::kNone) return false;
+    const ir::WeightRef* first = graph.weight(node.inputs[0]);
+    if (!first || first->shape().empty()) return false;
+    const auto rank = int64_t(first->shape().size());
+    int64_t axis = node.attr_int("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return false;
     for (ir::ValueId in : node.inputs) {
       const ir::WeightRef* w = in == ir::kNone ? nullptr : graph.weight(in);
-      if (!w || w->is_constant()) return false;
+      if (!w || w->is_constant() || w->dtype() != first->dtype() || int64_t(w->shape().size()) != rank) return false;
+      for (int64_t d = 0; d < rank; ++d)
+        if (d != axis && w->shape()[size_t(d)] != first->shape()[size_t(d)]) return false;
     }
-    return !node.inputs.empty();
+    return true;
   }
 
   static void read_node(ir::Graph& graph, const onnx::NodeProto& p, const std::string& name,
