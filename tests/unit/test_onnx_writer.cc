@@ -86,16 +86,27 @@ fs::path write_checkpoint(const fs::path& dir) {
   return p;
 }
 
+// The checkpoint-like file's tensors as stored.
+struct StoredTensors {
+  ir::WeightRef w, b, s;
+};
+StoredTensors stored_tensors(const fs::path& checkpoint) {
+  auto file = MappedFile::open(checkpoint);
+  return {ir::WeightRef::source(file, "w", DType::F32, {4, 512}, kOffW),
+          ir::WeightRef::source(file, "b", DType::F32, {512}, kOffB),
+          ir::WeightRef::source(file, "s", DType::F32, {4}, kOffS)};
+}
+
 // x[batch_size, 4] -> probs = Cast(Softmax(((x @ w + b) @ w^T) * s + 0.5), f16), batch = Shape(x)[0:1]
 ir::Graph make_graph(const fs::path& checkpoint) {
-  auto file = MappedFile::open(checkpoint);
+  const StoredTensors t = stored_tensors(checkpoint);
   ir::Graph g("tiny");
   ir::Builder b(g);
   auto x = g.add_input("x", DType::F32, {Dim::sym("batch_size"), Dim::fixed(4)});
-  auto w = b.weight("model.w", ir::WeightRef::source(file, "w", DType::F32, {4, 512}, kOffW));
-  auto bias = b.weight("model.b", ir::WeightRef::source(file, "b", DType::F32, {512}, kOffB));
-  auto wt = b.weight("model.w_t", ir::WeightRef::source(file, "w", DType::F32, {4, 512}, kOffW).transposed({1, 0}));
-  auto s = b.weight("model.s", ir::WeightRef::source(file, "s", DType::F32, {4}, kOffS));
+  auto w = b.weight("model.w", t.w);
+  auto bias = b.weight("model.b", t.b);
+  auto wt = b.weight("model.w_t", t.w.transposed({1, 0}));
+  auto s = b.weight("model.s", t.s);
   ir::ValueId probs, batch;
   {
     auto scope = b.scope("model");
@@ -124,16 +135,12 @@ OnnxWriteOptions options() {
 // x[batch_size, 4] -> y = x @ w + b, stacked = Identity(Concat(b, s)): stored tensors and a stack of
 // them (the packed q|k|v's shape of weight), which read every byte of the checkpoint file.
 ir::Graph make_mirrorable_graph(const fs::path& checkpoint) {
-  auto file = MappedFile::open(checkpoint);
+  const StoredTensors t = stored_tensors(checkpoint);
   ir::Graph g("mirror");
   ir::Builder b(g);
   auto x = g.add_input("x", DType::F32, {Dim::sym("batch_size"), Dim::fixed(4)});
-  auto w = b.weight("model.w", ir::WeightRef::source(file, "w", DType::F32, {4, 512}, kOffW));
-  auto bias = b.weight("model.b", ir::WeightRef::source(file, "b", DType::F32, {512}, kOffB));
-  auto stacked = b.weight("model.bs", ir::WeightRef::concat({ir::WeightRef::source(file, "b", DType::F32, {512}, kOffB),
-                                                             ir::WeightRef::source(file, "s", DType::F32, {4}, kOffS)},
-                                                            0));
-  g.add_output(b.add1("Add", {b.matmul(x, w), bias}, {}, "y"));
+  auto stacked = b.weight("model.bs", ir::WeightRef::concat({t.b, t.s}, 0));
+  g.add_output(b.add1("Add", {b.matmul(x, b.weight("model.w", t.w)), b.weight("model.b", t.b)}, {}, "y"));
   g.add_output(b.add1("Identity", {stacked}, {}, "stacked"));
   return g;
 }
