@@ -457,11 +457,21 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   std::unique_ptr<PipelinedFile> data;
   std::future<void> copying;
   std::vector<bool> part_scanned;
-  auto external_at = [&](onnx::TensorProto& t, const ir::WeightRef& w, size_t offset) {
-    t.set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
-    add_external_entry(t, "location", opts.data_file);
-    add_external_entry(t, "offset", std::to_string(offset));
-    add_external_entry(t, "length", std::to_string(w.nbytes()));
+  // An initializer `name` whose bytes, `w`'s, lie at `offset` in the folder's file `location`.
+  auto external_initializer = [&](const std::string& name, const ir::WeightRef& w, const std::string& location,
+                                  size_t offset) {
+    onnx::TensorProto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx_elem_type(w.dtype()));
+    for (int64_t d : w.shape()) t->add_dims(d);
+    t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
+    add_external_entry(*t, "location", location);
+    add_external_entry(*t, "offset", std::to_string(offset));
+    add_external_entry(*t, "length", std::to_string(w.nbytes()));
+    ++result.num_weights;
+  };
+  auto mirrored_initializer = [&](const std::string& name, const ir::WeightRef& w, size_t offset) {
+    external_initializer(name, w, opts.data_file, offset);
     if (opts.written) opts.written->add(w, result.data_path, offset);
   };
   auto scan_stored = [&](const ir::WeightRef& w) {  // NaN / Inf in a mirrored tensor, then its pages go
@@ -491,13 +501,8 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     if (mirror && (mirror->stored.count(id) || mirror->stacked.count(id))) {
       with_context("onnx: writing weight " + value.name, [&] {
         if (auto at = mirror->stored.find(id); at != mirror->stored.end()) {
-          onnx::TensorProto* t = g->add_initializer();
-          t->set_name(value.name);
-          t->set_data_type(onnx_elem_type(w->dtype()));
-          for (int64_t d : w->shape()) t->add_dims(d);
-          external_at(*t, *w, at->second);
+          mirrored_initializer(value.name, *w, at->second);
           scan_stored(*w);
-          ++result.num_weights;
         } else {  // the Concat node's output; its parts' initializers follow the graph's weights
           for (size_t i : mirror->stacked.at(id))
             if (!part_scanned[i]) {
@@ -577,28 +582,9 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     ++result.num_weights;
     if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));
   }
-  for (const auto& part : shared.parts) {
-    onnx::TensorProto* t = g->add_initializer();
-    t->set_name(part.name);
-    t->set_data_type(onnx_elem_type(part.weight.dtype()));
-    for (int64_t d : part.weight.shape()) t->add_dims(d);
-    t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
-    add_external_entry(*t, "location", part.file.filename().string());
-    add_external_entry(*t, "offset", std::to_string(part.offset));
-    add_external_entry(*t, "length", std::to_string(part.weight.nbytes()));
-    ++result.num_weights;
-  }
+  for (const auto& part : shared.parts) external_initializer(part.name, part.weight, part.file.filename().string(), part.offset);
   if (mirror) {
-    for (const auto& part : mirror->parts) {
-      with_context("onnx: writing weight " + part.name, [&] {
-        onnx::TensorProto* t = g->add_initializer();
-        t->set_name(part.name);
-        t->set_data_type(onnx_elem_type(part.weight.dtype()));
-        for (int64_t d : part.weight.shape()) t->add_dims(d);
-        external_at(*t, part.weight, part.offset);
-      });
-      ++result.num_weights;
-    }
+    for (const auto& part : mirror->parts) mirrored_initializer(part.name, part.weight, part.offset);
     copying.get();  // rethrows the copy's Io error
     std::error_code ec;
     const auto copied = fs::file_size(result.data_path, ec);
