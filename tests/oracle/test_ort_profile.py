@@ -13,6 +13,7 @@ genai_config.json (growing cache buffers): (b) holds for them too.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -137,20 +138,51 @@ def test_genai_greedy_equals_transformers(case, ort_export):
     # the tiny case, whose prompt and steps cross its 8 positions)
     context = json.loads((out / "onnx" / "genai_config.json").read_text())["model"]["context_length"]
     new_tokens = min(NEW_TOKENS, context - len(prompt))
+    ref, ours = transformers_and_genai_greedy(og, model, out / "onnx", prompt, new_tokens)
+    assert ours == ref, f"{case}: genai {ours} vs Transformers {ref}"
+    print(f"\n{case}: onnxruntime-genai greedy {len(ours)} tokens identical to Transformers")
+
+
+def transformers_and_genai_greedy(og, model, onnx_dir, prompt, new_tokens):
+    """The greedy tokens of Transformers' generate() and of onnxruntime-genai over `onnx_dir`."""
     with torch.no_grad():
         ref = model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                              max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-    ref = ref[0, len(prompt):].tolist()
-    gm = og.Model(str(out / "onnx"))
+    gm = og.Model(str(onnx_dir))
     params = og.GeneratorParams(gm)
     params.set_search_options(do_sample=False, max_length=len(prompt) + new_tokens, min_length=len(prompt) + new_tokens)
     gen = og.Generator(gm, params)
     gen.append_tokens([prompt])
     while not gen.is_done():
         gen.generate_next_token()
-    ours = list(gen.get_sequence(0))[len(prompt):]
-    assert ours == ref, f"{case}: genai {ours} vs Transformers {ref}"
-    print(f"\n{case}: onnxruntime-genai greedy {len(ours)} tokens identical to Transformers")
+    return ref[0, len(prompt):].tolist(), list(gen.get_sequence(0))[len(prompt):]
+
+
+def test_sharded_checkpoint_is_mirrored_shard_by_shard(tiny_checkpoint, tmp_path):
+    """A sharded f32 checkpoint whose tensors the ort profile reads as stored: each shard is copied, byte for
+    byte, into a data file of its own (model.onnx_data, model.onnx_data_1, ... in the shards' order), the
+    manifest's sha256 of each is its shard's, and onnxruntime-genai loads the folder unmodified and
+    generates Transformers' greedy tokens."""
+    og = pytest.importorskip("onnxruntime_genai")
+    model = load_reference(tiny_checkpoint("qwen3"))
+    ckpt = tmp_path / "sharded"
+    model.save_pretrained(ckpt, safe_serialization=True, max_shard_size="100KB")
+    for name in ("config.json", "generation_config.json"):
+        if (tiny_checkpoint("qwen3") / name).exists():
+            shutil.copy(tiny_checkpoint("qwen3") / name, ckpt / name)
+    shards = sorted(ckpt.glob("model-*.safetensors"))
+    assert len(shards) > 1, "expected a sharded checkpoint"
+    out = tmp_path / "out"
+    run_hfx("export", "--model", ckpt, "--quiet", out)
+    data = [out / "onnx" / ("model.onnx_data" + (f"_{i}" if i else "")) for i in range(len(shards))]
+    assert sorted((out / "onnx").glob("model.onnx_data*")) == sorted(data)
+    files = json.loads((out / "hfx.json").read_text())["files"]
+    for shard, copy in zip(shards, data):
+        assert copy.read_bytes() == shard.read_bytes(), copy.name
+        assert files[f"onnx/{copy.name}"] == hashlib.sha256(shard.read_bytes()).hexdigest()
+    prompt = [3 + (i * 37) % (model.config.vocab_size - 3) for i in range(7)]
+    ref, ours = transformers_and_genai_greedy(og, model, out / "onnx", prompt, 16)
+    assert ours == ref, f"genai {ours} vs Transformers {ref}"
 
 
 @pytest.mark.parametrize("case", SUPPORTED[:1] + ["qwen3", "phi-rotary16-tied"])

@@ -151,7 +151,9 @@ TEST(OnnxWriter, MirrorsTheCheckpointFileWhenItsTensorsAreStoredAsTheyAre) {
   const ir::Graph g = make_mirrorable_graph(ckpt);
   auto res = write_onnx(g, dir.path() / "out", OnnxWriteOptions{});
   // The data file is the checkpoint's bytes (its sha256 is the checkpoint's: the manifest takes it).
-  EXPECT_EQ(res.data_copy_of, ckpt);
+  ASSERT_EQ(res.data_copies.size(), 1u);
+  EXPECT_EQ(res.data_copies[0].copy_of, ckpt);
+  EXPECT_EQ(res.data_copies[0].file, res.data_path);
   EXPECT_EQ(res.data_sha256, "");
   EXPECT_EQ(read_bytes(res.data_path), read_bytes(ckpt));
   EXPECT_EQ(res.data_bytes, int64_t(kFileSize));
@@ -190,6 +192,46 @@ TEST(OnnxWriter, MirrorsTheCheckpointFileWhenItsTensorsAreStoredAsTheyAre) {
   EXPECT_EQ(hostile.weight(*hostile.find("model.bs")), nullptr);
 }
 
+// A sharded checkpoint: each file the graph reads becomes a data file of its own, by the files' paths
+// (model.onnx_data, model.onnx_data_1), and a stack may take its parts from both.
+TEST(OnnxWriter, MirrorsEachShardOfACheckpoint) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "a");
+  fs::create_directories(dir.path() / "b");
+  const StoredTensors first = stored_tensors(write_checkpoint(dir.path() / "a"));
+  const StoredTensors second = stored_tensors(write_checkpoint(dir.path() / "b"));
+  ir::Graph g("shards");
+  ir::Builder b(g);
+  auto x = g.add_input("x", DType::F32, {Dim::sym("batch_size"), Dim::fixed(4)});
+  // Weights in the second shard come first: the data files still follow the checkpoint's file order.
+  auto y = b.add1("Add", {b.matmul(x, b.weight("model.w2", second.w)), b.weight("model.b2", second.b)}, {}, "y");
+  g.add_output(y);
+  g.add_output(b.add1("Add", {b.matmul(x, b.weight("model.w1", first.w)), b.weight("model.b1", first.b)}, {}, "z"));
+  g.add_output(b.add1("Identity", {b.weight("model.ss", ir::WeightRef::concat({first.s, second.s}, 0))}, {}, "stacked"));
+  auto res = write_onnx(g, dir.path() / "out", OnnxWriteOptions{});
+  ASSERT_EQ(res.data_copies.size(), 2u);
+  EXPECT_EQ(res.data_copies[0].file, dir.path() / "out" / "model.onnx_data");
+  EXPECT_EQ(res.data_copies[0].copy_of, dir.path() / "a" / "weights.bin");
+  EXPECT_EQ(res.data_copies[1].file, dir.path() / "out" / "model.onnx_data_1");
+  EXPECT_EQ(res.data_copies[1].copy_of, dir.path() / "b" / "weights.bin");
+  EXPECT_EQ(res.data_bytes, int64_t(2 * kFileSize));
+  std::map<std::string, std::string> where;
+  const onnx::ModelProto m = parse_model(res.model_path);
+  for (const auto& t : m.graph().initializer())
+    where[t.name()] = external(t, "location") + "@" + external(t, "offset");
+  EXPECT_EQ(where, (std::map<std::string, std::string>{{"model.w2", "model.onnx_data_1@0"},
+                                                       {"model.b2", "model.onnx_data_1@8192"},
+                                                       {"model.w1", "model.onnx_data@0"},
+                                                       {"model.b1", "model.onnx_data@8192"},
+                                                       {"s", "model.onnx_data@10240"},
+                                                       {"s.stored", "model.onnx_data_1@10240"}}));
+  ir::Graph r = read_onnx(res.model_path);
+  ASSERT_TRUE(r.find("model.ss"));
+  const ir::WeightRef* stack = r.weight(*r.find("model.ss"));
+  ASSERT_TRUE(stack);
+  EXPECT_EQ(bytes_of(stack->materialize()), bytes_of(g.weight(*g.find("model.ss"))->materialize()));
+}
+
 TEST(OnnxWriter, StreamsTheWeightsWhenTheCheckpointIsNotMirrorable) {
   TempDir dir;
   // A 2 MiB file whose 256 KiB transposed matrix is a computed weight above the inline limit.
@@ -205,11 +247,11 @@ TEST(OnnxWriter, StreamsTheWeightsWhenTheCheckpointIsNotMirrorable) {
   };
   const auto stored = ir::WeightRef::source(file, "w", DType::F32, {256, 256}, 0);
   auto transposed = write_onnx(graph_with(stored.transposed({1, 0})), dir.path() / "t", OnnxWriteOptions{});
-  EXPECT_TRUE(transposed.data_copy_of.empty());
+  EXPECT_TRUE(transposed.data_copies.empty());
   EXPECT_EQ(transposed.data_sha256.size(), 64u);
   // Stored as it is, but 256 KiB of a 2 MiB file: not a copy of the whole file.
   auto partial = write_onnx(graph_with(stored), dir.path() / "p", OnnxWriteOptions{});
-  EXPECT_TRUE(partial.data_copy_of.empty());
+  EXPECT_TRUE(partial.data_copies.empty());
   EXPECT_EQ(fs::file_size(partial.data_path), size_t(256) * 256 * 4);
 }
 

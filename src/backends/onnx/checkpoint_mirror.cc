@@ -1,5 +1,6 @@
 #include "backends/onnx/checkpoint_mirror.h"
 
+#include <algorithm>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -37,7 +38,7 @@ CheckpointMirror plan_shared_stacks(const ir::Graph& graph, const ir::WrittenWei
     std::vector<size_t> indices;
     for (const auto& [p, at] : found) {
       auto [it, fresh] = part_at.emplace(std::make_pair(at.file, at.offset), plan.parts.size());
-      if (fresh) plan.parts.push_back({part_name(graph, *p, graph.value(id).name, part_names), *p, at.offset, at.file});
+      if (fresh) plan.parts.push_back({part_name(graph, *p, graph.value(id).name, part_names), *p, {0, at.offset}, at.file});
       indices.push_back(it->second);
     }
     plan.stacked[id] = std::move(indices);
@@ -45,49 +46,82 @@ CheckpointMirror plan_shared_stacks(const ir::Graph& graph, const ir::WrittenWei
   return plan;
 }
 
+std::string mirror_file_name(const std::string& data_file, size_t i) {
+  return i == 0 ? data_file : data_file + "_" + std::to_string(i);
+}
+
 std::optional<CheckpointMirror> plan_checkpoint_mirror(const ir::Graph& graph) {
-  CheckpointMirror plan;
-  std::map<size_t, size_t> used;        // offset -> bytes of each stored tensor the graph reads
-  std::map<size_t, size_t> part_at;     // offset -> index into plan.parts
-  std::set<std::string> part_names;
-  auto same_file = [&](const ir::WeightRef::StoredAt& at) {
-    if (!plan.file) plan.file = at.file;
-    return plan.file->identity() == at.file->identity();
+  using Identity = MappedFile::Identity;
+  struct Found {
+    Identity file;
+    size_t offset;
+  };
+  std::map<Identity, std::shared_ptr<const MappedFile>> files;
+  std::map<Identity, std::map<size_t, size_t>> used;  // per file: offset -> bytes of each stored tensor read
+  std::map<ir::ValueId, Found> stored;
+  struct PartFound {
+    ir::WeightRef weight;
+    Found at;
+    ir::ValueId stack;  // the first stack reading it (its name is the fallback for the part's)
+  };
+  std::vector<PartFound> parts;  // each stored tensor a stack reads, once
+  std::map<std::pair<Identity, size_t>, size_t> part_at;
+  std::map<ir::ValueId, std::vector<size_t>> stacked;
+  auto found = [&](const ir::WeightRef& w) -> std::optional<Found> {
+    auto at = w.stored_at();
+    if (!at) return std::nullopt;
+    const Identity id = at->file->identity();
+    files.emplace(id, at->file);
+    size_t& bytes = used[id][at->offset];
+    bytes = std::max(bytes, w.nbytes());
+    return Found{id, at->offset};
   };
   for (ir::ValueId id : graph.weights()) {
     const ir::WeightRef* w = graph.weight(id);
     if (!w || w->is_constant()) continue;
-    if (auto at = w->stored_at()) {
-      if (!same_file(*at)) return std::nullopt;
-      plan.stored[id] = at->offset;
-      used[at->offset] = std::max(used[at->offset], w->nbytes());
+    if (auto at = found(*w)) {
+      stored[id] = *at;
       continue;
     }
-    if (auto parts = w->concat_parts(0); !parts.empty()) {
+    if (auto stack = w->concat_parts(0); !stack.empty()) {
       std::vector<size_t> indices;
-      for (const ir::WeightRef& p : parts) {
-        auto at = p.stored_at();
-        if (!at || !same_file(*at)) return std::nullopt;
-        used[at->offset] = std::max(used[at->offset], p.nbytes());
-        auto [it, fresh] = part_at.emplace(at->offset, plan.parts.size());
-        if (fresh) plan.parts.push_back({part_name(graph, p, graph.value(id).name, part_names), p, at->offset, {}});
+      for (const ir::WeightRef& p : stack) {
+        auto at = found(p);
+        if (!at) return std::nullopt;
+        auto [it, fresh] = part_at.emplace(std::make_pair(at->file, at->offset), parts.size());
+        if (fresh) parts.push_back({p, *at, id});
         indices.push_back(it->second);
       }
-      plan.stacked[id] = std::move(indices);
+      stacked[id] = std::move(indices);
       continue;
     }
     if (w->nbytes() > kMirrorInlineLimit) return std::nullopt;  // computed bytes: the usual layout
   }
-  if (!plan.file) return std::nullopt;
-  // What the copy would hold that the graph does not read: the file's header (the bytes before its
-  // first tensor the graph reads, at most 1 MiB: a safetensors index) and, past it, at most 1 % of the
+  if (files.empty()) return std::nullopt;
+
+  CheckpointMirror plan;
+  for (const auto& [id, file] : files) plan.files.push_back(file);
+  std::sort(plan.files.begin(), plan.files.end(), [](const auto& a, const auto& b) { return a->path() < b->path(); });
+  std::map<Identity, size_t> index;
+  for (size_t i = 0; i < plan.files.size(); ++i) index[plan.files[i]->identity()] = i;
+  // What a copy would hold that the graph does not read: the file's header (the bytes before its first
+  // tensor the graph reads, at most 1 MiB: a safetensors index) and, past it, at most 1 % of the
   // tensors' bytes (those the graph reads in another form, cast or transposed, are in that 1 %).
-  size_t used_bytes = 0;
-  for (const auto& [offset, bytes] : used) used_bytes += bytes;
-  const size_t size = plan.file->size(), first = used.begin()->first;
-  if (first > (size_t(1) << 20) || first + used_bytes > size) return std::nullopt;
-  if (size - first - used_bytes > (size - first) / 100) return std::nullopt;
-  plan.tensor_bytes = used_bytes;
+  for (const auto& file : plan.files) {
+    const auto& offsets = used.at(file->identity());
+    size_t used_bytes = 0;
+    for (const auto& [offset, bytes] : offsets) used_bytes += bytes;
+    const size_t size = file->size(), first = offsets.begin()->first;
+    if (first > (size_t(1) << 20) || first + used_bytes > size) return std::nullopt;
+    if (size - first - used_bytes > (size - first) / 100) return std::nullopt;
+    plan.tensor_bytes += used_bytes;
+  }
+  for (const auto& [id, at] : stored) plan.stored[id] = {index.at(at.file), at.offset};
+  std::set<std::string> part_names;
+  for (const PartFound& p : parts)
+    plan.parts.push_back({part_name(graph, p.weight, graph.value(p.stack).name, part_names), p.weight,
+                          {index.at(p.at.file), p.at.offset}, {}});
+  plan.stacked = std::move(stacked);
   return plan;
 }
 

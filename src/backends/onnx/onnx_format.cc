@@ -385,9 +385,9 @@ class OnnxBackend final : public Backend {
     job.result.add_weight_bytes("onnx", graph_weight_bytes(g) - written.shared_bytes);  // stored once when graphs share them
     // Hashed as they were written: the manifest does not read them back.
     job.manifest.add_file_digest(fs::path("onnx") / wo.model_file, written.model_sha256, fs::file_size(written.model_path));
-    if (!written.data_copy_of.empty())  // the checkpoint's file itself (checkpoint_mirror.h): its sha256
-      job.manifest.add_file_copy(fs::path("onnx") / wo.data_file, written.data_copy_of, uintmax_t(written.data_bytes));
-    else if (!written.data_path.empty())
+    for (const auto& copy : written.data_copies)  // the checkpoint's files themselves (checkpoint_mirror.h)
+      job.manifest.add_file_copy(fs::path("onnx") / copy.file.filename(), copy.copy_of, copy.size);
+    if (written.data_copies.empty() && !written.data_path.empty())
       job.manifest.add_file_digest(fs::path("onnx") / wo.data_file, written.data_sha256, uintmax_t(written.data_bytes));
     job.result.source_bytes_read += written.source_bytes_read;
     for (const auto& line : written.non_finite) {

@@ -123,7 +123,10 @@ Preflight onnx_preflight(const LoadedModel& m, const std::vector<std::string>& p
   // converted blocks, whose buffers the allocator otherwise keeps through the check (kCheckScratch).
   const bool mirrored = [&] {
     const auto mirror = onnx_backend::plan_checkpoint_mirror(passes::ort_fused_matmul(g));  // the default profile's
-    if (mirror) p.disk_bytes = int64_t(mirror->file->size());
+    if (mirror) {
+      p.disk_bytes = 0;
+      for (const auto& file : mirror->files) p.disk_bytes += int64_t(file->size());
+    }
     return mirror.has_value();
   }();
   for (const auto& f : m.checkpoint->side_files()) p.disk_bytes += 2 * int64_t(fs::file_size(f));

@@ -429,7 +429,7 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
   const CheckpointMirror shared = !mirror && opts.written && opts.share_data_files
                                       ? plan_shared_stacks(graph, *opts.written, out_dir)
                                       : CheckpointMirror{};
-  // Each stacked weight is a Concat of its parts, which every runtime folds when it loads the graph.
+  // Each stacked weight is a Concat of its parts, which ONNX Runtime folds when it loads the graph.
   for (const CheckpointMirror* stacks : {mirror ? &*std::as_const(mirror) : nullptr, &shared}) {
     if (!stacks) continue;
     for (const auto& [id, parts] : stacks->stacked) {
@@ -470,9 +470,10 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     add_external_entry(*t, "length", std::to_string(w.nbytes()));
     ++result.num_weights;
   };
-  auto mirrored_initializer = [&](const std::string& name, const ir::WeightRef& w, size_t offset) {
-    external_initializer(name, w, opts.data_file, offset);
-    if (opts.written) opts.written->add(w, result.data_path, offset);
+  auto mirrored_initializer = [&](const std::string& name, const ir::WeightRef& w, CheckpointMirror::At at) {
+    const std::string file = mirror_file_name(opts.data_file, at.file);
+    external_initializer(name, w, file, at.offset);
+    if (opts.written) opts.written->add(w, out_dir / file, at.offset);
   };
   auto scan_stored = [&](const ir::WeightRef& w) {  // NaN / Inf in a mirrored tensor, then its pages go
     ir::NonFiniteCount count;
@@ -481,12 +482,15 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     if (count.total()) result.non_finite.push_back(ir::describe_non_finite(w, count));
   };
   if (mirror) {
-    result.data_path = out_dir / opts.data_file;
-    result.data_copy_of = mirror->file->path();
+    for (size_t i = 0; i < mirror->files.size(); ++i) {
+      check_plain_file_name("data file", mirror_file_name(opts.data_file, i));
+      result.data_copies.push_back({out_dir / mirror_file_name(opts.data_file, i), mirror->files[i]->path(), 0});
+    }
+    result.data_path = result.data_copies.front().file;
     result.source_bytes_read = int64_t(mirror->tensor_bytes);  // the weights' bytes (the copy reads the header too)
     part_scanned.assign(mirror->parts.size(), false);
-    copying = std::async(std::launch::async, [from = mirror->file->path(), to = result.data_path] {
-      copy_file_contents(from, to);
+    copying = std::async(std::launch::async, [copies = result.data_copies] {
+      for (const auto& c : copies) copy_file_contents(c.copy_of, c.file);
     });
   }
   for (ir::ValueId id : graph.weights()) {
@@ -582,17 +586,21 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
     ++result.num_weights;
     if (opts.on_weight_written) opts.on_weight_written(1, int64_t(w->nbytes()));
   }
-  for (const auto& part : shared.parts) external_initializer(part.name, part.weight, part.file.filename().string(), part.offset);
+  for (const auto& part : shared.parts)
+    external_initializer(part.name, part.weight, part.earlier_file.filename().string(), part.at.offset);
   if (mirror) {
-    for (const auto& part : mirror->parts) mirrored_initializer(part.name, part.weight, part.offset);
+    for (const auto& part : mirror->parts) mirrored_initializer(part.name, part.weight, part.at);
     copying.get();  // rethrows the copy's Io error
-    std::error_code ec;
-    const auto copied = fs::file_size(result.data_path, ec);
-    if (ec || copied != mirror->file->size())
-      fail(ErrorKind::Io, "{}: the copy of {} has {} bytes, not {} (the checkpoint changed while it was exported?)",
-           result.data_path.string(), mirror->file->path().string(), ec ? 0 : copied, mirror->file->size());
-    result.data_bytes = int64_t(copied);
-    if (opts.written) opts.written->close(result.data_path);
+    for (size_t i = 0; i < mirror->files.size(); ++i) {
+      auto& copy = result.data_copies[i];
+      std::error_code ec;
+      copy.size = fs::file_size(copy.file, ec);
+      if (ec || copy.size != mirror->files[i]->size())
+        fail(ErrorKind::Io, "{}: the copy of {} has {} bytes, not {} (the checkpoint changed while it was exported?)",
+             copy.file.string(), copy.copy_of.string(), ec ? 0 : copy.size, mirror->files[i]->size());
+      result.data_bytes += int64_t(copy.size);
+      if (opts.written) opts.written->close(copy.file);
+    }
   }
   if (data) {
     result.data_bytes = int64_t(data->size());

@@ -49,14 +49,18 @@ struct OnnxWriteResult {
   std::filesystem::path model_path;
   std::filesystem::path data_path;  // empty when every weight was small enough to go inline
   int64_t num_weights = 0;          // initializers written (inline + external)
-  int64_t data_bytes = 0;           // size of the external data file, padding included
+  int64_t data_bytes = 0;           // size of the external data file, padding included (of all copies)
   int64_t source_bytes_read = 0;    // checkpoint bytes read to write the weights
   int64_t shared_bytes = 0;         // weight bytes read from another graph's data file in this folder, not written
   // sha256 (hex) of the files as written, hashed on the way out so the manifest need not re-read them.
-  // data_sha256 is empty when the data file is a copy of the checkpoint file `data_copy_of` (whose
-  // sha256 the manifest has).
+  // data_sha256 is empty when the data files are copies of the checkpoint's files (checkpoint_mirror.h),
+  // whose sha256 the manifest has.
   std::string model_sha256, data_sha256;
-  std::filesystem::path data_copy_of;
+  struct DataCopy {
+    std::filesystem::path file, copy_of;  // the data file written, and the checkpoint file it copies
+    uintmax_t size = 0;
+  };
+  std::vector<DataCopy> data_copies;  // data_path is the first one's file
   // One line per weight holding NaN or Inf (ir::describe_non_finite), in write order.
   std::vector<std::string> non_finite;
 };
