@@ -62,6 +62,12 @@ std::optional<WrittenWeights::Location> WrittenWeights::whole(const WeightRef& w
   return loc;
 }
 
+std::optional<WrittenWeights::Location> WrittenWeights::whole_in(const WeightRef& w, const std::filesystem::path& dir) const {
+  auto loc = whole(w);
+  if (!loc || loc->file.parent_path().lexically_normal() != dir.lexically_normal()) return std::nullopt;
+  return loc;
+}
+
 std::optional<WrittenWeights::Bytes> WrittenWeights::bytes(const WeightRef& w) {
   if (auto b = stored(w)) return b;
   // A [N, K] weight whose [K, N] transpose an earlier format wrote (OpenVINO's f16 weights, ONNX's).

@@ -45,6 +45,8 @@ class WrittenWeights {
   // Where `w` lies whole and contiguous in a finished file: a writer of the same folder points at
   // those bytes (ONNX external data of prefill.onnx read by decode.onnx) instead of writing them again.
   std::optional<Location> whole(const WeightRef& w) const;
+  // whole(w), when its file lies in `dir`: what a graph written to `dir` may point at.
+  std::optional<Location> whole_in(const WeightRef& w, const std::filesystem::path& dir) const;
   // The bytes of an earlier-written weight, mapped read-only (each file mapped once), with the map
   // that keeps them valid; a part stored in runs is gathered into a copy (`map` is then nullptr), and
   // a quantized part whose numbers an earlier writer stored in another layout is relaid into one

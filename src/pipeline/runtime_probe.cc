@@ -114,11 +114,14 @@ std::unique_ptr<WarmDriver> take_warm_driver(const std::string& python) {
   auto it = drivers.find(python);
   if (it == drivers.end() || !it->second.ready || !it->second.server || !it->second.server->running()) return nullptr;
   auto taken = std::make_unique<WarmDriver>(std::move(it->second));
-  // The entry stays, without its server: onnxruntime_version still answers from it.
-  it->second.answered = true;
+  // The entry stays, without its server: onnxruntime_version still answers from it (its flags were
+  // copied by the move; its version string was emptied, so it is copied back).
   it->second.version = taken->version;
   return taken;
 }
+
+// Where a job's driver writes its stderr.
+fs::path stderr_log(const fs::path& result) { return result.string() + ".stderr"; }
 
 // A batch driver's result file, or the error it failed with: what it wrote as {"error": ...}, else its
 // stderr's last line, else how it ended.
@@ -171,7 +174,7 @@ void start_ort_driver(const std::string& python) {
 
 nlohmann::json run_python_job(const std::string& python, const std::string& script, const fs::path& job,
                               const fs::path& result, const std::string& failure) {
-  const fs::path log = result.string() + ".stderr";
+  const fs::path log = stderr_log(result);
   const std::string cmd = fmt::format("{} {} {} {} 2>{}", shell_quote(python),
                                       shell_quote(std::string(HFX_PYTHON_DIR) + "/" + script),
                                       shell_quote(job.string()), shell_quote(result.string()), shell_quote(log.string()));
@@ -192,7 +195,7 @@ nlohmann::json run_ort_driver(const std::string& python, const fs::path& job, co
     } catch (const nlohmann::json::exception&) {
     }
     const auto ended = warm->server->reap().second;
-    return job_result(result, ok, last_line_of(result.string() + ".stderr"), ended, failure);
+    return job_result(result, ok, last_line_of(stderr_log(result)), ended, failure);
   }
   return run_python_job(python, "hfx_ort_runner.py", job, result, failure);
 }

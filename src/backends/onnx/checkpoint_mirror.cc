@@ -19,6 +19,15 @@ std::string part_name(const ir::Graph& graph, const ir::WeightRef& part, const s
   return name;
 }
 
+// The index in `parts` of the stored tensor at `where`, appending make() the first time: a tensor that
+// two stacks read (or one stack twice) is one initializer.
+template <typename Where, typename Part, typename Make>
+size_t part_index(std::map<Where, size_t>& seen, const Where& where, std::vector<Part>& parts, Make make) {
+  auto [it, fresh] = seen.emplace(where, parts.size());
+  if (fresh) parts.push_back(make());
+  return it->second;
+}
+
 }  // namespace
 
 CheckpointMirror plan_shared_stacks(const ir::Graph& graph, const ir::WrittenWeights& written, const fs::path& dir) {
@@ -30,17 +39,16 @@ CheckpointMirror plan_shared_stacks(const ir::Graph& graph, const ir::WrittenWei
     const auto parts = w ? w->concat_parts(0) : std::vector<ir::WeightRef>{};
     std::vector<std::pair<const ir::WeightRef*, ir::WrittenWeights::Location>> found;
     for (const ir::WeightRef& p : parts) {
-      auto at = written.whole(p);
-      if (!at || at->file.parent_path().lexically_normal() != dir.lexically_normal()) break;
+      auto at = written.whole_in(p, dir);
+      if (!at) break;
       found.emplace_back(&p, *at);
     }
     if (found.empty() || found.size() != parts.size()) continue;
     std::vector<size_t> indices;
-    for (const auto& [p, at] : found) {
-      auto [it, fresh] = part_at.emplace(std::make_pair(at.file, at.offset), plan.parts.size());
-      if (fresh) plan.parts.push_back({part_name(graph, *p, graph.value(id).name, part_names), *p, {0, at.offset}, at.file});
-      indices.push_back(it->second);
-    }
+    for (const auto& [p, at] : found)
+      indices.push_back(part_index(part_at, std::make_pair(at.file, at.offset), plan.parts, [&] {
+        return CheckpointMirror::Part{part_name(graph, *p, graph.value(id).name, part_names), *p, {0, at.offset}, at.file};
+      }));
     plan.stacked[id] = std::move(indices);
   }
   return plan;
@@ -88,9 +96,7 @@ std::optional<CheckpointMirror> plan_checkpoint_mirror(const ir::Graph& graph) {
       for (const ir::WeightRef& p : stack) {
         auto at = found(p);
         if (!at) return std::nullopt;
-        auto [it, fresh] = part_at.emplace(std::make_pair(at->file, at->offset), parts.size());
-        if (fresh) parts.push_back({p, *at, id});
-        indices.push_back(it->second);
+        indices.push_back(part_index(part_at, std::make_pair(at->file, at->offset), parts, [&] { return PartFound{p, *at, id}; }));
       }
       stacked[id] = std::move(indices);
       continue;

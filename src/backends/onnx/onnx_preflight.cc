@@ -143,14 +143,16 @@ Preflight onnx_preflight(const LoadedModel& m, const std::vector<std::string>& p
   // a prompt reads a few rows of); streamed, past
   // kHeldWeightLimit, one weight's pages at a time. Beside them: OpenBLAS's packing buffers, the
   // widened block of a half-precision weight and the runs' activations (kCheckScratch, measured on the
-  // tiny and medium llamas of test_resources.py).
-  const int64_t kCheckScratch = (32ll << 20) - (mirrored ? int64_t(onnx_backend::kOnnxInFlightBytes + onnx_backend::kOnnxChunkBytes) : 0);
+  // tiny and medium llamas of test_resources.py), less the converted blocks a mirrored export never queued.
+  constexpr int64_t kCheckScratch = 32ll << 20;
+  const int64_t check_scratch =
+      kCheckScratch - (mirrored ? int64_t(onnx_backend::kOnnxInFlightBytes + onnx_backend::kOnnxChunkBytes) : 0);
   const int64_t reference_held = held_weight_bytes(m.components.at(0).graph);
   const int64_t artifact_held = f32_weights - looked_up_weight_bytes(g);
   const bool held = reference_held <= kHeldWeightLimit && artifact_held <= kHeldWeightLimit;
   const int64_t check_weights = held ? reference_held + artifact_held : 2 * p.largest_tensor_bytes;
   p.peak_memory_bytes = std::max({p.peak_memory_no_verify_bytes, baseline + config_held + config_parse,
-                                  baseline + 2 * config_held + kCheckScratch + check_weights});
+                                  baseline + 2 * config_held + check_scratch + check_weights});
   return p;
 }
 

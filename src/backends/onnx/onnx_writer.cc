@@ -530,8 +530,8 @@ OnnxWriteResult write_onnx(const ir::Graph& graph, const fs::path& out_dir, cons
       const bool inline_data = w->is_constant() || nbytes <= (mirror ? kMirrorInlineLimit : kInlineLimit);
       // Already in a data file of this folder (prefill.onnx_data, when decode.onnx is written): the
       // graph reads it there, and its bytes are neither read nor written again.
-      if (auto shared = !inline_data && opts.written && opts.share_data_files ? opts.written->whole(*w) : std::nullopt;
-          shared && shared->file.parent_path().lexically_normal() == out_dir.lexically_normal()) {
+      if (auto shared = !inline_data && opts.written && opts.share_data_files ? opts.written->whole_in(*w, out_dir)
+                                                                              : std::nullopt) {
         reused = true;
         t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
         add_external_entry(*t, "location", shared->file.filename().string());
