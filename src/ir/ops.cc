@@ -484,7 +484,7 @@ OpSchema make(std::string name, size_t min_in, size_t max_in, size_t outs, Infer
 std::map<std::string, OpSchema> build_table() {
   std::vector<OpSchema> t;
   auto same = [](const Graph& g, const Node& n) { return same_as_input0(g, n); };
-  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow"})
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod"})
     t.push_back(make(op, 2, 2, 1, [](const Graph& g, const Node& n) { return binary(g, n, std::nullopt); }));
   for (const char* op : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or"})
     t.push_back(make(op, 2, 2, 1, [](const Graph& g, const Node& n) { return binary(g, n, DType::Bool); }));
@@ -496,6 +496,9 @@ std::map<std::string, OpSchema> build_table() {
   t.push_back(make("DequantizeLinear", 2, 3, 1, infer_dequantize_linear));
   t.push_back(make("GatherBlockQuantized", 3, 4, 1, infer_gather_block_quantized));
   t.push_back(make("Gather", 2, 2, 1, infer_gather));
+  t.push_back(make("GatherElements", 2, 2, 1, [](const Graph& g, const Node& n) {
+    return std::vector<Value>{{"", in(g, n, 0).dtype, in(g, n, 1).shape}};
+  }));
   for (const char* op : {"ReduceMean", "ReduceMax", "ReduceSum"}) t.push_back(make(op, 1, 2, 1, infer_reduce));
   t.push_back(make("Transpose", 1, 1, 1, infer_transpose));
   t.push_back(make("Reshape", 2, 2, 1, infer_reshape));

@@ -7,11 +7,12 @@
 // ops, opset-23 fused ops; below) that the formats' passes produce: they are IR ops because the
 // reference executor runs the graphs read back from files that contain them.
 //
-//   Elementwise (numpy broadcasting): Add Sub Mul Div Pow | Equal Less LessOrEqual Greater
+//   Elementwise (numpy broadcasting): Add Sub Mul Div Pow Mod(fmod) | Equal Less LessOrEqual Greater
 //     GreaterOrEqual -> bool | And Or (bool) | unary: Neg Sqrt Reciprocal Exp Log Sin Cos Tanh Erf
 //     Sigmoid Not Identity
 //   MatMul(a, b)                         numpy matmul with batch broadcasting (rank >= 2)
 //   Gather(data, indices; axis=0)        ONNX Gather
+//   GatherElements(data, indices; axis=0)  out shaped as indices (ONNX GatherElements)
 //   Softmax(x; axis=-1)
 //   ReduceMean/ReduceMax/ReduceSum(x, axes; keepdims=1)   axes is a 1-D int64 constant input
 //   Transpose(x; perm) Reshape(x, shape) (0 copies, -1 infers) Unsqueeze(x, axes) Squeeze(x, axes)

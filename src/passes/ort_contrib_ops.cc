@@ -507,7 +507,7 @@ std::pair<ValueId, ValueId> step_rope_caches(const ir::Graph& graph, ir::Rewrite
 struct LeftPadding {
   ValueId ids_src = kNone, logits_src = kNone;  // source graph
   const ir::Node* lm_head = nullptr;            // the MatMul / Linear the logits come from, per position
-  ValueId roll_back = kNone;                    // flat row index of each output position, [B * S]
+  ValueId roll_back = kNone;                    // where each output position's row reads, [B, S]
   ValueId past_real = kNone;                    // each row's real past tokens, [B, 1]
 };
 
@@ -524,12 +524,14 @@ const ir::Node* lm_head_of(const ir::Graph& g, ValueId logits) {
 ValueId roll_back_rows(ir::Rewriter& r, const LeftPadding& pad, ValueId x) {
   ir::Builder& b = r.builder();
   auto s = b.scope("model/left_padding");
-  const Dim features = r.target().value(x).shape.back();
-  HFX_CHECK(features.is_fixed(), "ort profile: rolling rows of {} without a fixed last dim", r.target().value(x).name);
-  const ValueId flat = b.add1("Gather", {b.reshape(x, {-1, features.value}), pad.roll_back}, {{"axis", int64_t(0)}});
-  return b.add1("Reshape", {flat, b.add1("Shape", {x})});
+  const ValueId at = b.add1("Expand", {b.unsqueeze(pad.roll_back, {2}), b.add1("Shape", {x})});  // [B, S, F]
+  return b.add1("GatherElements", {x, at}, {{"axis", int64_t(1)}});
 }
 
+// Each row's new tokens rolled left by its leading pads: row b's position t reads the step's position
+// (t + leading_b) mod S, and is put back from (t - leading_b) mod S. In as few nodes as it takes (19):
+// they run on every decode step, where the roll is the identity (H13 in docs/benchmarks.md: 45 nodes
+// cost 1.6 % of a Qwen3-0.6B step).
 LeftPadding roll_left_padding(const ir::Graph& graph, ir::Rewriter& r, std::optional<ValueId> mask_input) {
   LeftPadding out;
   for (auto in : graph.inputs())
@@ -541,22 +543,15 @@ LeftPadding roll_left_padding(const ir::Graph& graph, ir::Rewriter& r, std::opti
   ir::Builder& b = r.builder();
   auto s = b.scope("model/left_padding");
   const ValueId ids = r.map(out.ids_src), mask = r.map(*mask_input);
-  const ValueId total = b.squeeze(b.shape_of(mask, 1, 2), {0}), step = b.squeeze(b.shape_of(ids, 1, 2), {0});
-  const ValueId batch = b.squeeze(b.shape_of(ids, 0, 1), {0});
-  const ValueId fresh = b.add1("Slice", {mask, b.unsqueeze(b.minus(total, step), {0}), b.unsqueeze(total, {0}), b.i64s({1})});
+  const ValueId total = b.shape_of(mask, 1, 2), step = b.shape_of(ids, 1, 2);  // [1] each
+  const ValueId fresh = b.add1("Slice", {mask, b.minus(total, step), total, b.i64s({1})});
   const ValueId leading = b.add1("ReduceSum", {b.cast(b.add1("Equal", {b.add1("CumSum", {fresh, b.i64(1)}), b.i64(0)}), DType::I64),
                                                b.i64s({1})});  // [B, 1]
   out.past_real = b.minus(b.add1("ReduceSum", {mask, b.i64s({1})}), b.add1("ReduceSum", {fresh, b.i64s({1})}));
-  const ValueId i = b.unsqueeze(b.add1("Range", {b.i64(0), step, b.i64(1)}), {0});  // [1, S]
-  const ValueId row_base = b.unsqueeze(b.times(b.add1("Range", {b.i64(0), batch, b.i64(1)}), step), {1});  // [B, 1]
-  auto wrap = [&](ValueId j) {  // j mod S for j in [-S, 2S)
-    j = b.add1("Where", {b.add1("GreaterOrEqual", {j, step}), b.minus(j, step), j});
-    return b.add1("Where", {b.add1("Less", {j, b.i64(0)}), b.plus(j, step), j});
-  };
-  const ValueId forward = b.reshape(b.plus(wrap(b.plus(i, leading)), row_base), {-1});
-  out.roll_back = b.reshape(b.plus(wrap(b.minus(i, leading)), row_base), {-1});
-  const ValueId rolled = b.add1("Gather", {b.reshape(ids, {-1}), forward}, {{"axis", int64_t(0)}});
-  r.remap(out.ids_src, b.add1("Reshape", {rolled, b.add1("Shape", {ids})}));
+  const ValueId i = b.add1("Range", {b.i64(0), b.squeeze(step, {0}), b.i64(1)});  // [S]
+  const ValueId forward = b.add1("Mod", {b.plus(i, leading), step});  // [B, S]
+  out.roll_back = b.add1("Mod", {b.minus(i, leading), step});
+  r.remap(out.ids_src, b.add1("GatherElements", {ids, forward}, {{"axis", int64_t(1)}}));
   return out;
 }
 

@@ -1,4 +1,4 @@
-// Elementwise kernels: arithmetic, comparisons and logic with numpy broadcasting, unary math, Where,
+// Elementwise kernels: arithmetic (Mod among them), comparisons and logic with numpy broadcasting, unary math, Where,
 // Cast.
 #include <algorithm>
 #include <cmath>
@@ -92,6 +92,29 @@ std::vector<Tensor> pow_kernel(const ir::Node& node, const KernelInputs& in) {
     Tensor bd = b.cast(DType::F32);
     return {binary_apply<int64_t, float, int64_t>(node, a, bd, DType::I64, [](int64_t x, float y) {
       return int64_t(std::pow(double(x), double(y)));
+    })};
+  }
+  no_dtype(node, a.dtype());
+}
+
+// Mod(a, b; fmod=0): integers only, the remainder taking the divisor's sign (Python's %, ONNX's fmod=0);
+// fmod=1: C's fmod, the dividend's sign (the only form ONNX allows for floats).
+std::vector<Tensor> mod_kernel(const ir::Node& node, const KernelInputs& in) {
+  const Tensor& a = arg(node, in, 0);
+  const Tensor& b = arg(node, in, 1);
+  same_dtypes(node, a, b);
+  const bool c_fmod = node.attr_int("fmod", 0) != 0;
+  if (a.dtype() == DType::F32) {
+    if (!c_fmod) bad_input("Mod: floats need fmod=1 (ONNX Mod)");
+    return {binary_apply<float, float, float>(node, a, b, DType::F32, [](float x, float y) { return std::fmod(x, y); })};
+  }
+  if (a.dtype() == DType::I64) {
+    for (int64_t v : b.values<int64_t>())
+      if (v == 0) bad_input("Mod: integer division by zero");
+    return {binary_apply<int64_t, int64_t, int64_t>(node, a, b, DType::I64, [c_fmod](int64_t x, int64_t y) {
+      if (y == -1) return int64_t(0);  // (INT64_MIN % -1 overflows)
+      const int64_t r = x % y;
+      return !c_fmod && r != 0 && ((r < 0) != (y < 0)) ? r + y : r;
     })};
   }
   no_dtype(node, a.dtype());
@@ -321,6 +344,7 @@ void register_elementwise_kernels(KernelTable& t) {
   t["Mul"] = arith<Arith::Mul>;
   t["Div"] = arith<Arith::Div>;
   t["Pow"] = pow_kernel;
+  t["Mod"] = mod_kernel;
   t["Equal"] = compare<Cmp::Eq>;
   t["Less"] = compare<Cmp::Lt>;
   t["LessOrEqual"] = compare<Cmp::Le>;

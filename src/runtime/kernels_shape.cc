@@ -227,6 +227,42 @@ std::vector<Tensor> gather_kernel(const ir::Node& node, const KernelInputs& in) 
   return {std::move(out)};
 }
 
+// GatherElements(data, indices; axis): out[i_0, .., i_r] = data[i_0, .., indices[i_0, .., i_r], .., i_r],
+// out shaped as indices (of data's rank, no larger off the axis). Negative indices count from the end.
+std::vector<Tensor> gather_elements_kernel(const ir::Node& node, const KernelInputs& in) {
+  const Tensor& data = arg(node, in, 0);
+  const Tensor& indices = arg(node, in, 1);
+  if (is_float(indices.dtype()) || indices.dtype() == DType::Bool)
+    bad_input("GatherElements: indices must be integers, got {}", dtype_name(indices.dtype()));
+  if (indices.rank() != data.rank())
+    bad_input("GatherElements: indices {} must have data's rank ({})", shape_string(indices.shape()),
+              shape_string(data.shape()));
+  const int64_t axis = normalize_axis(node, node.attr_int("axis", 0), data.rank());
+  for (int64_t d = 0; d < data.rank(); ++d)
+    if (d != axis && indices.shape()[size_t(d)] > data.shape()[size_t(d)])
+      bad_input("GatherElements: indices {} exceed data {} on axis {}", shape_string(indices.shape()),
+                shape_string(data.shape()), d);
+  Tensor out(data.dtype(), indices.shape());
+  const auto idx = int_values(indices);
+  const auto dst = contiguous_strides(data.shape());
+  const int64_t dim = data.shape()[size_t(axis)], rank = data.rank();
+  const size_t es = dtype_size(data.dtype());
+  std::vector<int64_t> pos(size_t(rank), 0);
+  for (size_t e = 0; e < idx.size(); ++e) {
+    int64_t v = idx[e];
+    if (v < -dim || v >= dim) bad_input("GatherElements: index {} is out of range for axis {} of size {}", v, axis, dim);
+    if (v < 0) v += dim;
+    int64_t o = 0;
+    for (int64_t d = 0; d < rank; ++d) o += (d == axis ? v : pos[size_t(d)]) * dst[size_t(d)];
+    std::memcpy(out.data() + e * es, data.data() + size_t(o) * es, es);
+    for (int64_t d = rank; d-- > 0;) {
+      if (++pos[size_t(d)] < indices.shape()[size_t(d)]) break;
+      pos[size_t(d)] = 0;
+    }
+  }
+  return {std::move(out)};
+}
+
 std::vector<Tensor> expand_kernel(const ir::Node& node, const KernelInputs& in) {
   const Tensor& x = arg(node, in, 0);
   const auto target = int_values(arg(node, in, 1));
@@ -356,6 +392,7 @@ void register_shape_kernels(KernelTable& t) {
   t["Concat"] = concat_kernel;
   t["Slice"] = slice_kernel;
   t["Gather"] = gather_kernel;
+  t["GatherElements"] = gather_elements_kernel;
   t["Expand"] = expand_kernel;
   t["Shape"] = shape_kernel;
   t["Range"] = range_kernel;

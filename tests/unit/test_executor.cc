@@ -375,6 +375,49 @@ TEST(Executor, ScatterElementsOnAnyAxis) {
   }
 }
 
+TEST(Executor, GatherElementsOnAnyAxis) {
+  {
+    OneOp t;  // the ONNX spec's example, axis 1
+    t.op("GatherElements", {t.input("x", f32({2, 2}, {1, 2, 3, 4})), t.input("i", i64({2, 2}, {0, 0, 1, 0}))},
+         {{"axis", int64_t(1)}});
+    expect_floats(t.y(), {2, 2}, {1, 1, 4, 3});
+  }
+  {
+    OneOp t;  // axis 0, fewer columns than the data, a negative index
+    t.op("GatherElements", {t.input("x", f32({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9})), t.input("i", i64({2, 2}, {1, -1, 0, 1}))},
+         {{"axis", int64_t(0)}});
+    expect_floats(t.y(), {2, 2}, {4, 8, 1, 5});
+  }
+  {
+    OneOp t;  // out of range: an error naming the index, not a read past the data
+    t.op("GatherElements", {t.input("x", f32({1, 3}, {1, 2, 3})), t.input("i", i64({1, 1}, {3}))}, {{"axis", int64_t(1)}});
+    EXPECT_THROW(t.y(), Error);
+  }
+}
+
+TEST(Executor, ModTakesTheDivisorsSignUnlessFmod) {
+  {
+    OneOp t;
+    t.op("Mod", {t.input("a", i64({5}, {7, -7, 7, -7, 6})), t.input("b", i64({5}, {3, 3, -3, -3, 3}))});
+    EXPECT_EQ(vals<int64_t>(t.y()), (std::vector<int64_t>{1, 2, -2, -1, 0}));
+  }
+  {
+    OneOp t;
+    t.op("Mod", {t.input("a", i64({2}, {7, -7})), t.input("b", i64({2}, {3, 3}))}, {{"fmod", int64_t(1)}});
+    EXPECT_EQ(vals<int64_t>(t.y()), (std::vector<int64_t>{1, -1}));
+  }
+  {
+    OneOp t;
+    t.op("Mod", {t.input("a", f32({2}, {5.5f, -5.5f})), t.input("b", f32({2}, {2, 2}))}, {{"fmod", int64_t(1)}});
+    expect_floats(t.y(), {2}, {1.5f, -1.5f});
+  }
+  {
+    OneOp t;  // integer division by zero is refused
+    t.op("Mod", {t.input("a", i64({1}, {7})), t.input("b", i64({1}, {0}))});
+    EXPECT_THROW(t.y(), Error);
+  }
+}
+
 TEST(Executor, WeightsAreConvertedToComputeDtypes) {
   ir::Graph g;
   ir::Builder b(g);

@@ -105,6 +105,12 @@ TEST(OpenVinoWriter, EveryLoweringMatchesTheReferenceExecutor) {
   out(b.add1("CumSum", {ids, b.i64(1)}));
   auto slots = b.add1("Expand", {b.reshape(b.i64s({2, 0}), {1, 2, 1}), b.shape_of(b.slice(x, 0, 2, 1), 0, 3)});
   out(b.add1("ScatterElements", {b.add1("Mul", {x, b.f32(0.0f)}), slots, b.slice(x, 0, 2, 1)}, {{"axis", int64_t(1)}}));
+  // Mod: fmod=0 takes the divisor's sign (7 % -3 = -2), fmod=1 the dividend's.
+  out(b.cast(b.add1("Mod", {b.i64s({7, -7, 7, -7, 6}), b.i64s({3, 3, -3, -3, 3})}), DType::F32));
+  out(b.add1("Mod", {b.minus(x, b.f32(0.5f)), b.f32(0.3f)}, {{"fmod", int64_t(1)}}));
+  auto picks = b.add1("Expand", {b.reshape(b.i64s({-1, 0}), {1, 2, 1}), b.shape_of(b.slice(x, 0, 2, 1), 0, 3)});
+  out(b.add1("GatherElements", {x, b.add1("Mod", {b.plus(picks, b.i64(1)), b.i64(3)})}, {{"axis", int64_t(1)}}));
+  out(b.add1("GatherElements", {x, picks}, {{"axis", int64_t(1)}}));  // a negative index counts from the end
   for (size_t i = 0; i < outs.size(); ++i) {
     g.rename(outs[i], "out" + std::to_string(i));
     g.add_output(outs[i]);

@@ -344,7 +344,7 @@ const std::map<std::string, OpLowering>& onnx_lowering_table() {
           "Sigmoid",  "Not",       "Identity",  "MatMul",     "Gather",    "Softmax",   "ReduceMean",
           "ReduceMax", "ReduceSum", "Transpose", "Reshape",   "Unsqueeze", "Squeeze",   "Concat",
           "Slice",    "Expand",    "Where",     "Range",      "Shape",     "CumSum",    "ScatterElements",
-          "DequantizeLinear"})
+          "DequantizeLinear", "Mod",    "GatherElements"})
       t[op] = OpLowering{op, lower_passthrough, raise_passthrough};
     // Special cases.
     t["Cast"] = OpLowering{"Cast", lower_cast, raise_cast};

@@ -89,6 +89,16 @@ OutputVector lower_gather(const LowerContext& c) {
   return {std::make_shared<op::v8::Gather>(c.input(0), c.input(1), i64_scalar(c.node.attr_int("axis", 0)))};
 }
 
+OutputVector lower_gather_elements(const LowerContext& c) {
+  return {std::make_shared<op::v6::GatherElements>(c.input(0), c.input(1), c.node.attr_int("axis", 0))};
+}
+
+// ONNX Mod: fmod=0 takes the divisor's sign (OpenVINO's FloorMod), fmod=1 the dividend's (its Mod).
+OutputVector lower_mod(const LowerContext& c) {
+  if (c.node.attr_int("fmod", 0) != 0) return {std::make_shared<op::v1::Mod>(c.input(0), c.input(1))};
+  return {std::make_shared<op::v1::FloorMod>(c.input(0), c.input(1))};
+}
+
 OutputVector lower_softmax(const LowerContext& c) {
   return {std::make_shared<op::v8::Softmax>(c.input(0), c.node.attr_int("axis", -1))};
 }
@@ -273,6 +283,7 @@ const std::map<std::string, OvLowering>& ov_lowering_table() {
       {"Mul", binary<op::v1::Multiply>()},
       {"Div", lower_div},
       {"Pow", binary<op::v1::Power>()},
+      {"Mod", lower_mod},
       {"Equal", binary<op::v1::Equal>()},
       {"Less", binary<op::v1::Less>()},
       {"LessOrEqual", binary<op::v1::LessEqual>()},
@@ -296,6 +307,7 @@ const std::map<std::string, OvLowering>& ov_lowering_table() {
       {"MatMul", lower_matmul},
       {"DequantizeLinear", lower_dequantize_linear},
       {"Gather", lower_gather},
+      {"GatherElements", lower_gather_elements},
       {"Softmax", lower_softmax},
       {"ReduceMean", reduce<op::v1::ReduceMean>()},
       {"ReduceMax", reduce<op::v1::ReduceMax>()},
