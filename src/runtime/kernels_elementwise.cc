@@ -109,9 +109,9 @@ std::vector<Tensor> mod_kernel(const ir::Node& node, const KernelInputs& in) {
     return {binary_apply<float, float, float>(node, a, b, DType::F32, [](float x, float y) { return std::fmod(x, y); })};
   }
   if (a.dtype() == DType::I64) {
-    for (int64_t v : b.values<int64_t>())
-      if (v == 0) bad_input("Mod: integer division by zero");
+    // A zero divisor is refused where it meets an element (an empty step's Mod by its length 0 is not).
     return {binary_apply<int64_t, int64_t, int64_t>(node, a, b, DType::I64, [c_fmod](int64_t x, int64_t y) {
+      if (y == 0) bad_input("Mod: integer division by zero");
       if (y == -1) return int64_t(0);  // (INT64_MIN % -1 overflows)
       const int64_t r = x % y;
       return !c_fmod && r != 0 && ((r < 0) != (y < 0)) ? r + y : r;

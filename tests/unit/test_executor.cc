@@ -416,6 +416,11 @@ TEST(Executor, ModTakesTheDivisorsSignUnlessFmod) {
     t.op("Mod", {t.input("a", i64({1}, {7})), t.input("b", i64({1}, {0}))});
     EXPECT_THROW(t.y(), Error);
   }
+  {
+    OneOp t;  // ... but not where no element meets it (an empty step's positions Mod its length 0)
+    t.op("Mod", {t.input("a", i64({0}, {})), t.input("b", i64({1}, {0}))});
+    EXPECT_EQ(t.y().shape(), (std::vector<int64_t>{0}));
+  }
 }
 
 TEST(Executor, WeightsAreConvertedToComputeDtypes) {

@@ -45,10 +45,13 @@ CheckpointMirror plan_shared_stacks(const ir::Graph& graph, const ir::WrittenWei
     }
     if (found.empty() || found.size() != parts.size()) continue;
     std::vector<size_t> indices;
-    for (const auto& [p, at] : found)
+    for (const auto& f : found) {  // (no structured binding: a lambda may not capture one before C++20)
+      const ir::WeightRef& p = *f.first;
+      const ir::WrittenWeights::Location& at = f.second;
       indices.push_back(part_index(part_at, std::make_pair(at.file, at.offset), plan.parts, [&] {
-        return CheckpointMirror::Part{part_name(graph, *p, graph.value(id).name, part_names), *p, {0, at.offset}, at.file};
+        return CheckpointMirror::Part{part_name(graph, p, graph.value(id).name, part_names), p, {0, at.offset}, at.file};
       }));
+    }
     plan.stacked[id] = std::move(indices);
   }
   return plan;
