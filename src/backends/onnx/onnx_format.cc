@@ -338,7 +338,10 @@ class OnnxBackend final : public Backend {
       passes_run.push_back("ort-state-ops");
     } else if (profile == "ort") {
       const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
-      lowered = with_context(c.role + ": pass ort-contrib-ops", [&] { return passes::ort_contrib_ops(c.graph, {rows}); });
+      // Quantized products become MatMulNBits, which run faster with gate and up apart (pass.h).
+      const bool pack_gate_up = !job.recipe.precision_for(c.role).quant.enabled();
+      lowered = with_context(c.role + ": pass ort-contrib-ops",
+                             [&] { return passes::ort_contrib_ops(c.graph, {rows, pack_gate_up}); });
       passes_run.push_back("ort-contrib-ops");
     }
     // Standard fused ops: LayerNormalization and Gelu at every opset; with --onnx-opset 23 the portable
