@@ -227,39 +227,56 @@ std::vector<Tensor> gather_kernel(const ir::Node& node, const KernelInputs& in) 
   return {std::move(out)};
 }
 
-// GatherElements(data, indices; axis): out[i_0, .., i_r] = data[i_0, .., indices[i_0, .., i_r], .., i_r],
-// out shaped as indices (of data's rank, no larger off the axis). Negative indices count from the end.
-std::vector<Tensor> gather_elements_kernel(const ir::Node& node, const KernelInputs& in) {
-  const Tensor& data = arg(node, in, 0);
-  const Tensor& indices = arg(node, in, 1);
+// The index walk GatherElements and ScatterElements share: indices (integers, of data's rank, no larger
+// than data off the axis) name, element by element, data[i_0, .., indices[i_0, .., i_r], .., i_r];
+// negative indices count from the end of the axis. Returns the normalized axis.
+int64_t check_element_indices(const char* op, const ir::Node& node, const Tensor& data, const Tensor& indices) {
   if (is_float(indices.dtype()) || indices.dtype() == DType::Bool)
-    bad_input("GatherElements: indices must be integers, got {}", dtype_name(indices.dtype()));
+    bad_input("{}: indices must be integers, got {}", op, dtype_name(indices.dtype()));
   if (indices.rank() != data.rank())
-    bad_input("GatherElements: indices {} must have data's rank ({})", shape_string(indices.shape()),
+    bad_input("{}: indices {} must have data's rank ({})", op, shape_string(indices.shape()),
               shape_string(data.shape()));
   const int64_t axis = normalize_axis(node, node.attr_int("axis", 0), data.rank());
   for (int64_t d = 0; d < data.rank(); ++d)
     if (d != axis && indices.shape()[size_t(d)] > data.shape()[size_t(d)])
-      bad_input("GatherElements: indices {} exceed data {} on axis {}", shape_string(indices.shape()),
+      bad_input("{}: indices {} exceed data {} on axis {}", op, shape_string(indices.shape()),
                 shape_string(data.shape()), d);
-  Tensor out(data.dtype(), indices.shape());
+  return axis;
+}
+
+// Calls fn(e, o) for the e-th index (row-major over indices) and the flat offset o it names in data.
+template <typename Fn>
+void for_each_element_index(const char* op, const std::vector<int64_t>& data_shape, const Tensor& indices,
+                            int64_t axis, Fn&& fn) {
   const auto idx = int_values(indices);
-  const auto dst = contiguous_strides(data.shape());
-  const int64_t dim = data.shape()[size_t(axis)], rank = data.rank();
-  const size_t es = dtype_size(data.dtype());
+  const auto strides = contiguous_strides(data_shape);
+  const int64_t dim = data_shape[size_t(axis)], rank = int64_t(data_shape.size());
   std::vector<int64_t> pos(size_t(rank), 0);
   for (size_t e = 0; e < idx.size(); ++e) {
     int64_t v = idx[e];
-    if (v < -dim || v >= dim) bad_input("GatherElements: index {} is out of range for axis {} of size {}", v, axis, dim);
+    if (v < -dim || v >= dim) bad_input("{}: index {} is out of range for axis {} of size {}", op, v, axis, dim);
     if (v < 0) v += dim;
     int64_t o = 0;
-    for (int64_t d = 0; d < rank; ++d) o += (d == axis ? v : pos[size_t(d)]) * dst[size_t(d)];
-    std::memcpy(out.data() + e * es, data.data() + size_t(o) * es, es);
+    for (int64_t d = 0; d < rank; ++d) o += (d == axis ? v : pos[size_t(d)]) * strides[size_t(d)];
+    fn(e, o);
     for (int64_t d = rank; d-- > 0;) {
       if (++pos[size_t(d)] < indices.shape()[size_t(d)]) break;
       pos[size_t(d)] = 0;
     }
   }
+}
+
+// GatherElements(data, indices; axis): out[i_0, .., i_r] = data[i_0, .., indices[i_0, .., i_r], .., i_r],
+// out shaped as indices.
+std::vector<Tensor> gather_elements_kernel(const ir::Node& node, const KernelInputs& in) {
+  const Tensor& data = arg(node, in, 0);
+  const Tensor& indices = arg(node, in, 1);
+  const int64_t axis = check_element_indices("GatherElements", node, data, indices);
+  Tensor out(data.dtype(), indices.shape());
+  const size_t es = dtype_size(data.dtype());
+  for_each_element_index("GatherElements", data.shape(), indices, axis, [&](size_t e, int64_t o) {
+    std::memcpy(out.data() + e * es, data.data() + size_t(o) * es, es);
+  });
   return {std::move(out)};
 }
 
@@ -324,51 +341,29 @@ std::vector<Tensor> range_kernel(const ir::Node& node, const KernelInputs& in) {
 // out[i_0, .., indices[i], .., i_r] = updates[i] (or combined with it by reduction add / mul / max /
 // min). Negative indices count from the end of the axis.
 template <typename T>
-void scatter_typed(Tensor& out, const Tensor& idx_t, const Tensor& upd, int64_t axis, const std::string& reduction) {
-  const auto idx = int_values(idx_t);
-  const auto& ish = idx_t.shape();
-  const int64_t rank = int64_t(ish.size());
-  const auto ost = contiguous_strides(out.shape());
-  const int64_t dim = out.shape()[size_t(axis)];
+void scatter_typed(Tensor& out, const Tensor& indices, const Tensor& upd, int64_t axis, const std::string& reduction) {
   T* po = out.as<T>();
   const T* pu = upd.as<T>();
-  std::vector<int64_t> pos(size_t(rank), 0);
-  const int64_t n = int64_t(idx.size());
-  for (int64_t e = 0; e < n; ++e) {
-    int64_t v = idx[size_t(e)];
-    if (v < -dim || v >= dim) bad_input("ScatterElements: index {} is out of range for axis {} of size {}", v, axis, dim);
-    if (v < 0) v += dim;
-    int64_t o = 0;
-    for (int64_t d = 0; d < rank; ++d) o += (d == axis ? v : pos[size_t(d)]) * ost[size_t(d)];
+  for_each_element_index("ScatterElements", out.shape(), indices, axis, [&](size_t e, int64_t o) {
     const T u = pu[e];
     if (reduction == "add") po[o] = T(po[o] + u);
     else if (reduction == "mul") po[o] = T(po[o] * u);
     else if (reduction == "max") po[o] = std::max(po[o], u);
     else if (reduction == "min") po[o] = std::min(po[o], u);
     else po[o] = u;
-    for (int64_t d = rank; d-- > 0;) {
-      if (++pos[size_t(d)] < ish[size_t(d)]) break;
-      pos[size_t(d)] = 0;
-    }
-  }
+  });
 }
 
 std::vector<Tensor> scatter_elements_kernel(const ir::Node& node, const KernelInputs& in) {
   const Tensor& data = arg(node, in, 0);
   const Tensor& indices = arg(node, in, 1);
   const Tensor& updates = arg(node, in, 2);
-  if (is_float(indices.dtype()) || indices.dtype() == DType::Bool)
-    bad_input("ScatterElements: indices must be integers, got {}", dtype_name(indices.dtype()));
   if (updates.dtype() != data.dtype())
     bad_input("ScatterElements: updates are {}, data is {}", dtype_name(updates.dtype()), dtype_name(data.dtype()));
-  if (indices.shape() != updates.shape() || indices.rank() != data.rank())
-    bad_input("ScatterElements: indices {} and updates {} must have one shape of data's rank ({})",
-              shape_string(indices.shape()), shape_string(updates.shape()), shape_string(data.shape()));
-  const int64_t axis = normalize_axis(node, node.attr_int("axis", 0), data.rank());
-  for (int64_t d = 0; d < data.rank(); ++d)
-    if (d != axis && indices.shape()[size_t(d)] > data.shape()[size_t(d)])
-      bad_input("ScatterElements: indices {} exceed data {} on axis {}", shape_string(indices.shape()),
-                shape_string(data.shape()), d);
+  if (indices.shape() != updates.shape())
+    bad_input("ScatterElements: indices {} and updates {} must have one shape", shape_string(indices.shape()),
+              shape_string(updates.shape()));
+  const int64_t axis = check_element_indices("ScatterElements", node, data, indices);
   const std::string reduction = node.attr_str("reduction", "none");
   if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
     bad_input("ScatterElements: unknown reduction `{}`", reduction);

@@ -180,6 +180,13 @@ std::vector<tasks::IoSpec> inputs_of(const tasks::Component& c, const ir::Graph&
   return kept;
 }
 
+// The ort profile's fused lowering of component `c`: its cos/sin caches as long as the context the export
+// serves; gate and up packed only where the products stay float (quantized ones become MatMulNBits, which
+// run faster apart: pass.h).
+passes::OrtContribOptions ort_options(const tasks::Component& c, const LoadedModel& m, const Recipe& r) {
+  return {onnx_backend::ort_context_length(*m.checkpoint, c.graph), !r.precision_for(c.role).quant.enabled()};
+}
+
 // --onnx-recurrence scan: the recurrences as ONNX Scans (passes/scan_recurrences.cc), for the portable
 // lowering of a model that has them; refused in one line elsewhere.
 bool scan_recurrences(const LoadedModel& m, const tasks::Component& c, const Recipe& r, const std::string& profile) {
@@ -305,8 +312,7 @@ class OnnxBackend final : public Backend {
     if (contract && choice.profile == "ort" && !choice.state_ops) {
       // The fused lowering derives positions in the graph: its inputs are the task's minus what it no
       // longer reads (position_ids, except for learned position tables).
-      const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
-      const ir::Graph g = passes::ort_contrib_ops(c.graph, {rows});
+      const ir::Graph g = passes::ort_contrib_ops(c.graph, ort_options(c, m, recipe));
       p.inputs = inputs_of(c, g);
     }
     return p;
@@ -337,11 +343,8 @@ class OnnxBackend final : public Backend {
       lowered = with_context(c.role + ": pass ort-state-ops", [&] { return passes::ort_state_ops(c.graph); });
       passes_run.push_back("ort-state-ops");
     } else if (profile == "ort") {
-      const int64_t rows = onnx_backend::ort_context_length(*m.checkpoint, c.graph);
-      // Quantized products become MatMulNBits, which run faster with gate and up apart (pass.h).
-      const bool pack_gate_up = !job.recipe.precision_for(c.role).quant.enabled();
       lowered = with_context(c.role + ": pass ort-contrib-ops",
-                             [&] { return passes::ort_contrib_ops(c.graph, {rows, pack_gate_up}); });
+                             [&] { return passes::ort_contrib_ops(c.graph, ort_options(c, m, job.recipe)); });
       passes_run.push_back("ort-contrib-ops");
     }
     // Standard fused ops: LayerNormalization and Gelu at every opset; with --onnx-opset 23 the portable
