@@ -609,7 +609,7 @@ ir::Graph ort_contrib_ops(const ir::Graph& graph, const OrtContribOptions& opt) 
   const std::vector<int> uses = ir::use_counts(graph);
   std::map<const ir::Node*, size_t> by_gate_up;  // gate or up Linear -> its pair
   const std::vector<GateUp> gate_ups = gate_up_pairs(graph, uses);
-  for (size_t i = 0; i < gate_ups.size() && opt.pack_gate_up; ++i)
+  for (size_t i = 0; i < gate_ups.size(); ++i)
     if (!by_linear.count(gate_ups[i].gate) && !by_linear.count(gate_ups[i].up)) {
       by_gate_up[gate_ups[i].gate] = i;
       by_gate_up[gate_ups[i].up] = i;

@@ -39,10 +39,6 @@ ir::Graph fold_weight_transforms(const ir::Graph& graph);
 // The ONNX backend's `ort` profile (ort_contrib_ops.cc): composites -> ONNX Runtime's fused ops.
 struct OrtContribOptions {
   int64_t rope_cache_rows = 0;  // rows of the cos/sin caches: the longest sequence the export serves
-  // A gated MLP's gate and up Linears as one product, sliced for the activation: for float products
-  // (FusedMatMul: +2 % decode at fp32), not for products that become MatMulNBits (docs/benchmarks.md
-  // H15: packed, the int4 step ran 3 % slower than with two MatMulNBits).
-  bool pack_gate_up = true;
 };
 // Above this many rows (2^20: every released context length up to 1 M tokens keeps its table) the
 // cos/sin caches are computed per step in the graph instead of written as tables.

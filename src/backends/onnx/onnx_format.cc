@@ -181,10 +181,9 @@ std::vector<tasks::IoSpec> inputs_of(const tasks::Component& c, const ir::Graph&
 }
 
 // The ort profile's fused lowering of component `c`: its cos/sin caches as long as the context the export
-// serves; gate and up packed only where the products stay float (quantized ones become MatMulNBits, which
-// run faster apart: pass.h).
-passes::OrtContribOptions ort_options(const tasks::Component& c, const LoadedModel& m, const Recipe& r) {
-  return {onnx_backend::ort_context_length(*m.checkpoint, c.graph), !r.precision_for(c.role).quant.enabled()};
+// serves.
+passes::OrtContribOptions ort_options(const tasks::Component& c, const LoadedModel& m) {
+  return {onnx_backend::ort_context_length(*m.checkpoint, c.graph)};
 }
 
 // --onnx-recurrence scan: the recurrences as ONNX Scans (passes/scan_recurrences.cc), for the portable
@@ -312,7 +311,7 @@ class OnnxBackend final : public Backend {
     if (contract && choice.profile == "ort" && !choice.state_ops) {
       // The fused lowering derives positions in the graph: its inputs are the task's minus what it no
       // longer reads (position_ids, except for learned position tables).
-      const ir::Graph g = passes::ort_contrib_ops(c.graph, ort_options(c, m, recipe));
+      const ir::Graph g = passes::ort_contrib_ops(c.graph, ort_options(c, m));
       p.inputs = inputs_of(c, g);
     }
     return p;
@@ -344,7 +343,7 @@ class OnnxBackend final : public Backend {
       passes_run.push_back("ort-state-ops");
     } else if (profile == "ort") {
       lowered = with_context(c.role + ": pass ort-contrib-ops",
-                             [&] { return passes::ort_contrib_ops(c.graph, ort_options(c, m, job.recipe)); });
+                             [&] { return passes::ort_contrib_ops(c.graph, ort_options(c, m)); });
       passes_run.push_back("ort-contrib-ops");
     }
     // Standard fused ops: LayerNormalization and Gelu at every opset; with --onnx-opset 23 the portable
