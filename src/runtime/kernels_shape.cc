@@ -227,9 +227,9 @@ std::vector<Tensor> gather_kernel(const ir::Node& node, const KernelInputs& in) 
   return {std::move(out)};
 }
 
-// The index walk GatherElements and ScatterElements share: indices (integers, of data's rank, no larger
-// than data off the axis) name, element by element, data[i_0, .., indices[i_0, .., i_r], .., i_r];
-// negative indices count from the end of the axis. Returns the normalized axis.
+// What GatherElements and ScatterElements require of their indices before any is read: integers, of
+// data's rank, no larger than data on every axis but `axis` (the node's attribute). Returns that axis,
+// normalized. The values themselves are range-checked as they are walked (for_each_element_index).
 int64_t check_element_indices(const char* op, const ir::Node& node, const Tensor& data, const Tensor& indices) {
   if (is_float(indices.dtype()) || indices.dtype() == DType::Bool)
     bad_input("{}: indices must be integers, got {}", op, dtype_name(indices.dtype()));
@@ -244,7 +244,9 @@ int64_t check_element_indices(const char* op, const ir::Node& node, const Tensor
   return axis;
 }
 
-// Calls fn(e, o) for the e-th index (row-major over indices) and the flat offset o it names in data.
+// The index walk GatherElements and ScatterElements share: the e-th index (row-major over indices) names
+// data[i_0, .., indices[i_0, .., i_r], .., i_r], and fn(e, o) gets its flat offset o in data. Negative
+// indices count from the end of the axis; one outside it is bad input.
 template <typename Fn>
 void for_each_element_index(const char* op, const std::vector<int64_t>& data_shape, const Tensor& indices,
                             int64_t axis, Fn&& fn) {
@@ -340,17 +342,31 @@ std::vector<Tensor> range_kernel(const ir::Node& node, const KernelInputs& in) {
 // ScatterElements(data, indices, updates; axis, reduction): a copy of data with
 // out[i_0, .., indices[i], .., i_r] = updates[i] (or combined with it by reduction add / mul / max /
 // min). Negative indices count from the end of the axis.
+enum class ScatterReduction { None, Add, Mul, Max, Min };
+
+ScatterReduction scatter_reduction(const ir::Node& node) {
+  const std::string r = node.attr_str("reduction", "none");
+  if (r == "none") return ScatterReduction::None;
+  if (r == "add") return ScatterReduction::Add;
+  if (r == "mul") return ScatterReduction::Mul;
+  if (r == "max") return ScatterReduction::Max;
+  if (r == "min") return ScatterReduction::Min;
+  bad_input("ScatterElements: unknown reduction `{}`", r);
+}
+
 template <typename T>
-void scatter_typed(Tensor& out, const Tensor& indices, const Tensor& upd, int64_t axis, const std::string& reduction) {
+void scatter_typed(Tensor& out, const Tensor& indices, const Tensor& upd, int64_t axis, ScatterReduction reduction) {
   T* po = out.as<T>();
   const T* pu = upd.as<T>();
   for_each_element_index("ScatterElements", out.shape(), indices, axis, [&](size_t e, int64_t o) {
     const T u = pu[e];
-    if (reduction == "add") po[o] = T(po[o] + u);
-    else if (reduction == "mul") po[o] = T(po[o] * u);
-    else if (reduction == "max") po[o] = std::max(po[o], u);
-    else if (reduction == "min") po[o] = std::min(po[o], u);
-    else po[o] = u;
+    switch (reduction) {
+      case ScatterReduction::None: po[o] = u; break;
+      case ScatterReduction::Add: po[o] = T(po[o] + u); break;
+      case ScatterReduction::Mul: po[o] = T(po[o] * u); break;
+      case ScatterReduction::Max: po[o] = std::max(po[o], u); break;
+      case ScatterReduction::Min: po[o] = std::min(po[o], u); break;
+    }
   });
 }
 
@@ -364,9 +380,7 @@ std::vector<Tensor> scatter_elements_kernel(const ir::Node& node, const KernelIn
     bad_input("ScatterElements: indices {} and updates {} must have one shape", shape_string(indices.shape()),
               shape_string(updates.shape()));
   const int64_t axis = check_element_indices("ScatterElements", node, data, indices);
-  const std::string reduction = node.attr_str("reduction", "none");
-  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
-    bad_input("ScatterElements: unknown reduction `{}`", reduction);
+  const ScatterReduction reduction = scatter_reduction(node);
   Tensor out = data;
   switch (data.dtype()) {
     case DType::F32: scatter_typed<float>(out, indices, updates, axis, reduction); break;

@@ -373,6 +373,27 @@ TEST(Executor, ScatterElementsOnAnyAxis) {
          {{"axis", int64_t(-1)}});
     expect_floats(t.y(), {1, 5}, {1, 1.1f, 3, 2.1f, 5});
   }
+  {
+    OneOp t;  // reduction add: duplicate indices accumulate
+    t.op("ScatterElements", {t.input("x", f32({1, 3}, {1, 2, 3})), t.input("i", i64({1, 3}, {0, 0, 2})),
+                             t.input("u", f32({1, 3}, {10, 20, 30}))},
+         {{"axis", int64_t(1)}, {"reduction", std::string("add")}});
+    expect_floats(t.y(), {1, 3}, {31, 2, 33});
+  }
+  {
+    OneOp t;  // reduction max keeps the larger of data and each update
+    t.op("ScatterElements", {t.input("x", f32({1, 3}, {5, 2, 3})), t.input("i", i64({1, 2}, {0, 1})),
+                             t.input("u", f32({1, 2}, {4, 9}))},
+         {{"axis", int64_t(1)}, {"reduction", std::string("max")}});
+    expect_floats(t.y(), {1, 3}, {5, 9, 3});
+  }
+  {
+    OneOp t;  // an unknown reduction is bad input, not a silent overwrite
+    t.op("ScatterElements", {t.input("x", f32({1, 2}, {1, 2})), t.input("i", i64({1, 1}, {0})),
+                             t.input("u", f32({1, 1}, {7}))},
+         {{"axis", int64_t(1)}, {"reduction", std::string("sum")}});
+    EXPECT_THROW(t.y(), Error);
+  }
 }
 
 TEST(Executor, GatherElementsOnAnyAxis) {
