@@ -21,7 +21,9 @@ published, nothing downloaded) and exports it with:
     in one process and their decode runs alternated (--paired-rounds), in both load orders (the session
     loaded second decodes up to 9 % faster, whichever it is): the separate processes of (b) run minutes
     apart, and the machine drifts between them. --paired-processes N repeats that in N processes and
-    reports their geometric mean (one process's ratio moves by about 3 % with where its weights land).
+    reports their geometric mean (one process's ratio moves by about 3 % with where its weights land) with
+    a 95 % confidence interval over the processes; --paired-control pairs each hfx artifact with itself
+    the same way, the spread a difference between two files must exceed to be seen on this machine.
 (c) a table and the ratios hfx / peer, and the issue's goals.
 
 A tool that fails is reported as failed with the last line of its error; the run goes on.
@@ -355,6 +357,24 @@ def child(args: list[str], err: Path, timeout: float = 3600, script: str = __fil
     return {"ok": False, "error": last_line(p.stderr or p.stdout)}
 
 
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (1-10; beyond, 1.96 is within 10 %).
+_T975 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def ratio_interval(ratios: list[float]) -> tuple[float, float] | None:
+    """95 % confidence interval of the geometric mean of per-process ratios (t over their logarithms), or
+    None for fewer than two. What tells a difference between two artifacts from this machine's spread
+    between processes (docs/benchmarks.md: about 2 % either way for the same file against itself)."""
+    import math
+
+    if len(ratios) < 2:
+        return None
+    logs = [math.log(x) for x in ratios]
+    half = _T975.get(len(logs) - 1, 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
+    mean = statistics.fmean(logs)
+    return math.exp(mean - half), math.exp(mean + half)
+
+
 def combine_pairings(results: list[dict]) -> dict:
     """Several _paired processes as one result: the geometric mean of their ratios (each already the mean
     of its two load orders), each process's ratio kept. One process's ratio moves by about 3 % with where
@@ -368,6 +388,7 @@ def combine_pairings(results: list[dict]) -> dict:
         return results[0]
     ratios = [r["ratio"] for r in results]
     return {"ok": True, "ratio": math.exp(statistics.fmean(math.log(x) for x in ratios)), "process_ratios": ratios,
+            "ci95": ratio_interval(ratios),
             "a_tok_s": statistics.median(r["a_tok_s"] for r in results),
             "b_tok_s": statistics.median(r["b_tok_s"] for r in results),
             "order_ratios": [math.exp(statistics.fmean(math.log(r["order_ratios"][k]) for r in results)) for k in (0, 1)],
@@ -449,7 +470,10 @@ def main() -> int:
                          "in one process, runs alternated; 0 skips it)")
     ap.add_argument("--paired-processes", type=int, default=1,
                     help="processes of the paired comparison, each --paired-rounds rounds; their ratios' geometric mean "
-                         "is reported, and each one")
+                         "is reported, each one, and (2 or more) a 95 %% confidence interval")
+    ap.add_argument("--paired-control", action="store_true",
+                    help="also pair each hfx artifact with itself (same processes and rounds): the ratio a difference "
+                         "must exceed to be more than this machine's spread")
     ap.add_argument("--hfx-rows", default=",".join(HFX_ROWS),
                     help="comma-separated hfx rows to export and run (default all): " + ",".join(HFX_ROWS))
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown (for docs/benchmarks.md)")
@@ -580,6 +604,12 @@ def main() -> int:
                 child(["_paired", "hfx", str(h["dir"]), "builder", str(b["dir"]), str(ckpt), str(args.prompt),
                        str(args.new), str(args.paired_rounds)], logs / f"paired-{hprec}-{i}.log")
                 for i in range(args.paired_processes)])
+            if args.paired_control:
+                print(f"paired decode control, hfx {hprec} / itself ...", flush=True)
+                h["paired_control"] = combine_pairings([
+                    child(["_paired", "hfx", str(h["dir"]), "hfx", str(h["dir"]), str(ckpt), str(args.prompt),
+                           str(args.new), str(args.paired_rounds)], logs / f"paired-control-{hprec}-{i}.log")
+                    for i in range(args.paired_processes)])
 
         report(args, rows, flags, largest, cfg)
         (work / "results.json").write_text(json.dumps(
@@ -660,17 +690,21 @@ def report(args, rows, flags, largest, cfg) -> None:
                   f"decode tok/s {fmt(dec, '.2f')} (goal {g_dec:g}: "
                   f"{'—' if dec is None else 'met' if dec >= g_dec else 'NOT met'})")
     for hprec, bprec in PAIRED:
-        pr = (by.get(("hfx", hprec)) or {}).get("paired")
-        if not pr:
-            continue
-        if not pr.get("ok"):
-            print(f"  paired decode hfx {hprec} / builder {bprec}: FAILED: {pr['error']}")
-            continue
-        print(f"  paired decode (runs alternated in one process per pairing, {pr['rounds']} rounds) hfx {hprec} / builder {bprec}: "
-              f"{pr['a_tok_s']:.2f} / {pr['b_tok_s']:.2f} tok/s, ratio {pr['ratio']:.3f} (hfx loaded first "
-              f"{pr['order_ratios'][0]:.3f}, second {pr['order_ratios'][1]:.3f}"
-              + (f"; processes {', '.join(f'{x:.3f}' for x in pr['process_ratios'])}" if "process_ratios" in pr else "")
-              + f") (goal >= 1: {'met' if pr['ratio'] >= 1 else 'NOT met'})")
+        h = by.get(("hfx", hprec)) or {}
+        for key, other in (("paired", f"builder {bprec}"), ("paired_control", f"hfx {hprec} (the same file: control)")):
+            pr = h.get(key)
+            if not pr:
+                continue
+            if not pr.get("ok"):
+                print(f"  paired decode hfx {hprec} / {other}: FAILED: {pr['error']}")
+                continue
+            ci = pr.get("ci95")
+            print(f"  paired decode (runs alternated in one process per pairing, {pr['rounds']} rounds) hfx {hprec} / {other}: "
+                  f"{pr['a_tok_s']:.2f} / {pr['b_tok_s']:.2f} tok/s, ratio {pr['ratio']:.3f}"
+                  + (f" (95 % CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+                  + f" (first loaded {pr['order_ratios'][0]:.3f}, second {pr['order_ratios'][1]:.3f}"
+                  + (f"; processes {', '.join(f'{x:.3f}' for x in pr['process_ratios'])}" if "process_ratios" in pr else "")
+                  + ")" + ("" if key == "paired_control" else f" (goal >= 1: {'met' if pr['ratio'] >= 1 else 'NOT met'})"))
     cap = (1 << 30) + 2 * largest
     for prec in HFX_ROWS:
         h = by.get(("hfx", prec))
