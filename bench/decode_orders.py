@@ -78,6 +78,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=64, help="decode steps a round (default 64)")
     ap.add_argument("--rounds", type=int, default=6, help="rounds per process (default 6)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of all the orders (default 1)")
+    ap.add_argument("--malloc-hugetlb", action="store_true",
+                    help="run the children with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (peer_bench.hugetlb_env)")
     ap.add_argument("--_order", help=argparse.SUPPRESS)
     args = ap.parse_args()
     specs = {}
@@ -92,12 +94,15 @@ def main() -> None:
                                                args.steps, args.rounds)))
         return
     names = list(specs)
+    from peer_bench import hugetlb_env
+
+    env = hugetlb_env() if args.malloc_hugetlb else None
     rows = []
     for _ in range(args.repeat):
         for order in itertools.permutations(names):
             p = subprocess.run([sys.executable, __file__, *args.artifacts, "--checkpoint", args.checkpoint,
                                 "--prompt", str(args.prompt), "--steps", str(args.steps), "--rounds",
-                                str(args.rounds), "--_order", ",".join(order)], capture_output=True, text=True)
+                                str(args.rounds), "--_order", ",".join(order)], capture_output=True, text=True, env=env)
             got = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
             if not got:
                 sys.exit(f"order {' > '.join(order)} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")

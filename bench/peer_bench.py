@@ -24,6 +24,8 @@ published, nothing downloaded) and exports it with:
     reports their geometric mean (one process's ratio moves by about 3 % with where its weights land) with
     a 95 % confidence interval over the processes; --paired-control pairs each hfx artifact with itself
     the same way, the spread a difference between two files must exceed to be seen on this machine.
+    --malloc-hugetlb runs every decode child (all tools alike) with glibc's malloc on transparent huge
+    pages: ONNX Runtime's prepacked weights then cost fewer TLB misses, and the load order stops mattering.
 (c) a table and the ratios hfx / peer, and the issue's goals.
 
 A tool that fails is reported as failed with the last line of its error; the run goes on.
@@ -342,12 +344,24 @@ def timed_export(cmd: list[str], err: Path) -> dict:
         return {"ok": False, "error": last_line(text or e.stderr or "")}
 
 
-def child(args: list[str], err: Path, timeout: float = 3600, script: str = __file__) -> dict:
-    """Run a worker of `script` (this one unless another bench passes its own); its RESULT line, or the last
-    line of its error."""
+def hugetlb_env() -> dict:
+    """This process's environment with glibc's malloc backing its large allocations with transparent huge
+    pages (glibc >= 2.35; the kernel's THP mode `madvise`, this machine's, gives them none otherwise). ONNX
+    Runtime allocates its prepacked weights through malloc: on 4 KiB pages a decode step's walk over them
+    is bound by TLB misses, and where they land in memory moves a process's decode by a few % (the load
+    order effect, docs/benchmarks.md run H18)."""
+    env = dict(os.environ)
+    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
+    env["GLIBC_TUNABLES"] = ":".join([*tunables, "glibc.malloc.hugetlb=1"])
+    return env
+
+
+def child(args: list[str], err: Path, timeout: float = 3600, script: str = __file__, env: dict | None = None) -> dict:
+    """Run a worker of `script` (this one unless another bench passes its own) in `env` (default: this
+    process's); its RESULT line, or the last line of its error."""
     try:
         p = subprocess.run([sys.executable, str(Path(script).resolve()), *args], capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
     err.write_text(p.stdout + "\n" + p.stderr)
@@ -474,6 +488,9 @@ def main() -> int:
     ap.add_argument("--paired-control", action="store_true",
                     help="also pair each hfx artifact with itself (same processes and rounds): the ratio a difference "
                          "must exceed to be more than this machine's spread")
+    ap.add_argument("--malloc-hugetlb", action="store_true",
+                    help="run every decode child, every tool's alike, with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
+                         "(ONNX Runtime's prepacked weights on transparent huge pages; exports are timed as they are)")
     ap.add_argument("--hfx-rows", default=",".join(HFX_ROWS),
                     help="comma-separated hfx rows to export and run (default all): " + ",".join(HFX_ROWS))
     ap.add_argument("--markdown", action="store_true", help="also print the table as Markdown (for docs/benchmarks.md)")
@@ -574,13 +591,14 @@ def main() -> int:
                                              "-o", str(out), "-p", prec, "-e", "cpu", "-c", str(work / "builder-cache")],
                            out)
         # ---- (b) ONNX Runtime latency of each artifact, each in its own process
+        decode_env = hugetlb_env() if args.malloc_hugetlb else None
         for row in rows:
             if not row["export"].get("ok"):
                 continue
             kind, d = row["tool"], row["dir"]
             print(f"ORT {kind} {row['prec']}: prefill {args.prompt} tokens, decode {args.new} ...", flush=True)
             row["ort"] = child(["_latency", kind, str(d), str(ckpt), str(args.prompt), str(args.new),
-                                str(args.repeat)], logs / f"ort-{kind}-{row['prec']}.log")
+                                str(args.repeat)], logs / f"ort-{kind}-{row['prec']}.log", env=decode_env)
             if row["ort"]["ok"]:
                 o = row["ort"]
                 print(f"  prefill {o['prefill_s'] * 1000:.0f} ms, decode {o['decode_tok_s']:.1f} tok/s"
@@ -590,7 +608,7 @@ def main() -> int:
             genai_dir = row["onnx_dir"] if kind != "hfx" else Path(d) / "onnx"
             if not args.no_genai and (Path(genai_dir) / "genai_config.json").exists():
                 row["genai"] = child(["_genai", str(genai_dir), str(ckpt), str(args.prompt), str(args.new)],
-                                     logs / f"genai-{kind}-{row['prec']}.log")
+                                     logs / f"genai-{kind}-{row['prec']}.log", env=decode_env)
 
         # ---- (b') hfx beside the builder at the same precision, in one process, runs alternated
         by_key = {(r["tool"], r["prec"]): r for r in rows if r["export"].get("ok")}
@@ -602,13 +620,14 @@ def main() -> int:
                   flush=True)
             h["paired"] = combine_pairings([
                 child(["_paired", "hfx", str(h["dir"]), "builder", str(b["dir"]), str(ckpt), str(args.prompt),
-                       str(args.new), str(args.paired_rounds)], logs / f"paired-{hprec}-{i}.log")
+                       str(args.new), str(args.paired_rounds)], logs / f"paired-{hprec}-{i}.log", env=decode_env)
                 for i in range(args.paired_processes)])
             if args.paired_control:
                 print(f"paired decode control, hfx {hprec} / itself ...", flush=True)
                 h["paired_control"] = combine_pairings([
                     child(["_paired", "hfx", str(h["dir"]), "hfx", str(h["dir"]), str(ckpt), str(args.prompt),
-                           str(args.new), str(args.paired_rounds)], logs / f"paired-control-{hprec}-{i}.log")
+                           str(args.new), str(args.paired_rounds)], logs / f"paired-control-{hprec}-{i}.log",
+                          env=decode_env)
                     for i in range(args.paired_processes)])
 
         report(args, rows, flags, largest, cfg)
@@ -623,7 +642,8 @@ def main() -> int:
 def report(args, rows, flags, largest, cfg) -> None:
     print(f"\nmodel {args.model} ({cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, vocab "
           f"{cfg['vocab_size']}); prompt {args.prompt} tokens, {args.new} decode steps, median of {args.repeat}; "
-          f"hfx flags: {' '.join(sorted(flags)) or '(none)'}")
+          f"hfx flags: {' '.join(sorted(flags)) or '(none)'}"
+          + ("; decode children with glibc.malloc.hugetlb=1" if getattr(args, "malloc_hugetlb", False) else ""))
     head = (f"{'tool':<13} {'prec':<7} {'export s':>9} {'peak RSS MiB':>13} {'written MiB':>12} "
             f"{'ORT load s':>10} {'prefill ms':>11} {'decode tok/s':>13}  notes")
     print(head)
