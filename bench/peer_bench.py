@@ -25,7 +25,7 @@ published, nothing downloaded) and exports it with:
     a 95 % confidence interval over the processes; --paired-control pairs each hfx artifact with itself
     the same way, the spread a difference between two files must exceed to be seen on this machine.
     --malloc-hugetlb runs every decode child (all tools alike) with glibc's malloc on transparent huge
-    pages: ONNX Runtime's prepacked weights then cost fewer TLB misses, and the load order stops mattering.
+    pages: ONNX Runtime's prepacked weights then cost fewer TLB misses, and the load order matters much less.
 (c) a table and the ratios hfx / peer, and the issue's goals.
 
 A tool that fails is reported as failed with the last line of its error; the run goes on.
@@ -371,8 +371,10 @@ def child(args: list[str], err: Path, timeout: float = 3600, script: str = __fil
     return {"ok": False, "error": last_line(p.stderr or p.stdout)}
 
 
-# Two-sided 95 % quantiles of Student's t by degrees of freedom (1-10; beyond, 1.96 is within 10 %).
-_T975 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (1-30; beyond, 1.96 is within 4 %).
+_T975 = dict(enumerate([12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+                        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+                        2.052, 2.048, 2.045, 2.042], start=1))
 
 
 def ratio_interval(ratios: list[float]) -> tuple[float, float] | None:
@@ -612,23 +614,24 @@ def main() -> int:
 
         # ---- (b') hfx beside the builder at the same precision, in one process, runs alternated
         by_key = {(r["tool"], r["prec"]): r for r in rows if r["export"].get("ok")}
+
+        def pairing(hfx_dir, other_kind: str, other_dir, log: str) -> dict:
+            """hfx's artifact against another in --paired-processes _paired children, combined."""
+            return combine_pairings([
+                child(["_paired", "hfx", str(hfx_dir), other_kind, str(other_dir), str(ckpt), str(args.prompt),
+                       str(args.new), str(args.paired_rounds)], logs / f"{log}-{i}.log", env=decode_env)
+                for i in range(args.paired_processes)])
+
         for hprec, bprec in PAIRED:
             h, b = by_key.get(("hfx", hprec)), by_key.get(("builder", bprec))
             if not (h and b) or args.paired_rounds <= 0:
                 continue
             print(f"paired decode hfx {hprec} / builder {bprec}: {args.paired_processes} x {args.paired_rounds} rounds ...",
                   flush=True)
-            h["paired"] = combine_pairings([
-                child(["_paired", "hfx", str(h["dir"]), "builder", str(b["dir"]), str(ckpt), str(args.prompt),
-                       str(args.new), str(args.paired_rounds)], logs / f"paired-{hprec}-{i}.log", env=decode_env)
-                for i in range(args.paired_processes)])
+            h["paired"] = pairing(h["dir"], "builder", b["dir"], f"paired-{hprec}")
             if args.paired_control:
                 print(f"paired decode control, hfx {hprec} / itself ...", flush=True)
-                h["paired_control"] = combine_pairings([
-                    child(["_paired", "hfx", str(h["dir"]), "hfx", str(h["dir"]), str(ckpt), str(args.prompt),
-                           str(args.new), str(args.paired_rounds)], logs / f"paired-control-{hprec}-{i}.log",
-                          env=decode_env)
-                    for i in range(args.paired_processes)])
+                h["paired_control"] = pairing(h["dir"], "hfx", h["dir"], f"paired-control-{hprec}")
 
         report(args, rows, flags, largest, cfg)
         (work / "results.json").write_text(json.dumps(

@@ -339,9 +339,6 @@ std::vector<Tensor> range_kernel(const ir::Node& node, const KernelInputs& in) {
   unsupported("reference executor: Range of {} is not supported", dtype_name(s.dtype()));
 }
 
-// ScatterElements(data, indices, updates; axis, reduction): a copy of data with
-// out[i_0, .., indices[i], .., i_r] = updates[i] (or combined with it by reduction add / mul / max /
-// min). Negative indices count from the end of the axis.
 enum class ScatterReduction { None, Add, Mul, Max, Min };
 
 ScatterReduction scatter_reduction(const ir::Node& node) {
@@ -354,6 +351,9 @@ ScatterReduction scatter_reduction(const ir::Node& node) {
   bad_input("ScatterElements: unknown reduction `{}`", r);
 }
 
+// ScatterElements(data, indices, updates; axis, reduction): a copy of data with
+// out[i_0, .., indices[i], .., i_r] = updates[i] (or combined with it by reduction add / mul / max /
+// min). Negative indices count from the end of the axis.
 template <typename T>
 void scatter_typed(Tensor& out, const Tensor& indices, const Tensor& upd, int64_t axis, ScatterReduction reduction) {
   T* po = out.as<T>();
